@@ -1,0 +1,125 @@
+import { readdir, readFile, stat } from 'node:fs/promises'
+import path from 'node:path'
+
+/*
+ * Chunk layout (REFERENCE.md §7): `{top}/{first}-{last}-{hash}/{table}.parquet`, numbers padded to
+ * 10 digits. `top` is the first block of the first chunk in that top folder. A chunk folder is
+ * complete when it has `blocks.parquet`; writers build it under a temp name and rename it.
+ */
+
+export interface ChunkRef {
+  top: number
+  first: number
+  last: number
+  /** Short hash of the last block (8 hex chars after `0x`). */
+  hash: string
+  /** Relative path of the chunk folder inside the dataset: `{top}/{first}-{last}-{hash}`. */
+  path: string
+}
+
+/** Written next to the parquet files: what the chunk holds. */
+export interface ChunkMeta {
+  family: string
+  first: number
+  last: number
+  /** Full hash of the last block and of the first block's parent, for continuity checks. */
+  lastHash: string
+  firstParentHash: string
+  /** Numbers of the blocks actually present (sparse datasets skip numbers). */
+  blockCount: number
+  tables: string[]
+  rows: Record<string, number>
+}
+
+/** Kept at the dataset root: which family and name the chunks belong to. */
+export interface DatasetMeta {
+  name: string
+  family: string
+}
+
+export const pad = (n: number) => String(n).padStart(10, '0')
+
+export function shortHash(hash: string): string {
+  return hash.replace(/^0x/, '').slice(0, 8).toLowerCase()
+}
+
+export function chunkPath(top: number, first: number, last: number, hash: string): string {
+  return `${pad(top)}/${pad(first)}-${pad(last)}-${hash}`
+}
+
+const TOP_RE = /^\d{10}$/
+const CHUNK_RE = /^(\d{10})-(\d{10})-(\w+)$/
+
+export function parseChunkName(top: number, name: string): ChunkRef | undefined {
+  const m = CHUNK_RE.exec(name)
+  if (!m) return undefined
+  const first = Number(m[1])
+  const last = Number(m[2])
+  if (first > last || first < top) return undefined
+  return { top, first, last, hash: m[3], path: `${pad(top)}/${name}` }
+}
+
+/** Parse a chunk path such as `0000000000/0000000000-0000000099-abcdef01` (as listed in object storage). */
+export function parseChunkPath(rel: string): ChunkRef | undefined {
+  const [topName, name, ...rest] = rel.split('/').filter(Boolean)
+  if (rest.length || !topName || !name || !TOP_RE.test(topName)) return undefined
+  return parseChunkName(Number(topName), name)
+}
+
+/** Complete chunks of a local dataset folder, ascending. Temp folders and stray files are ignored. */
+export async function listLocalChunks(root: string): Promise<ChunkRef[]> {
+  let tops: string[]
+  try {
+    tops = (await readdir(root)).filter((n) => TOP_RE.test(n)).sort()
+  } catch (e: any) {
+    if (e.code === 'ENOENT') return []
+    throw e
+  }
+  const chunks: ChunkRef[] = []
+  for (const topName of tops) {
+    const names = (await readdir(path.join(root, topName))).sort()
+    for (const name of names) {
+      const ref = parseChunkName(Number(topName), name)
+      if (!ref) continue
+      if (!(await exists(path.join(root, ref.path, 'blocks.parquet')))) continue
+      chunks.push(ref)
+    }
+  }
+  chunks.sort((a, b) => a.first - b.first)
+  for (let i = 1; i < chunks.length; i++) {
+    if (chunks[i].first <= chunks[i - 1].last) {
+      throw new Error(`overlapping chunks in ${root}: ${chunks[i - 1].path} and ${chunks[i].path}`)
+    }
+  }
+  return chunks
+}
+
+export async function readChunkMeta(root: string, ref: ChunkRef): Promise<ChunkMeta> {
+  return JSON.parse(await readFile(path.join(root, ref.path, 'meta.json'), 'utf8'))
+}
+
+export async function readDatasetMeta(root: string): Promise<DatasetMeta | undefined> {
+  try {
+    return JSON.parse(await readFile(path.join(root, 'dataset.json'), 'utf8'))
+  } catch (e: any) {
+    if (e.code === 'ENOENT') return undefined
+    throw e
+  }
+}
+
+export async function exists(p: string): Promise<boolean> {
+  try {
+    await stat(p)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Where the next chunk goes: stay in the last top folder until it holds `topDirSize` chunks. */
+export function nextTop(existing: ChunkRef[], first: number, topDirSize: number): number {
+  const last = existing[existing.length - 1]
+  if (!last) return first
+  const inTop = existing.filter((c) => c.top === last.top).length
+  return inTop >= topDirSize ? first : last.top
+}

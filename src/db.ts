@@ -1,0 +1,36 @@
+import { DuckDBConnection, DuckDBInstance } from '@duckdb/node-api'
+
+/*
+ * One DuckDB instance per process. Connections are cheap; each concurrent job takes its own so that
+ * statements do not interleave.
+ */
+
+let instance: Promise<DuckDBInstance> | undefined
+
+export interface DbOptions {
+  threads?: number
+  memoryLimit?: string
+}
+
+export function configureDb(opts: DbOptions): void {
+  if (instance) throw new Error('DuckDB is already started; configure it before first use')
+  instance = DuckDBInstance.create(':memory:', {
+    ...(opts.threads ? { threads: String(opts.threads) } : {}),
+    ...(opts.memoryLimit ? { memory_limit: opts.memoryLimit } : {}),
+  })
+}
+
+export async function getDb(): Promise<DuckDBInstance> {
+  if (!instance) instance = DuckDBInstance.create(':memory:')
+  return instance
+}
+
+export async function connect(): Promise<DuckDBConnection> {
+  return (await getDb()).connect()
+}
+
+/** Quote a SQL identifier (column names such as `from`, `to`, `key` are keywords). */
+export const ident = (name: string) => `"${name.replace(/"/g, '""')}"`
+
+/** Quote a SQL string literal. */
+export const lit = (value: string) => `'${value.replace(/'/g, "''")}'`

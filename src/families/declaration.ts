@@ -1,0 +1,145 @@
+/**
+ * A dataset family is declared once, as data: the Parquet tables of a chunk, the item kinds a query
+ * can ask for, each item's selectable fields (with their JSON encoding), filters and relations.
+ * The ingest writer and the generic query engine are both driven by these declarations.
+ */
+
+/** DuckDB column types used in chunk files. */
+export type ColumnType =
+  | 'BIGINT'
+  | 'UBIGINT'
+  | 'INTEGER'
+  | 'VARCHAR'
+  | 'VARCHAR[]'
+  | 'INTEGER[]'
+  | 'BOOLEAN'
+  | 'DOUBLE'
+
+export interface ColumnDecl {
+  name: string
+  type: ColumnType
+}
+
+export interface TableDecl {
+  /** File name without `.parquet`. */
+  name: string
+  /** Column holding the block number (`number` for the blocks table). */
+  blockColumn: string
+  columns: ColumnDecl[]
+  /** Row order inside the file; chosen so that filtered columns prune well by row-group stats. */
+  sortBy: string[]
+  /** A chunk may lack this table (for example traces when the source had none). */
+  optional?: boolean
+}
+
+/**
+ * How a field becomes JSON.
+ * - `number`: integer column as a JSON number.
+ * - `string`: string column as a JSON string (hex values are stored lower-case).
+ * - `bigint`: unsigned integer as a JSON number, or a decimal string above 2^53 − 1.
+ * - `json`: the column holds JSON text, emitted as-is.
+ * - `sql`: `expr` is a DuckDB expression (over the table's columns) that yields the JSON value.
+ */
+export type FieldEncoding =
+  | { kind: 'number'; column: string }
+  | { kind: 'string'; column: string }
+  | { kind: 'bigint'; column: string }
+  | { kind: 'json'; column: string }
+  | { kind: 'sql'; expr: string; columns: string[] }
+
+export interface FieldDecl {
+  encoding: FieldEncoding
+  /**
+   * Where the value goes in the item object: a top-level key (default: the field name) or a
+   * nested object and key, e.g. `['action', 'from']` for EVM trace fields.
+   */
+  path?: [string] | [string, string]
+  /** SQL condition: the field is emitted only for rows where this holds (trace type-specific fields). */
+  when?: string
+  /** Output-size estimate for this field: a fixed weight or a column holding the value's length. */
+  weight?: number | { column: string }
+}
+
+/**
+ * Nested objects (like trace `action`/`result`): sub-fields whose value is null are omitted, and
+ * an object left empty is omitted when `dropIfEmpty` is set.
+ */
+export interface NestedObjectDecl {
+  name: string
+  dropIfEmpty: boolean
+}
+
+/** A request filter key. All list filters are OR inside, AND across keys (DECISIONS §6). */
+export type FilterDecl =
+  /** value ∈ list; `values` says how each value is checked and normalised before matching (DECISIONS §7). */
+  | { kind: 'in'; column: string; values: 'hex' | 'string' | 'lowercase' | 'integer' | 'felt' }
+  /** `column >= value` / `column <= value` for an integer bound. */
+  | { kind: 'min' | 'max'; column: string }
+  /** boolean: `true` keeps rows whose hex quantity column is non-null and non-zero. */
+  | { kind: 'nonZero'; column: string }
+
+/**
+ * A relation flag on a request: for every item the request matched, add items of `target`.
+ * - `join`: rows of `target` in the same block whose `on` columns equal the source's.
+ * - `descendants` / `ancestors`: rows of `target` in the same block with equal `on` columns whose
+ *   address array (`targetAddress`) has the source's address (`sourceAddress`) as a strict prefix
+ *   (descendants) or is a strict prefix of it (ancestors). `inclusive` also takes the equal address.
+ */
+export type RelationDecl =
+  | { kind: 'join'; target: string; on: [source: string, target: string][] }
+  | {
+      kind: 'descendants' | 'ancestors'
+      target: string
+      on: [source: string, target: string][]
+      sourceAddress: string
+      targetAddress: string
+      inclusive?: boolean
+    }
+
+export interface ItemDecl {
+  /** Key in `fields` (e.g. `log`). */
+  selector: string
+  /** Key of the request list (e.g. `logs`); absent for the block header. */
+  request?: string
+  /** Key of the output array in a block object (e.g. `logs`). */
+  output: string
+  table: string
+  /** Primary key after the block number: item order inside a block. */
+  key: string[]
+  fields: Record<string, FieldDecl>
+  /** Always emitted, whatever the selection (DECISIONS §12). */
+  idFields: string[]
+  nested?: NestedObjectDecl[]
+  filters: Record<string, FilterDecl>
+  relations: Record<string, RelationDecl>
+  /** Weight of every item row on top of its fields (keys, framing). */
+  baseWeight?: number
+}
+
+export interface FamilyDecl {
+  name: 'evm' | 'starknet' | 'substrate'
+  /** Accepted values of the query's `type` key; `undefined` in the list means "absent is fine". */
+  queryTypes: (string | undefined)[]
+  tables: TableDecl[]
+  /** The block header item; its table has one row per block. */
+  header: ItemDecl
+  /** Item kinds, in output order. */
+  items: ItemDecl[]
+}
+
+export function tableOf(family: FamilyDecl, name: string): TableDecl {
+  const t = family.tables.find((t) => t.name === name)
+  if (!t) throw new Error(`family ${family.name} has no table ${name}`)
+  return t
+}
+
+export function itemOf(family: FamilyDecl, selector: string): ItemDecl {
+  const i = family.items.find((i) => i.selector === selector)
+  if (!i) throw new Error(`family ${family.name} has no item kind ${selector}`)
+  return i
+}
+
+/** Columns a field reads. */
+export function fieldColumns(f: FieldDecl): string[] {
+  return f.encoding.kind === 'sql' ? f.encoding.columns : [f.encoding.column]
+}
