@@ -1,0 +1,451 @@
+import type { BlockRows, Row } from '../../chunks/writer.js'
+
+/*
+ * EVM JSON-RPC answers → table rows (columns of src/families/evm.ts).
+ * Hex is lower-cased; small integers become numbers; u64 values that may pass 2^53 become decimal
+ * strings (DuckDB casts them into UBIGINT). JSON-valued columns hold JSON text.
+ */
+
+/** Everything fetched for one block. Absent parts mean the source did not provide them. */
+export interface EvmBlockBundle {
+  /** `eth_getBlockByNumber(n, true)` */
+  block: any
+  /** `eth_getBlockReceipts` (or per-transaction receipts, in transaction order); null when the node has none. */
+  receipts?: any[] | null
+  /** Parity-style flat traces (`trace_block`). */
+  traces?: any[]
+  /** geth `debug_traceBlockByNumber` with callTracer: `[{txHash?, result: frame}]`, one per transaction. */
+  callTraces?: any[]
+  /** `trace_replayBlockTransactions(n, ['stateDiff'])`: `[{stateDiff, transactionHash?}]`, one per transaction. */
+  stateDiffs?: any[]
+  /** geth `debug_traceBlockByNumber` with prestateTracer diffMode: `[{txHash?, result: {pre, post}}]`. */
+  prestateDiffs?: any[]
+}
+
+export class MalformedRpcData extends Error {}
+
+function fail(what: string): never {
+  throw new MalformedRpcData(what)
+}
+
+const isHex = (v: unknown): v is string => typeof v === 'string' && /^0x[0-9a-fA-F]*$/.test(v)
+
+/** Lower-case hex string or null. */
+export function hex(v: unknown, what = 'value'): string | null {
+  if (v == null) return null
+  if (!isHex(v)) fail(`${what}: expected a 0x-prefixed hex string, got ${JSON.stringify(v)}`)
+  return v.toLowerCase()
+}
+
+/** Hex quantity (or JSON number) → JS number; must be a safe integer. */
+export function int(v: unknown, what = 'value'): number | null {
+  if (v == null) return null
+  let n: number
+  if (typeof v === 'number') n = v
+  else if (isHex(v)) n = v.length === 2 ? 0 : parseInt(v, 16)
+  else if (typeof v === 'string' && /^\d+$/.test(v)) n = Number(v)
+  else fail(`${what}: expected a quantity, got ${JSON.stringify(v)}`)
+  if (!Number.isSafeInteger(n)) fail(`${what}: ${JSON.stringify(v)} is not a safe integer`)
+  return n
+}
+
+/** Hex quantity → decimal string (for UBIGINT columns). */
+export function u64(v: unknown, what = 'value'): string | null {
+  if (v == null) return null
+  if (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) return String(v)
+  if (typeof v === 'string' && /^\d+$/.test(v)) return v
+  if (!isHex(v)) fail(`${what}: expected a quantity, got ${JSON.stringify(v)}`)
+  const n = v.length === 2 ? 0n : BigInt(v)
+  if (n >= 1n << 64n) fail(`${what}: ${v} does not fit in 64 bits`)
+  return n.toString()
+}
+
+/** Lower-case every hex string inside a JSON value; returns JSON text or null. */
+function jsonText(v: unknown): string | null {
+  if (v == null) return null
+  return JSON.stringify(lowerHexDeep(v))
+}
+
+function lowerHexDeep(v: unknown): unknown {
+  if (typeof v === 'string') return isHex(v) ? v.toLowerCase() : v
+  if (Array.isArray(v)) return v.map(lowerHexDeep)
+  if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, lowerHexDeep(x)]))
+  return v
+}
+
+const size = (s: string | null) => (s == null ? 0 : s.length)
+
+export function blockRow(b: any): Row {
+  if (!b || typeof b !== 'object') fail('block: expected an object')
+  const extraData = hex(b.extraData, 'block.extraData')
+  const withdrawals = Array.isArray(b.withdrawals) ? jsonText(b.withdrawals) : null
+  return {
+    number: int(b.number, 'block.number') ?? fail('block.number is missing'),
+    hash: hex(b.hash, 'block.hash') ?? fail('block.hash is missing'),
+    parent_hash: hex(b.parentHash, 'block.parentHash') ?? fail('block.parentHash is missing'),
+    nonce: hex(b.nonce),
+    sha3_uncles: hex(b.sha3Uncles),
+    logs_bloom: hex(b.logsBloom),
+    transactions_root: hex(b.transactionsRoot),
+    state_root: hex(b.stateRoot),
+    receipts_root: hex(b.receiptsRoot),
+    mix_hash: hex(b.mixHash),
+    miner: hex(b.miner),
+    difficulty: hex(b.difficulty),
+    total_difficulty: hex(b.totalDifficulty),
+    extra_data: extraData,
+    size: int(b.size, 'block.size'),
+    gas_limit: hex(b.gasLimit),
+    gas_used: hex(b.gasUsed),
+    timestamp: int(b.timestamp, 'block.timestamp'),
+    base_fee_per_gas: hex(b.baseFeePerGas),
+    l1_block_number: int(b.l1BlockNumber, 'block.l1BlockNumber'),
+    blob_gas_used: hex(b.blobGasUsed),
+    excess_blob_gas: hex(b.excessBlobGas),
+    uncles: Array.isArray(b.uncles) ? jsonText(b.uncles) : null,
+    withdrawals,
+    withdrawals_root: hex(b.withdrawalsRoot),
+    parent_beacon_block_root: hex(b.parentBeaconBlockRoot),
+    requests_hash: hex(b.requestsHash),
+    main_block_general_gas_limit: hex(b.mainBlockGeneralGasLimit),
+    shared_gas_limit: hex(b.sharedGasLimit),
+    timestamp_millis_part: int(b.timestampMillisPart, 'block.timestampMillisPart'),
+    extra_data_size: size(extraData),
+    withdrawals_size: size(withdrawals),
+  }
+}
+
+function authorizationList(list: unknown): string | null {
+  if (!Array.isArray(list)) return null
+  return JSON.stringify(
+    list.map((a: any) => ({
+      chainId: int(a.chainId, 'authorizationList.chainId'),
+      address: hex(a.address),
+      nonce: int(a.nonce, 'authorizationList.nonce'),
+      yParity: int(a.yParity ?? a.v, 'authorizationList.yParity'),
+      r: hex(a.r),
+      s: hex(a.s),
+    })),
+  )
+}
+
+function transactionRow(blockNumber: number, tx: any, receipt: any | undefined, topTrace: Row | undefined): Row {
+  if (!tx || typeof tx !== 'object') fail(`block ${blockNumber}: transactions must be full objects (eth_getBlockByNumber with true)`)
+  const index = int(tx.transactionIndex, 'transaction.transactionIndex') ?? fail('transaction.transactionIndex is missing')
+  const input = hex(tx.input ?? tx.data ?? '0x', 'transaction.input')
+  const accessList = Array.isArray(tx.accessList) ? jsonText(tx.accessList) : null
+  const authList = authorizationList(tx.authorizationList)
+  const calls = Array.isArray(tx.calls) ? jsonText(tx.calls) : null
+  const feePayer = tx.feePayerSignature ?? undefined
+  let status = receipt ? int(receipt.status, 'receipt.status') : null
+  if (status == null && topTrace) status = topTrace.error == null ? 1 : 0
+  let contractAddress = receipt ? hex(receipt.contractAddress) : null
+  if (!receipt && topTrace?.type === 'create') contractAddress = (topTrace.create_result_address as string | null) ?? null
+  return {
+    block_number: blockNumber,
+    transaction_index: index,
+    hash: hex(tx.hash, 'transaction.hash'),
+    nonce: u64(tx.nonce, 'transaction.nonce'),
+    from: hex(tx.from),
+    to: hex(tx.to),
+    input,
+    value: hex(tx.value),
+    gas: hex(tx.gas),
+    gas_price: hex(tx.gasPrice),
+    max_fee_per_gas: hex(tx.maxFeePerGas),
+    max_priority_fee_per_gas: hex(tx.maxPriorityFeePerGas),
+    v: hex(tx.v),
+    r: hex(tx.r),
+    s: hex(tx.s),
+    y_parity: int(tx.yParity, 'transaction.yParity'),
+    chain_id: u64(tx.chainId, 'transaction.chainId'),
+    sighash: input && input.length >= 10 ? input.slice(0, 10) : null,
+    contract_address: contractAddress,
+    gas_used: hex(receipt?.gasUsed),
+    cumulative_gas_used: hex(receipt?.cumulativeGasUsed),
+    effective_gas_price: hex(receipt?.effectiveGasPrice),
+    type: int(tx.type ?? receipt?.type, 'transaction.type'),
+    status,
+    max_fee_per_blob_gas: hex(tx.maxFeePerBlobGas),
+    blob_versioned_hashes: Array.isArray(tx.blobVersionedHashes) ? tx.blobVersionedHashes.map((h: unknown) => hex(h)) : null,
+    l1_fee: hex(receipt?.l1Fee),
+    l1_fee_scalar: receipt?.l1FeeScalar == null ? null : String(receipt.l1FeeScalar),
+    l1_gas_price: hex(receipt?.l1GasPrice),
+    l1_gas_used: hex(receipt?.l1GasUsed),
+    l1_blob_base_fee: hex(receipt?.l1BlobBaseFee),
+    l1_blob_base_fee_scalar: u64(receipt?.l1BlobBaseFeeScalar, 'receipt.l1BlobBaseFeeScalar'),
+    l1_base_fee_scalar: u64(receipt?.l1BaseFeeScalar, 'receipt.l1BaseFeeScalar'),
+    access_list: accessList,
+    logs_bloom: hex(receipt?.logsBloom),
+    blob_gas_used: hex(receipt?.blobGasUsed),
+    blob_gas_price: hex(receipt?.blobGasPrice),
+    authorization_list: authList,
+    calls,
+    nonce_key: hex(tx.nonceKey),
+    signature: tx.signature != null && typeof tx.signature === 'object' ? jsonText(tx.signature) : null,
+    fee_token: hex(tx.feeToken),
+    fee_payer_v: hex(feePayer?.v ?? feePayer?.yParity),
+    fee_payer_r: hex(feePayer?.r),
+    fee_payer_s: hex(feePayer?.s),
+    aa_authorization_list: Array.isArray(tx.aaAuthorizationList) ? jsonText(tx.aaAuthorizationList) : null,
+    key_authorization: tx.keyAuthorization != null ? jsonText(tx.keyAuthorization) : null,
+    valid_before: u64(tx.validBefore, 'transaction.validBefore'),
+    valid_after: u64(tx.validAfter, 'transaction.validAfter'),
+    input_size: size(input),
+    access_list_size: size(accessList),
+    authorization_list_size: size(authList),
+    calls_size: size(calls),
+  }
+}
+
+function logRows(blockNumber: number, receipts: any[]): Row[] {
+  const rows: Row[] = []
+  for (const r of receipts) {
+    if (!Array.isArray(r?.logs)) fail(`block ${blockNumber}: receipt without a logs array`)
+    for (const l of r.logs) {
+      const topics: unknown[] = Array.isArray(l.topics) ? l.topics : fail(`block ${blockNumber}: log without topics`)
+      if (topics.length > 4) fail(`block ${blockNumber}: log with ${topics.length} topics`)
+      const data = hex(l.data, 'log.data')
+      rows.push({
+        block_number: blockNumber,
+        log_index: int(l.logIndex, 'log.logIndex'),
+        transaction_index: int(l.transactionIndex ?? r.transactionIndex, 'log.transactionIndex'),
+        transaction_hash: hex(l.transactionHash ?? r.transactionHash),
+        address: hex(l.address, 'log.address'),
+        data,
+        topic0: hex(topics[0]),
+        topic1: hex(topics[1]),
+        topic2: hex(topics[2]),
+        topic3: hex(topics[3]),
+        data_size: size(data),
+      })
+    }
+  }
+  return rows
+}
+
+const EMPTY_TRACE = {
+  subtraces: 0, error: null, revert_reason: null,
+  create_from: null, create_value: null, create_gas: null, create_init: null, create_result_gas_used: null,
+  create_result_code: null, create_result_address: null,
+  call_from: null, call_to: null, call_value: null, call_gas: null, call_sighash: null, call_input: null, call_type: null,
+  call_result_gas_used: null, call_result_output: null,
+  suicide_address: null, suicide_refund_address: null, suicide_balance: null,
+  reward_author: null, reward_value: null, reward_type: null,
+}
+
+function withSizes(row: Row): Row {
+  row.create_init_size = size(row.create_init as string | null)
+  row.create_result_code_size = size(row.create_result_code as string | null)
+  row.call_input_size = size(row.call_input as string | null)
+  row.call_result_output_size = size(row.call_result_output as string | null)
+  return row
+}
+
+const sighashOf = (input: string | null) => (input && input.length >= 10 ? input.slice(0, 10) : null)
+
+/** Parity `trace_block` traces → rows. Reward traces (no transaction) go after the last transaction. */
+export function parityTraceRows(blockNumber: number, traces: any[], txCount: number): Row[] {
+  const rows: Row[] = []
+  let rewards = 0
+  for (const t of traces) {
+    const a = t.action ?? {}
+    const res = t.result ?? {}
+    const isReward = t.type === 'reward'
+    const row: Row = {
+      block_number: blockNumber,
+      transaction_index: isReward && t.transactionPosition == null ? txCount : int(t.transactionPosition, 'trace.transactionPosition'),
+      trace_address: isReward && t.transactionPosition == null ? [rewards++] : (t.traceAddress ?? []).map((x: unknown) => int(x)),
+      type: t.type,
+      ...EMPTY_TRACE,
+      subtraces: int(t.subtraces, 'trace.subtraces') ?? 0,
+      error: t.error ?? null,
+      revert_reason: t.revertReason ?? null,
+    }
+    switch (t.type) {
+      case 'call':
+        Object.assign(row, {
+          call_from: hex(a.from), call_to: hex(a.to), call_value: hex(a.value), call_gas: hex(a.gas),
+          call_input: hex(a.input), call_sighash: sighashOf(hex(a.input)), call_type: a.callType?.toLowerCase() ?? null,
+          call_result_gas_used: hex(res.gasUsed), call_result_output: hex(res.output),
+        })
+        break
+      case 'create':
+        Object.assign(row, {
+          create_from: hex(a.from), create_value: hex(a.value), create_gas: hex(a.gas), create_init: hex(a.init),
+          create_result_gas_used: hex(res.gasUsed), create_result_code: hex(res.code), create_result_address: hex(res.address),
+        })
+        break
+      case 'suicide':
+        Object.assign(row, { suicide_address: hex(a.address), suicide_refund_address: hex(a.refundAddress), suicide_balance: hex(a.balance) })
+        break
+      case 'reward':
+        Object.assign(row, { reward_author: hex(a.author), reward_value: hex(a.value), reward_type: a.rewardType ?? null })
+        break
+      default:
+        fail(`block ${blockNumber}: unknown trace type ${JSON.stringify(t.type)}`)
+    }
+    rows.push(withSizes(row))
+  }
+  return rows
+}
+
+/** geth callTracer frames (one tree per transaction) → the same flat rows as parity traces. */
+export function callTracerRows(blockNumber: number, perTx: any[]): Row[] {
+  const rows: Row[] = []
+  perTx.forEach((entry, txIndex) => {
+    const frame = entry?.result ?? entry
+    if (!frame || typeof frame !== 'object' || !frame.type) {
+      fail(`block ${blockNumber}: callTracer result for transaction ${txIndex} has no frame${entry?.error ? ` (${entry.error})` : ''}`)
+    }
+    const walk = (f: any, address: number[]) => {
+      const children: any[] = Array.isArray(f.calls) ? f.calls : []
+      const kind = String(f.type).toUpperCase()
+      const row: Row = {
+        block_number: blockNumber, transaction_index: txIndex, trace_address: address, type: '', ...EMPTY_TRACE,
+        subtraces: children.length, error: f.error ?? null, revert_reason: f.revertReason ?? null,
+      }
+      if (kind === 'CREATE' || kind === 'CREATE2') {
+        Object.assign(row, {
+          type: 'create', create_from: hex(f.from), create_value: hex(f.value ?? '0x0'), create_gas: hex(f.gas),
+          create_init: hex(f.input), create_result_gas_used: hex(f.gasUsed), create_result_code: hex(f.output ?? null),
+          create_result_address: hex(f.to),
+        })
+      } else if (kind === 'SELFDESTRUCT') {
+        Object.assign(row, { type: 'suicide', suicide_address: hex(f.from), suicide_refund_address: hex(f.to), suicide_balance: hex(f.value ?? '0x0') })
+      } else if (kind === 'CALL' || kind === 'STATICCALL' || kind === 'DELEGATECALL' || kind === 'CALLCODE') {
+        const input = hex(f.input ?? '0x')
+        Object.assign(row, {
+          type: 'call', call_from: hex(f.from), call_to: hex(f.to), call_value: hex(f.value ?? '0x0'), call_gas: hex(f.gas),
+          call_input: input, call_sighash: sighashOf(input), call_type: kind.toLowerCase(),
+          call_result_gas_used: hex(f.gasUsed), call_result_output: hex(f.output ?? null),
+        })
+      } else {
+        fail(`block ${blockNumber}: unknown callTracer frame type ${JSON.stringify(f.type)}`)
+      }
+      rows.push(withSizes(row))
+      children.forEach((c, i) => walk(c, [...address, i]))
+    }
+    walk(frame, [])
+  })
+  return rows
+}
+
+/** `trace_replayBlockTransactions` stateDiff → rows; unchanged (`=`) entries are skipped. */
+export function replayStateDiffRows(blockNumber: number, perTx: any[]): Row[] {
+  const rows: Row[] = []
+  perTx.forEach((entry, txIndex) => {
+    const diff = entry?.stateDiff
+    if (diff == null) return
+    for (const [address, acc] of Object.entries<any>(diff)) {
+      const add = (key: string, d: any) => {
+        if (d === '=' || d == null) return
+        if ('+' in d) rows.push(sd(blockNumber, txIndex, address, key, '+', null, d['+']))
+        else if ('-' in d) rows.push(sd(blockNumber, txIndex, address, key, '-', d['-'], null))
+        else if ('*' in d) rows.push(sd(blockNumber, txIndex, address, key, '*', d['*'].from, d['*'].to))
+        else fail(`block ${blockNumber}: unknown state diff entry ${JSON.stringify(d)}`)
+      }
+      add('balance', acc.balance)
+      add('code', acc.code)
+      add('nonce', acc.nonce)
+      for (const [slot, d] of Object.entries<any>(acc.storage ?? {})) add(slot, d)
+    }
+  })
+  return rows
+}
+
+/** prestateTracer diffMode (`{pre, post}` per transaction) → rows, following the py writer's rules. */
+export function prestateDiffRows(blockNumber: number, perTx: any[]): Row[] {
+  const rows: Row[] = []
+  const q = (v: unknown) => (typeof v === 'number' ? '0x' + v.toString(16) : (v as string | undefined))
+  perTx.forEach((entry, txIndex) => {
+    const res = entry?.result ?? entry
+    if (!res || typeof res !== 'object' || !('pre' in res || 'post' in res)) {
+      fail(`block ${blockNumber}: prestate diff for transaction ${txIndex} has no pre/post`)
+    }
+    const pre: Record<string, any> = res.pre ?? {}
+    const post: Record<string, any> = res.post ?? {}
+    for (const address of new Set([...Object.keys(pre), ...Object.keys(post)])) {
+      const a = pre[address]
+      const b = post[address]
+      if (b == null) {
+        // account removed (selfdestruct)
+        for (const key of ['balance', 'code', 'nonce'] as const) {
+          if (a[key] != null) rows.push(sd(blockNumber, txIndex, address, key, '-', q(a[key]), null))
+        }
+        for (const [slot, v] of Object.entries<any>(a.storage ?? {})) rows.push(sd(blockNumber, txIndex, address, slot, '-', v, null))
+        continue
+      }
+      for (const key of ['balance', 'code', 'nonce'] as const) {
+        if (b[key] == null) continue
+        if (a?.[key] == null) rows.push(sd(blockNumber, txIndex, address, key, '+', null, q(b[key])))
+        else rows.push(sd(blockNumber, txIndex, address, key, '*', q(a[key]), q(b[key])))
+      }
+      const preSlots: Record<string, any> = a?.storage ?? {}
+      const postSlots: Record<string, any> = b.storage ?? {}
+      for (const slot of new Set([...Object.keys(preSlots), ...Object.keys(postSlots)])) {
+        const p = preSlots[slot]
+        const n = postSlots[slot]
+        if (n == null) rows.push(sd(blockNumber, txIndex, address, slot, '-', p, null))
+        else if (p == null) rows.push(sd(blockNumber, txIndex, address, slot, '+', null, n))
+        else rows.push(sd(blockNumber, txIndex, address, slot, '*', p, n))
+      }
+    }
+  })
+  return rows
+}
+
+function sd(block: number, tx: number, address: string, key: string, kind: string, prev: unknown, next: unknown): Row {
+  const p = hex(prev ?? null, 'stateDiff.prev')
+  const n = hex(next ?? null, 'stateDiff.next')
+  return {
+    block_number: block,
+    transaction_index: tx,
+    address: hex(address, 'stateDiff.address'),
+    key: key.startsWith('0x') ? key.toLowerCase() : key,
+    kind,
+    prev: p,
+    next: n,
+    prev_size: size(p),
+    next_size: size(n),
+  }
+}
+
+/** The tables a bundle provides rows for. */
+export function bundleTables(b: EvmBlockBundle): string[] {
+  const t = ['blocks', 'transactions', 'logs']
+  if (b.traces || b.callTraces) t.push('traces')
+  if (b.stateDiffs || b.prestateDiffs) t.push('statediffs')
+  return t
+}
+
+export function normalizeEvmBlock(bundle: EvmBlockBundle): BlockRows {
+  const block = blockRow(bundle.block)
+  const number = block.number as number
+  const txs: any[] = Array.isArray(bundle.block.transactions) ? bundle.block.transactions : fail(`block ${number}: no transactions array`)
+  const receipts = bundle.receipts ?? null
+  if (receipts && receipts.length !== txs.length) {
+    fail(`block ${number}: ${receipts.length} receipts for ${txs.length} transactions`)
+  }
+  let traces: Row[] | undefined
+  if (bundle.traces) traces = parityTraceRows(number, bundle.traces, txs.length)
+  else if (bundle.callTraces) traces = callTracerRows(number, bundle.callTraces)
+  const topTraces = new Map<number, Row>()
+  for (const t of traces ?? []) if ((t.trace_address as number[]).length === 0) topTraces.set(t.transaction_index as number, t)
+
+  const rows: BlockRows = {
+    blocks: [block],
+    transactions: txs.map((tx, i) => {
+      const receipt = receipts?.[i]
+      if (receipt && hex(receipt.transactionHash) !== hex(tx.hash)) {
+        fail(`block ${number}: receipt ${i} is for ${receipt.transactionHash}, not ${tx.hash}`)
+      }
+      return transactionRow(number, tx, receipt, topTraces.get(i))
+    }),
+    logs: receipts ? logRows(number, receipts) : [],
+  }
+  if (traces) rows.traces = traces
+  if (bundle.stateDiffs) rows.statediffs = replayStateDiffRows(number, bundle.stateDiffs)
+  else if (bundle.prestateDiffs) rows.statediffs = prestateDiffRows(number, bundle.prestateDiffs)
+  return rows
+}
