@@ -1,0 +1,18 @@
+#!/usr/bin/env node
+import { Command } from 'commander'
+import { registerIngest } from './commands/ingest.js'
+import { registerServe } from './commands/serve.js'
+
+const program = new Command()
+program
+  .name('block-archive')
+  .description('Historical blockchain data archive: ingest chains into Parquet chunks and serve them over the SQD v2 archive protocol')
+  .version('0.1.0')
+
+registerIngest(program)
+registerServe(program)
+
+program.parseAsync(process.argv).catch((e) => {
+  console.error(e instanceof Error ? e.message : e)
+  process.exit(1)
+})

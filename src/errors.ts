@@ -1,0 +1,24 @@
+/**
+ * An error answered to an HTTP client: JSON `{error, message, path?}` with `status` (DECISIONS §23).
+ * Anything else that escapes a handler is a bug and becomes a 500.
+ */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly path?: string,
+    /** Seconds, for 503/429 answers. */
+    readonly retryAfter?: number,
+    /** Extra JSON members of the body (e.g. `previousBlocks` of a fork answer). */
+    readonly extra?: Record<string, unknown>,
+  ) {
+    super(message)
+  }
+
+  body(): Record<string, unknown> {
+    return { error: this.code, message: this.message, ...(this.path ? { path: this.path } : {}), ...this.extra }
+  }
+}
+
+export const badRequest = (code: string, message: string, path?: string) => new ApiError(400, code, message, path)

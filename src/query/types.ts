@@ -1,0 +1,39 @@
+import type { ChunkRef } from '../chunks/layout.js'
+import type { FamilyDecl } from '../families/declaration.js'
+
+/** A chunk this worker holds, with the block range it answers for. */
+export interface HeldChunk extends ChunkRef {
+  /**
+   * First block this chunk answers for: the previous dataset chunk's `last + 1` (0 for the first
+   * chunk). Blocks in `[coverFrom, first)` are a gap (DECISIONS §25): a query starting there is
+   * answered from this chunk's first existing block.
+   */
+  coverFrom: number
+  /** Absolute folder of the chunk's Parquet files on this machine. */
+  dir: string
+}
+
+/** What one worker serves of one dataset. */
+export interface DatasetView {
+  name: string
+  family: FamilyDecl
+  /** Held chunks, ascending by block. */
+  chunks: HeldChunk[]
+  /** Last block of the whole dataset (not only of this worker); -1 when empty. */
+  height: number
+}
+
+export interface QueryBudgets {
+  /** Stop at a block boundary once this many bytes of JSON were produced (default 20 MiB). */
+  sizeBytes: number
+  /** Stop at a block boundary once this many ms passed since the first chunk (default 2000). */
+  timeMs: number
+}
+
+/** A validated, planned query ready to stream. Errors (ApiError) are thrown before this exists. */
+export interface QueryStream {
+  /** JSON text pieces that concatenate to the response array. */
+  body: AsyncIterable<string>
+  /** Filled in while streaming. */
+  stats: { chunksRead: number; blocks: number; bytes: number; lastBlock: number }
+}
