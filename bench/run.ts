@@ -1,0 +1,35 @@
+#!/usr/bin/env node
+import { Command, InvalidArgumentError } from 'commander'
+import { runGenerate } from './generate.js'
+
+/*
+ * Benchmark entry: `npm run bench -- <name> [flags]` (or `node dist/bench/run.js <name>`).
+ * Each benchmark prints Markdown tables; BENCHMARKS.md says what each one measures.
+ */
+
+const int = (v: string) => {
+  const n = Number(v)
+  if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative integer, got ${v}`)
+  return n
+}
+
+const program = new Command()
+program.name('bench').description('block-archive benchmarks (see BENCHMARKS.md)')
+
+program
+  .command('generate')
+  .description('generate a synthetic mainnet-like dataset by tiling real blocks, and report the write rate')
+  .option('--out <dir>', 'dataset folder (default: $TMPDIR/block-archive-bench/generated-<blocks>)')
+  .option('--blocks <n>', 'number of blocks', int, 100_000)
+  .option('--chunk-blocks <n>', 'blocks per chunk', int, 200)
+  .option('--first <n>', 'number of the first block', int, 0)
+  .option('--seed <text>', 'seed of the random bytes (same seed → same dataset)', 'block-archive')
+  .option('--no-traces', 'leave out the traces table')
+  .option('--no-state-diffs', 'leave out the statediffs table')
+  .option('--force', 'replace the output folder if it is not empty')
+  .action((o) => runGenerate(o))
+
+program.parseAsync(process.argv).catch((e) => {
+  console.error(e instanceof Error ? e.message : e)
+  process.exit(1)
+})

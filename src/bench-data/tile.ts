@@ -1,0 +1,106 @@
+import type { EvmBlockBundle } from '../ingest/evm/normalize.js'
+import { Rng, syntheticBlockHash, toQuantity } from './random.js'
+import { TEMPLATE_CYCLE, type BlockTemplate } from './templates.js'
+
+/*
+ * Tiling: block n of the synthetic chain is a copy of a real block (at the RPC-JSON level, so that
+ * the real normaliser runs on it) with
+ *   - number, hash (derived from seed and number), parentHash (= hash of n−1), timestamp (12 s apart);
+ *   - fresh random transaction hashes, signatures, roots, mixHash;
+ *   - calldata, log data, trace input/output/init/code and state-diff values "scrambled": same
+ *     length, same zero bytes, other bytes random (sighashes kept);
+ *   - addresses, topics, storage keys, values, gas, statuses and all sizes exactly as recorded.
+ */
+
+export interface TileOptions {
+  seed: string
+  /** Timestamp of block 0 (seconds). */
+  genesisTime?: number
+}
+
+const GENESIS_TIME = 1_700_000_000
+
+export function templateFor(n: number, templates: BlockTemplate[]): BlockTemplate {
+  return templates[TEMPLATE_CYCLE[n % TEMPLATE_CYCLE.length] % templates.length]
+}
+
+export function tileBlock(t: BlockTemplate, n: number, opts: TileOptions): EvmBlockBundle {
+  const rng = new Rng(`${opts.seed}/data/${n}`)
+  const hash = syntheticBlockHash(opts.seed, n)
+  const number = toQuantity(n)
+  const src = t.block
+  const txHashes: string[] = src.transactions.map(() => rng.hash())
+
+  const transactions = src.transactions.map((tx: any, i: number) => ({
+    ...tx,
+    blockHash: hash,
+    blockNumber: number,
+    hash: txHashes[i],
+    input: rng.scramble(tx.input, 8),
+    r: rng.hash(),
+    s: rng.hash(),
+  }))
+  const block = {
+    ...src,
+    number,
+    hash,
+    parentHash: n === 0 ? '0x' + '0'.repeat(64) : syntheticBlockHash(opts.seed, n - 1),
+    timestamp: toQuantity((opts.genesisTime ?? GENESIS_TIME) + n * 12),
+    transactionsRoot: rng.hash(),
+    stateRoot: rng.hash(),
+    receiptsRoot: rng.hash(),
+    mixHash: rng.hash(),
+    transactions,
+  }
+  const receipts = t.receipts.map((r: any, i: number) => ({
+    ...r,
+    blockHash: hash,
+    blockNumber: number,
+    transactionHash: txHashes[i],
+    logs: r.logs.map((l: any) => ({
+      ...l,
+      blockHash: hash,
+      blockNumber: number,
+      transactionHash: txHashes[i],
+      data: rng.scramble(l.data),
+    })),
+  }))
+  const traces = t.traces.map((tr: any) => ({
+    ...tr,
+    blockHash: hash,
+    blockNumber: n,
+    transactionHash: tr.transactionPosition == null ? null : txHashes[tr.transactionPosition],
+    action: tr.action && {
+      ...tr.action,
+      input: rng.scramble(tr.action.input, 8),
+      init: rng.scramble(tr.action.init),
+    },
+    result: tr.result && {
+      ...tr.result,
+      output: rng.scramble(tr.result.output),
+      code: rng.scramble(tr.result.code),
+    },
+  }))
+  const stateDiffs = t.stateDiffs.map((e) => ({ stateDiff: scrambleStateDiff(e.stateDiff, rng) }))
+  return { block, receipts, traces, stateDiffs }
+}
+
+/** Replay stateDiff with storage values and code scrambled; keys, balances and nonces kept. */
+function scrambleStateDiff(diff: any, rng: Rng): any {
+  if (diff == null) return diff
+  const out: Record<string, any> = {}
+  for (const [address, acc] of Object.entries<any>(diff)) {
+    const storage: Record<string, any> = {}
+    for (const [slot, d] of Object.entries<any>(acc.storage ?? {})) storage[slot] = scrambleDelta(d, rng)
+    out[address] = { ...acc, code: scrambleDelta(acc.code, rng), storage }
+  }
+  return out
+}
+
+function scrambleDelta(d: any, rng: Rng): any {
+  if (d == null || d === '=') return d
+  if ('+' in d) return { '+': rng.scramble(d['+']) }
+  if ('-' in d) return { '-': rng.scramble(d['-']) }
+  if ('*' in d) return { '*': { from: rng.scramble(d['*'].from), to: rng.scramble(d['*'].to) } }
+  return d
+}
