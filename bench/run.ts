@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Command, InvalidArgumentError } from 'commander'
 import { runGenerate } from './generate.js'
+import { runSql } from './sql.js'
 
 /*
  * Benchmark entry: `npm run bench -- <name> [flags]` (or `node dist/bench/run.js <name>`).
@@ -28,6 +29,14 @@ program
   .option('--no-state-diffs', 'leave out the statediffs table')
   .option('--force', 'replace the output folder if it is not empty')
   .action((o) => runGenerate(o))
+
+program
+  .command('sql')
+  .description('bare DuckDB SQL latency per query shape on one ~200-block chunk (the engine limit)')
+  .option('--runs <n>', 'timed runs per variant', int, 9)
+  .option('--threads <n>', 'DuckDB threads', int, 1)
+  .option('--shape <name...>', 'only these shapes')
+  .action((o) => runSql(o))
 
 program.parseAsync(process.argv).catch((e) => {
   console.error(e instanceof Error ? e.message : e)
