@@ -2,6 +2,8 @@
 import { Command, InvalidArgumentError } from 'commander'
 import { runGenerate } from './generate.js'
 import { runSql } from './sql.js'
+import { runIngest } from './ingest.js'
+import { runStringify } from './stringify.js'
 
 /*
  * Benchmark entry: `npm run bench -- <name> [flags]` (or `node dist/bench/run.js <name>`).
@@ -37,6 +39,21 @@ program
   .option('--threads <n>', 'DuckDB threads', int, 1)
   .option('--shape <name...>', 'only these shapes')
   .action((o) => runSql(o))
+
+program
+  .command('stringify')
+  .description('JSON.stringify baseline: MB/s of one core serialising response objects (and DuckDB building the same JSON)')
+  .option('--runs <n>', 'timed runs', int, 7)
+  .option('--shape <name...>', 'shapes to serialise', ['all tx+logs', 'logs+tx', 'traces by callTo'])
+  .action((o) => runStringify(o))
+
+program
+  .command('ingest')
+  .description('ingest throughput stage by stage: normalise RPC JSON, rows → chunk files, Parquet encoding')
+  .option('--blocks <n>', 'blocks to ingest', int, 600)
+  .option('--chunk-blocks <n>', 'blocks per chunk', int, 200)
+  .option('--no-traces', 'blocks, transactions and logs only')
+  .action((o) => runIngest(o))
 
 program.parseAsync(process.argv).catch((e) => {
   console.error(e instanceof Error ? e.message : e)
