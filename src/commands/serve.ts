@@ -1,8 +1,198 @@
-import type { Command } from 'commander'
+import { Command, InvalidArgumentError, Option } from 'commander'
+import { runQueryCli } from '../client/query-cli.js'
+import { configureDb } from '../db.js'
+import { log } from '../log.js'
+import type { QueryBudgets } from '../query/types.js'
+import { startCluster } from '../server/cluster.js'
+import { DEFAULT_ROUTER_OPTIONS, RouterServer } from '../server/router-http.js'
+import { LocalStorage } from '../server/storage.js'
+import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
 
-// Placeholder: serve/router/worker/query/demo are being built (issue 3).
+/*
+ * `serve` (router + workers in one process), `router`, `worker` (separate processes) and `query`
+ * (the client). Every flag also reads an environment variable (shown in --help).
+ */
+
+function int(min: number) {
+  return (value: string): number => {
+    const n = Number(value)
+    if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min) {
+      throw new InvalidArgumentError(`expected an integer ≥ ${min}, got "${value}"`)
+    }
+    return n
+  }
+}
+
+const opt = (flags: string, description: string, env: string, parse?: (v: string) => unknown, def?: unknown) => {
+  const o = new Option(flags, description).env(env)
+  if (parse) o.argParser(parse)
+  if (def !== undefined) o.default(def)
+  return o
+}
+
+const dataOption = () => opt('--data <folder>', 'chunk folder: one dataset (has dataset.json) or a folder of dataset folders', 'BLOCK_ARCHIVE_DATA').makeOptionMandatory()
+const hostOption = () => opt('--host <host>', 'interface to listen on', 'BLOCK_ARCHIVE_HOST', undefined, '127.0.0.1')
+const heartbeatOption = () => opt('--heartbeat-ms <ms>', 'worker ping interval', 'BLOCK_ARCHIVE_HEARTBEAT_MS', int(50), DEFAULT_ROUTER_OPTIONS.heartbeatMs)
+
+function routerOptions(cmd: Command): Command {
+  return cmd
+    .addOption(opt('--replication <n>', 'workers holding each chunk', 'BLOCK_ARCHIVE_REPLICATION', int(1), DEFAULT_ROUTER_OPTIONS.replication))
+    .addOption(opt('--missed-heartbeats <n>', 'a worker silent for this many intervals is not routed to', 'BLOCK_ARCHIVE_MISSED_HEARTBEATS', int(1), DEFAULT_ROUTER_OPTIONS.missedHeartbeats))
+    .addOption(opt('--relist-ms <ms>', 'how often storage is listed for new chunks', 'BLOCK_ARCHIVE_RELIST_MS', int(100), DEFAULT_ROUTER_OPTIONS.relistMs))
+}
+
+function workerOptions(cmd: Command): Command {
+  return cmd
+    .addOption(opt('--max-response-bytes <n>', 'stop an answer at a block boundary after this much JSON (default 20 MiB)', 'BLOCK_ARCHIVE_MAX_RESPONSE_BYTES', int(1)))
+    .addOption(opt('--max-response-ms <ms>', 'stop an answer at a block boundary this long after the first chunk (default 2000)', 'BLOCK_ARCHIVE_MAX_RESPONSE_MS', int(1)))
+    .addOption(opt('--body-limit <bytes>', 'largest accepted query body', 'BLOCK_ARCHIVE_BODY_LIMIT', int(1), DEFAULT_WORKER_LIMITS.bodyLimit))
+    .addOption(opt('--concurrency <n>', 'queries executed at once per worker', 'BLOCK_ARCHIVE_CONCURRENCY', int(1), DEFAULT_WORKER_LIMITS.concurrency))
+    .addOption(opt('--queue <n>', 'queries waiting per worker before answering 503', 'BLOCK_ARCHIVE_QUEUE', int(0), DEFAULT_WORKER_LIMITS.queue))
+    .addOption(opt('--queue-timeout-ms <ms>', 'longest wait for an execution slot before answering 503', 'BLOCK_ARCHIVE_QUEUE_TIMEOUT_MS', int(1), DEFAULT_WORKER_LIMITS.queueTimeoutMs))
+    .addOption(opt('--db-threads <n>', 'DuckDB threads (default: all cores)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
+    .addOption(opt('--db-memory <size>', 'DuckDB memory limit, e.g. 2GB', 'BLOCK_ARCHIVE_DB_MEMORY'))
+}
+
+interface WorkerFlags {
+  maxResponseBytes?: number
+  maxResponseMs?: number
+  bodyLimit: number
+  concurrency: number
+  queue: number
+  queueTimeoutMs: number
+  dbThreads?: number
+  dbMemory?: string
+}
+
+function workerSettings(o: WorkerFlags) {
+  if (o.dbThreads || o.dbMemory) configureDb({ threads: o.dbThreads, memoryLimit: o.dbMemory })
+  const budgets: Partial<QueryBudgets> = {}
+  if (o.maxResponseBytes !== undefined) budgets.sizeBytes = o.maxResponseBytes
+  if (o.maxResponseMs !== undefined) budgets.timeMs = o.maxResponseMs
+  return { budgets, bodyLimit: o.bodyLimit, concurrency: o.concurrency, queue: o.queue, queueTimeoutMs: o.queueTimeoutMs }
+}
+
+/** Stop cleanly on Ctrl-C / SIGTERM. */
+function onShutdown(stop: () => Promise<void>): void {
+  let stopping = false
+  const handler = (signal: string) => {
+    if (stopping) process.exit(1)
+    stopping = true
+    log.info({ signal }, 'shutting down')
+    stop().then(
+      () => process.exit(0),
+      (e) => {
+        log.error({ err: e }, 'shutdown failed')
+        process.exit(1)
+      },
+    )
+  }
+  process.once('SIGINT', handler)
+  process.once('SIGTERM', handler)
+}
+
 export function registerServe(program: Command): void {
-  program.command('serve').description('run a router and workers over a chunk folder').action(() => {
-    throw new Error('not implemented yet')
+  const serve = program
+    .command('serve')
+    .description('run a router and N workers in one process over a chunk folder')
+    .addOption(dataOption())
+    .addOption(hostOption())
+    .addOption(opt('--port <n>', 'router port (0 = any free port); workers take free ports', 'BLOCK_ARCHIVE_PORT', int(0), 8080))
+    .addOption(opt('--workers <n>', 'number of workers', 'BLOCK_ARCHIVE_WORKERS', int(1), 2))
+    .addOption(heartbeatOption())
+  routerOptions(serve)
+  workerOptions(serve)
+  serve.action(async (o) => {
+    const cluster = await startCluster({
+      storage: new LocalStorage(o.data),
+      host: o.host,
+      port: o.port,
+      workers: o.workers,
+      replication: o.replication,
+      heartbeatMs: o.heartbeatMs,
+      missedHeartbeats: o.missedHeartbeats,
+      relistMs: o.relistMs,
+      ...workerSettings(o),
+    })
+    console.log(`router: ${cluster.router.url}`)
+    for (const w of cluster.workers) console.log(`worker: ${w.url}`)
+    for (const [name, url] of cluster.datasets) console.log(`dataset ${name}: ${url}`)
+    if (cluster.datasets.size === 0) console.log(`no dataset in ${o.data} yet; new ones are picked up while running`)
+    onShutdown(() => cluster.stop())
   })
+
+  const router = program
+    .command('router')
+    .description('run the router alone; workers register with `block-archive worker --router <url>`')
+    .addOption(dataOption())
+    .addOption(hostOption())
+    .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_PORT', int(0), 8080))
+    .addOption(heartbeatOption())
+  routerOptions(router)
+  router.action(async (o) => {
+    const server = new RouterServer({
+      storage: new LocalStorage(o.data),
+      replication: o.replication,
+      heartbeatMs: o.heartbeatMs,
+      missedHeartbeats: o.missedHeartbeats,
+      relistMs: o.relistMs,
+    })
+    await server.start(o.host, o.port)
+    console.log(`router: ${server.url}`)
+    for (const name of server.state.datasetNames()) console.log(`dataset ${name}: ${server.datasetUrl(name)}`)
+    onShutdown(() => server.stop())
+  })
+
+  const worker = program
+    .command('worker')
+    .description('run one worker that registers with a router and serves the chunks it is assigned')
+    .addOption(opt('--router <url>', 'router base URL, e.g. http://127.0.0.1:8080', 'BLOCK_ARCHIVE_ROUTER').makeOptionMandatory())
+    .addOption(dataOption())
+    .addOption(hostOption())
+    .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_WORKER_PORT', int(0), 0))
+    .addOption(opt('--public-url <url>', 'URL clients reach this worker at (default: the listening address)', 'BLOCK_ARCHIVE_PUBLIC_URL'))
+    .addOption(opt('--id <id>', 'worker id (default: its public URL)', 'BLOCK_ARCHIVE_WORKER_ID'))
+    .addOption(heartbeatOption())
+  workerOptions(worker)
+  worker.action(async (o) => {
+    const server = new WorkerServer({
+      storage: new LocalStorage(o.data),
+      routerUrl: o.router.replace(/\/+$/, ''),
+      id: o.id,
+      publicUrl: o.publicUrl,
+      heartbeatMs: o.heartbeatMs,
+      dropGraceMs: o.heartbeatMs * 2,
+      ...workerSettings(o),
+    })
+    await server.start(o.host, o.port)
+    console.log(`worker: ${server.url} (id ${server.node.opts.id}, router ${o.router})`)
+    onShutdown(() => server.stop())
+  })
+
+  program
+    .command('query')
+    .description('run a query over a block range through a router; prints one JSON block per line, progress on stderr')
+    .argument('<baseUrl>', 'dataset base URL, e.g. http://127.0.0.1:8080/datasets/ethereum')
+    .argument('[json]', 'the query as inline JSON (fromBlock/toBlock in it are replaced by --from/--to)')
+    .addOption(new Option('--from <n>', 'first block').argParser(int(0)).makeOptionMandatory())
+    .addOption(new Option('--to <n>', 'last block (default: the dataset height)').argParser(int(0)))
+    .option('--query <file>', 'read the query from a JSON file')
+    .addOption(new Option('--parallel <n>', 'requests in flight at once (output stays in order)').argParser(int(1)).default(1))
+    .option('--follow', 'keep waiting for new blocks instead of stopping at the height', false)
+    .addOption(new Option('--max-attempts <n>', 'tries per request on retryable errors').argParser(int(1)).default(8))
+    .option('-q, --quiet', 'no progress on stderr', false)
+    .action(async (baseUrl: string, json: string | undefined, o) => {
+      if (o.to !== undefined && o.to < o.from) throw new InvalidArgumentError(`--to ${o.to} is below --from ${o.from}`)
+      await runQueryCli({
+        baseUrl,
+        from: o.from,
+        to: o.to,
+        inline: json,
+        file: o.query,
+        parallel: o.parallel,
+        follow: o.follow,
+        maxAttempts: o.maxAttempts,
+        quiet: o.quiet,
+      })
+    })
 }

@@ -1,0 +1,284 @@
+import { Channel } from './channel.js'
+
+/*
+ * Client of the v2 archive protocol (REFERENCE §1, CLIENTS §1.3–1.4): GET {base}/height,
+ * GET {base}/{from}/worker, POST the query there, continue from the last returned block + 1. Each
+ * step (worker lookup + POST) is retried with back-off on the conditions the SDK retries, a bounded
+ * number of times.
+ */
+
+export interface BlockHeader {
+  number: number
+  hash: string
+  parentHash?: string
+  [field: string]: unknown
+}
+
+export interface Block {
+  header: BlockHeader
+  [kind: string]: unknown
+}
+
+/** A query without the range (the client sets `fromBlock`/`toBlock` per request). */
+export type ArchiveQuery = Record<string, unknown>
+
+export interface ClientOptions {
+  /** Tries per step before the error is thrown (default 8). */
+  maxAttempts?: number
+  /** Pause before the n-th retry; the last value repeats (default 250 ms, 0.5 s, 1 s, 2 s, 5 s). */
+  backoffMs?: number[]
+  /** A `Retry-After` answer waits that long, but at most this (default 30 s). */
+  maxRetryAfterMs?: number
+  /** Timeout of router calls (default 10 s). */
+  routerTimeoutMs?: number
+  /** Timeout of one worker query, including reading the answer (default 180 s). */
+  queryTimeoutMs?: number
+  headers?: Record<string, string>
+  /** Called before every retry pause. */
+  onRetry?: (info: { attempt: number; error: Error; pauseMs: number }) => void
+}
+
+export interface RangeOptions {
+  fromBlock: number
+  /** Inclusive; absent → up to the height at the start (or forever with `follow`). */
+  toBlock?: number
+  /** Wait for the dataset to grow instead of stopping at its current height. */
+  follow?: boolean
+  /** Height poll interval while following (default 2 s). */
+  pollMs?: number
+  /** Requests in flight at once; the range is split into segments and answers are still in order (default 1). */
+  parallel?: number
+  /** Blocks per segment in parallel mode (default: the range divided into 4 segments per request in flight). */
+  segmentBlocks?: number
+  signal?: AbortSignal
+}
+
+/** One worker answer: the blocks and the part of the range they cover. */
+export interface Batch {
+  /** `fromBlock` of the request. */
+  from: number
+  /** Last block of the answer; the next request starts at `last + 1`. */
+  last: number
+  blocks: Block[]
+}
+
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: string,
+    readonly url: string,
+    readonly retryAfterMs?: number,
+  ) {
+    super(`${url} answered ${status}: ${body.slice(0, 500)}`)
+  }
+}
+
+/** The server broke the protocol (empty answer, blocks out of range or order); not retried. */
+export class ProtocolError extends Error {}
+
+const RETRYABLE_STATUS = new Set([429, 502, 503, 504, 521, 522, 523, 524])
+
+export function isRetryable(e: unknown): boolean {
+  if (e instanceof HttpError) return RETRYABLE_STATUS.has(e.status) || e.retryAfterMs !== undefined
+  if (e instanceof ProtocolError) return false
+  const name = (e as Error)?.name
+  // fetch network failures are TypeErrors ("fetch failed", "terminated"); timeouts are TimeoutError/AbortError.
+  return e instanceof TypeError || name === 'TimeoutError' || name === 'AbortError'
+}
+
+export class ArchiveClient {
+  readonly baseUrl: string
+  private readonly opts: Required<Omit<ClientOptions, 'onRetry' | 'headers'>> & Pick<ClientOptions, 'onRetry' | 'headers'>
+
+  constructor(baseUrl: string, opts: ClientOptions = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, '')
+    this.opts = {
+      maxAttempts: 8,
+      backoffMs: [250, 500, 1000, 2000, 5000],
+      maxRetryAfterMs: 30_000,
+      routerTimeoutMs: 10_000,
+      queryTimeoutMs: 180_000,
+      ...opts,
+    }
+  }
+
+  async getHeight(signal?: AbortSignal): Promise<number> {
+    return this.retry(async () => {
+      const text = await this.get(`${this.baseUrl}/height`, signal)
+      const h = Number(text.trim())
+      if (!Number.isSafeInteger(h) || h < -1) throw new ProtocolError(`height is not an integer: ${JSON.stringify(text)}`)
+      return h
+    }, signal)
+  }
+
+  /** One step of the range loop: ask the router for a worker and run the query there (retried). */
+  async query(query: ArchiveQuery & { fromBlock: number; toBlock?: number }, signal?: AbortSignal): Promise<Block[]> {
+    return this.retry(async () => {
+      const worker = (await this.get(`${this.baseUrl}/${query.fromBlock}/worker`, signal)).trim()
+      return this.post(worker, query, signal)
+    }, signal)
+  }
+
+  /** The blocks of `[fromBlock, toBlock]` that the query selects, in order, each exactly once. */
+  async *blocks(query: ArchiveQuery, range: RangeOptions): AsyncGenerator<Block> {
+    for await (const batch of this.batches(query, range)) yield* batch.blocks
+  }
+
+  /** The same, one worker answer at a time. */
+  async *batches(query: ArchiveQuery, range: RangeOptions): AsyncGenerator<Batch> {
+    if (!Number.isSafeInteger(range.fromBlock) || range.fromBlock < 0) throw new RangeError('fromBlock must be an integer ≥ 0')
+    if (range.toBlock !== undefined && !(Number.isSafeInteger(range.toBlock) && range.toBlock >= range.fromBlock)) {
+      throw new RangeError('toBlock must be an integer ≥ fromBlock')
+    }
+    const parallel = range.parallel ?? 1
+    if (parallel > 1 && !range.follow) {
+      yield* this.parallelBatches(query, range, parallel)
+    } else {
+      yield* this.sequentialBatches(query, range.fromBlock, range.toBlock, range)
+    }
+  }
+
+  /** Where a range without `follow` ends: `toBlock` capped at the current height. */
+  async rangeEnd(range: RangeOptions): Promise<{ end: number; height: number }> {
+    const height = await this.getHeight(range.signal)
+    return { end: Math.min(range.toBlock ?? Infinity, height), height }
+  }
+
+  private async *sequentialBatches(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions): AsyncGenerator<Batch> {
+    let beg = from
+    let height = await this.getHeight(range.signal)
+    const end = range.follow ? (to ?? Infinity) : Math.min(to ?? Infinity, height)
+    while (beg <= end) {
+      while (beg > height) {
+        // Only reachable when following: wait for the dataset to grow.
+        await sleep(range.pollMs ?? 2000, range.signal)
+        height = await this.getHeight(range.signal)
+      }
+      const toBlock = Number.isFinite(end) ? end : undefined
+      const blocks = await this.query({ ...query, fromBlock: beg, ...(toBlock === undefined ? {} : { toBlock }) }, range.signal)
+      checkAnswer(blocks, beg, toBlock)
+      const last = blocks[blocks.length - 1].header.number
+      yield { from: beg, last, blocks }
+      beg = last + 1
+    }
+  }
+
+  /**
+   * Split the range into segments, run up to `parallel` segment loops at once, and hand out their
+   * answers in range order. Each segment buffers at most two answers ahead of the reader.
+   */
+  private async *parallelBatches(query: ArchiveQuery, range: RangeOptions, parallel: number): AsyncGenerator<Batch> {
+    const { end } = await this.rangeEnd(range)
+    if (end < range.fromBlock) return
+    const total = end - range.fromBlock + 1
+    const size = range.segmentBlocks ?? Math.max(1, Math.ceil(total / (parallel * 4)))
+    const segments: [number, number][] = []
+    for (let a = range.fromBlock; a <= end; a += size) segments.push([a, Math.min(end, a + size - 1)])
+    const channels = segments.map(() => new Channel<Batch>(2))
+    let next = 0
+    let failed: unknown
+    const runSegment = async (): Promise<void> => {
+      while (next < segments.length && failed === undefined) {
+        const i = next++
+        const [a, b] = segments[i]
+        try {
+          for await (const batch of this.sequentialBatches(query, a, b, { ...range, follow: false })) await channels[i].push(batch)
+          channels[i].close()
+        } catch (e) {
+          if (!channels[i].isClosed) failed ??= e
+          channels[i].close(e)
+          // Unblock readers of later segments so the generator can end.
+          for (const c of channels) c.close(failed)
+        }
+      }
+    }
+    const runners = Array.from({ length: Math.min(parallel, segments.length) }, runSegment)
+    try {
+      for (const c of channels) yield* c
+    } finally {
+      for (const c of channels) c.close()
+      await Promise.allSettled(runners)
+    }
+  }
+
+  private async retry<T>(step: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await step()
+      } catch (e) {
+        if (signal?.aborted || attempt >= this.opts.maxAttempts || !isRetryable(e)) throw e
+        const backoff = this.opts.backoffMs[Math.min(attempt - 1, this.opts.backoffMs.length - 1)]
+        const retryAfter = e instanceof HttpError ? e.retryAfterMs : undefined
+        const pauseMs = retryAfter !== undefined ? Math.min(Math.max(retryAfter, backoff), this.opts.maxRetryAfterMs) : backoff
+        this.opts.onRetry?.({ attempt, error: e as Error, pauseMs })
+        await sleep(pauseMs, signal)
+      }
+    }
+  }
+
+  private async get(url: string, signal?: AbortSignal): Promise<string> {
+    const res = await fetch(url, { headers: this.opts.headers, signal: timeout(this.opts.routerTimeoutMs, signal) })
+    const text = await res.text()
+    if (!res.ok) throw httpError(res, text, url)
+    return text
+  }
+
+  private async post(url: string, body: unknown, signal?: AbortSignal): Promise<Block[]> {
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: { ...this.opts.headers, 'content-type': 'application/json', 'accept-encoding': 'gzip, br' },
+      body: JSON.stringify(body),
+      signal: timeout(this.opts.queryTimeoutMs, signal),
+    })
+    const text = await res.text()
+    if (!res.ok) throw httpError(res, text, url)
+    if (!/^application\/json\b/.test(res.headers.get('content-type') ?? '')) {
+      throw new ProtocolError(`${url} answered with content-type ${res.headers.get('content-type')}, expected application/json`)
+    }
+    return JSON.parse(text)
+  }
+}
+
+/** The checks the SDK makes on an answer (CLIENTS §1.3), plus order and range. */
+export function checkAnswer(blocks: unknown, from: number, to: number | undefined): asserts blocks is Block[] {
+  if (!Array.isArray(blocks)) throw new ProtocolError('the answer is not a JSON array')
+  if (blocks.length === 0) throw new ProtocolError(`empty answer for fromBlock ${from}: boundary blocks are expected`)
+  let prev = from - 1
+  for (const b of blocks) {
+    const n = b?.header?.number
+    if (!Number.isSafeInteger(n)) throw new ProtocolError('a block without an integer header.number')
+    if (n <= prev) throw new ProtocolError(`block ${n} is not above ${prev} (answer for fromBlock ${from})`)
+    if (to !== undefined && n > to) throw new ProtocolError(`block ${n} is above toBlock ${to}`)
+    prev = n
+  }
+}
+
+function httpError(res: Response, text: string, url: string): HttpError {
+  const ra = res.headers.get('retry-after')
+  let retryAfterMs: number | undefined
+  if (ra !== null) {
+    const secs = Number(ra)
+    retryAfterMs = Number.isFinite(secs) ? secs * 1000 : Math.max(0, Date.parse(ra) - Date.now()) || 0
+  }
+  return new HttpError(res.status, text, url, retryAfterMs)
+}
+
+function timeout(ms: number, signal?: AbortSignal): AbortSignal {
+  const t = AbortSignal.timeout(ms)
+  return signal ? AbortSignal.any([t, signal]) : t
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason)
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort)
+      resolve()
+    }, ms)
+    const onAbort = () => {
+      clearTimeout(t)
+      reject(signal!.reason)
+    }
+    signal?.addEventListener('abort', onAbort, { once: true })
+  })
+}

@@ -1,0 +1,95 @@
+import { readFile } from 'node:fs/promises'
+import { ArchiveClient, type ArchiveQuery } from './archive-client.js'
+
+export interface QueryCliOptions {
+  baseUrl: string
+  from: number
+  to?: number
+  /** Inline JSON text or undefined. */
+  inline?: string
+  /** Path of a JSON file. */
+  file?: string
+  parallel: number
+  follow: boolean
+  maxAttempts: number
+  quiet: boolean
+}
+
+/** Read the query (inline or file); range keys in it are replaced by `--from`/`--to`. */
+export async function loadQuery(opts: Pick<QueryCliOptions, 'inline' | 'file'>): Promise<ArchiveQuery> {
+  if (opts.inline !== undefined && opts.file !== undefined) throw new Error('give the query either inline or with --query, not both')
+  const text = opts.file !== undefined ? await readFile(opts.file, 'utf8') : (opts.inline ?? '{}')
+  let q: unknown
+  try {
+    q = JSON.parse(text)
+  } catch (e) {
+    throw new Error(`the query is not valid JSON (${opts.file ?? 'inline'}): ${(e as Error).message}`)
+  }
+  if (!q || typeof q !== 'object' || Array.isArray(q)) throw new Error('the query must be a JSON object')
+  const { fromBlock: _f, toBlock: _t, ...rest } = q as Record<string, unknown>
+  return rest
+}
+
+/**
+ * `block-archive query`: run the range loop and print one block per line (NDJSON) on stdout;
+ * progress and retries go to stderr. Returns the number of blocks printed.
+ */
+export async function runQueryCli(opts: QueryCliOptions): Promise<number> {
+  const query = await loadQuery(opts)
+  const err = (line: string) => {
+    if (!opts.quiet) process.stderr.write(line + '\n')
+  }
+  const client = new ArchiveClient(opts.baseUrl, {
+    maxAttempts: opts.maxAttempts,
+    onRetry: ({ attempt, error, pauseMs }) => err(`retry ${attempt} in ${pauseMs} ms: ${error.message}`),
+  })
+  const abort = new AbortController()
+  const stop = () => abort.abort(new Error('interrupted'))
+  process.once('SIGINT', stop)
+  const out = process.stdout
+  let closed = false
+  out.on('error', (e: NodeJS.ErrnoException) => {
+    // `… | head` closes the pipe: stop quietly.
+    if (e.code === 'EPIPE') {
+      closed = true
+      abort.abort(new Error('stdout closed'))
+    } else throw e
+  })
+  const started = Date.now()
+  let blocks = 0
+  let lastReport = started
+  let end: number | undefined
+  if (!opts.follow) {
+    const r = await client.rangeEnd({ fromBlock: opts.from, toBlock: opts.to })
+    end = r.end
+    if (opts.to !== undefined && opts.to > r.height) err(`note: toBlock ${opts.to} is above the dataset height ${r.height}; stopping at ${r.height}`)
+    if (r.end < opts.from) err(`nothing to do: the dataset height is ${r.height}`)
+  }
+  try {
+    for await (const batch of client.batches(query, {
+      fromBlock: opts.from,
+      toBlock: end ?? opts.to,
+      follow: opts.follow,
+      parallel: opts.parallel,
+      signal: abort.signal,
+    })) {
+      let text = ''
+      for (const b of batch.blocks) text += JSON.stringify(b) + '\n'
+      blocks += batch.blocks.length
+      if (!out.write(text)) await new Promise<void>((resolve) => out.once('drain', resolve))
+      if (closed) break
+      const now = Date.now()
+      if (now - lastReport >= 1000) {
+        lastReport = now
+        const pct = end !== undefined && end >= opts.from ? ` (${(((batch.last - opts.from + 1) / (end - opts.from + 1)) * 100).toFixed(1)}%)` : ''
+        err(`progress: up to block ${batch.last}${pct}, ${blocks} blocks, ${((now - started) / 1000).toFixed(1)} s`)
+      }
+    }
+  } catch (e) {
+    if (!closed) throw e
+  } finally {
+    process.off('SIGINT', stop)
+  }
+  err(`done: ${blocks} blocks in ${((Date.now() - started) / 1000).toFixed(2)} s`)
+  return blocks
+}

@@ -1,0 +1,74 @@
+import type { QueryBudgets } from '../query/types.js'
+import { DEFAULT_ROUTER_OPTIONS, RouterServer } from './router-http.js'
+import type { ChunkStorage } from './storage.js'
+import { DEFAULT_WORKER_LIMITS, WorkerServer } from './worker-http.js'
+
+export interface ClusterOptions {
+  storage: ChunkStorage
+  host?: string
+  /** Router port (0 = any free port). Workers always take free ports. */
+  port?: number
+  workers?: number
+  replication?: number
+  heartbeatMs?: number
+  missedHeartbeats?: number
+  relistMs?: number
+  budgets?: Partial<QueryBudgets>
+  bodyLimit?: number
+  concurrency?: number
+  queue?: number
+  queueTimeoutMs?: number
+}
+
+export interface Cluster {
+  router: RouterServer
+  workers: WorkerServer[]
+  /** name → client base URL */
+  datasets: Map<string, string>
+  stop(): Promise<void>
+}
+
+/** A router and N workers in this process, all over the same storage (what `serve` runs). */
+export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
+  const host = opts.host ?? '127.0.0.1'
+  const heartbeatMs = opts.heartbeatMs ?? DEFAULT_ROUTER_OPTIONS.heartbeatMs
+  const router = new RouterServer({
+    storage: opts.storage,
+    replication: opts.replication ?? DEFAULT_ROUTER_OPTIONS.replication,
+    heartbeatMs,
+    missedHeartbeats: opts.missedHeartbeats ?? DEFAULT_ROUTER_OPTIONS.missedHeartbeats,
+    relistMs: opts.relistMs ?? DEFAULT_ROUTER_OPTIONS.relistMs,
+  })
+  const routerUrl = await router.start(host, opts.port ?? 0)
+  const workers: WorkerServer[] = []
+  try {
+    for (let i = 0; i < (opts.workers ?? 2); i++) {
+      const w = new WorkerServer({
+        storage: opts.storage,
+        routerUrl,
+        heartbeatMs,
+        dropGraceMs: heartbeatMs * 2,
+        budgets: opts.budgets,
+        bodyLimit: opts.bodyLimit,
+        concurrency: opts.concurrency ?? DEFAULT_WORKER_LIMITS.concurrency,
+        queue: opts.queue ?? DEFAULT_WORKER_LIMITS.queue,
+        queueTimeoutMs: opts.queueTimeoutMs ?? DEFAULT_WORKER_LIMITS.queueTimeoutMs,
+      })
+      workers.push(w)
+      await w.start(host, 0)
+    }
+  } catch (e) {
+    await Promise.allSettled([...workers.map((w) => w.stop()), router.stop()])
+    throw e
+  }
+  const datasets = new Map(router.state.datasetNames().map((n) => [n, router.datasetUrl(n)]))
+  return {
+    router,
+    workers,
+    datasets,
+    async stop() {
+      await Promise.allSettled(workers.map((w) => w.stop()))
+      await router.stop()
+    },
+  }
+}

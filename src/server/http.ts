@@ -1,0 +1,96 @@
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import type { ServerResponse } from 'node:http'
+import { ApiError } from '../errors.js'
+import { log } from '../log.js'
+import { registry } from '../metrics.js'
+import { httpDuration, httpRequests } from './metrics.js'
+
+/*
+ * What the router and the worker share: a fastify instance whose every error answer is
+ * `{error, message, path?}` JSON (DECISIONS §23), request metrics, `GET /metrics`.
+ */
+
+/** fastify's own request errors → our stable codes. */
+const FASTIFY_ERRORS: Record<string, { status: number; code: string; message?: string }> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: { status: 413, code: 'body-too-large' },
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: { status: 415, code: 'unsupported-media-type', message: 'expected a JSON body (content-type: application/json)' },
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, code: 'invalid-content-length' },
+  FST_ERR_CTP_EMPTY_JSON_BODY: { status: 400, code: 'invalid-json', message: 'the request body is empty; expected a JSON query' },
+  FST_ERR_CTP_INVALID_JSON_BODY: { status: 400, code: 'invalid-json' },
+}
+
+export function errorBody(e: ApiError): string {
+  return JSON.stringify(e.body())
+}
+
+/** Send an ApiError as JSON with its status (and Retry-After for 503/429). */
+export function sendApiError(reply: FastifyReply, e: ApiError): FastifyReply {
+  if (e.retryAfter !== undefined) reply.header('retry-after', String(e.retryAfter))
+  return reply.code(e.status).type('application/json').send(errorBody(e))
+}
+
+/** The same for a raw response (hijacked replies). */
+export function writeApiError(res: ServerResponse, e: ApiError): void {
+  const headers: Record<string, string> = { 'content-type': 'application/json' }
+  if (e.retryAfter !== undefined) headers['retry-after'] = String(e.retryAfter)
+  res.writeHead(e.status, headers).end(errorBody(e))
+}
+
+/** Any thrown value → ApiError; a non-ApiError is a bug, logged and answered with 500. */
+export function toApiError(e: unknown, req?: FastifyRequest): ApiError {
+  if (e instanceof ApiError) return e
+  const err = e as { code?: string; statusCode?: number; message?: string }
+  const known = err?.code ? FASTIFY_ERRORS[err.code] : undefined
+  if (known) return new ApiError(known.status, known.code, known.message ?? err.message ?? known.code)
+  if (e instanceof SyntaxError && (err.statusCode === 400 || /JSON/.test(e.message))) {
+    return new ApiError(400, 'invalid-json', `the request body is not valid JSON: ${e.message}`)
+  }
+  if (err?.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
+    return new ApiError(err.statusCode, 'bad-request', err.message ?? 'bad request')
+  }
+  log.error({ err: e, url: req?.url }, 'internal error')
+  return new ApiError(500, 'internal-error', `internal error: ${err?.message ?? String(e)}`)
+}
+
+export interface HttpOptions {
+  service: 'router' | 'worker'
+  bodyLimit?: number
+}
+
+export function createHttp(opts: HttpOptions): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: log.child({ service: opts.service }) as FastifyBaseLogger,
+    disableRequestLogging: true,
+    bodyLimit: opts.bodyLimit ?? 8 * 1024 * 1024,
+  })
+  app.setErrorHandler((e, req, reply) => {
+    sendApiError(reply, toApiError(e, req))
+  })
+  app.setNotFoundHandler((req, reply) => {
+    sendApiError(reply, new ApiError(404, 'not-found', `no such route: ${req.method} ${req.url.split('?')[0]}`))
+  })
+  app.addHook('onResponse', async (req, reply) => {
+    observe(opts.service, req, reply.statusCode, reply.elapsedTime)
+  })
+  app.get('/metrics', async (_req, reply) => {
+    reply.type(registry.contentType)
+    return registry.metrics()
+  })
+  return app
+}
+
+/** Record one answered request (also called by hijacked handlers, which skip onResponse). */
+export function observe(service: string, req: FastifyRequest, status: number, elapsedMs: number): void {
+  const route = req.routeOptions.url ?? 'unmatched'
+  httpRequests.inc({ service, route, status: String(status) })
+  httpDuration.observe({ service, route }, elapsedMs / 1000)
+}
+
+/** Listen and return the base URL a client on this machine can reach. */
+export async function listen(app: FastifyInstance, host: string, port: number): Promise<string> {
+  await app.listen({ host, port })
+  const addr = app.server.address()
+  const actualPort = typeof addr === 'object' && addr ? addr.port : port
+  const publicHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host
+  return `http://${publicHost}:${actualPort}`
+}

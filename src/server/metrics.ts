@@ -1,0 +1,70 @@
+import { Counter, Gauge, Histogram } from 'prom-client'
+import { registry } from '../metrics.js'
+
+/*
+ * Metrics of the HTTP layer. Router and workers may run in one process (`serve`), so everything a
+ * worker reports carries a `worker` label and request metrics a `service` label.
+ */
+
+export const httpRequests = new Counter({
+  name: 'block_archive_http_requests_total',
+  help: 'HTTP requests answered, by service, route and status',
+  labelNames: ['service', 'route', 'status'] as const,
+  registers: [registry],
+})
+
+export const httpDuration = new Histogram({
+  name: 'block_archive_http_request_duration_seconds',
+  help: 'Time from request to the end of the answer (for queries: the last byte streamed)',
+  labelNames: ['service', 'route'] as const,
+  buckets: [0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+  registers: [registry],
+})
+
+export const routerWorkersAlive = new Gauge({
+  name: 'block_archive_router_workers_alive',
+  help: 'Workers that pinged the router within the heartbeat timeout',
+  registers: [registry],
+})
+
+export const routerDatasetHeight = new Gauge({
+  name: 'block_archive_router_dataset_height',
+  help: 'Height the router announces per dataset (-1 when empty)',
+  labelNames: ['dataset'] as const,
+  registers: [registry],
+})
+
+export const workerQueriesActive = new Gauge({
+  name: 'block_archive_worker_queries_active',
+  help: 'Queries being executed',
+  labelNames: ['worker'] as const,
+  registers: [registry],
+})
+
+export const workerQueriesQueued = new Gauge({
+  name: 'block_archive_worker_queries_queued',
+  help: 'Queries waiting for an execution slot',
+  labelNames: ['worker'] as const,
+  registers: [registry],
+})
+
+export const workerQueryBlocks = new Counter({
+  name: 'block_archive_worker_query_blocks_total',
+  help: 'Blocks returned by queries',
+  labelNames: ['worker', 'dataset'] as const,
+  registers: [registry],
+})
+
+export const workerQueryBytes = new Counter({
+  name: 'block_archive_worker_query_bytes_total',
+  help: 'Uncompressed JSON bytes returned by queries',
+  labelNames: ['worker', 'dataset'] as const,
+  registers: [registry],
+})
+
+export const workerChunksHeld = new Gauge({
+  name: 'block_archive_worker_chunks_held',
+  help: 'Chunks available on this worker',
+  labelNames: ['worker', 'dataset'] as const,
+  registers: [registry],
+})

@@ -1,0 +1,146 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { Readable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { ApiError } from '../errors.js'
+import { log } from '../log.js'
+import { DEFAULT_BUDGETS, prepareQuery } from '../query/engine.js'
+import type { QueryBudgets } from '../query/types.js'
+import { compressor, negotiateEncoding } from './encoding.js'
+import { createHttp, listen, observe } from './http.js'
+import { Limiter, type LimiterOptions } from './limiter.js'
+import { workerQueriesActive, workerQueriesQueued, workerQueryBlocks, workerQueryBytes } from './metrics.js'
+import { WorkerNode, type Lease, type WorkerNodeOptions } from './worker.js'
+
+export interface WorkerServerOptions extends Omit<WorkerNodeOptions, 'publicUrl' | 'id'>, LimiterOptions {
+  /** Defaults to the public URL. */
+  id?: string
+  /** Defaults to the URL the server listens on. */
+  publicUrl?: string
+  budgets?: Partial<QueryBudgets>
+  bodyLimit?: number
+}
+
+export const DEFAULT_WORKER_LIMITS: LimiterOptions & { bodyLimit: number } = {
+  concurrency: 2,
+  queue: 8,
+  queueTimeoutMs: 10_000,
+  bodyLimit: 8 * 1024 * 1024,
+}
+
+/**
+ * The worker's HTTP face: `POST /datasets/:name/query` (streamed JSON, gzip/br), `GET /status`,
+ * `GET /metrics`. Queries run through a bounded limiter; each holds a lease on the chunks it reads.
+ */
+export class WorkerServer {
+  readonly app: FastifyInstance
+  readonly limiter: Limiter
+  node!: WorkerNode
+  url = ''
+  private readonly budgets: QueryBudgets
+
+  constructor(private readonly opts: WorkerServerOptions) {
+    this.app = createHttp({ service: 'worker', bodyLimit: opts.bodyLimit ?? DEFAULT_WORKER_LIMITS.bodyLimit })
+    this.budgets = { ...DEFAULT_BUDGETS, ...opts.budgets }
+    this.limiter = new Limiter(opts, (active, queued) => {
+      workerQueriesActive.set({ worker: this.node?.opts.id ?? '' }, active)
+      workerQueriesQueued.set({ worker: this.node?.opts.id ?? '' }, queued)
+    })
+    this.routes()
+  }
+
+  /** Listen, then register with the router (or list storage) and fetch chunks; returns the base URL. */
+  async start(host: string, port: number): Promise<string> {
+    this.url = await listen(this.app, host, port)
+    const publicUrl = (this.opts.publicUrl ?? this.url).replace(/\/+$/, '')
+    this.node = new WorkerNode({ ...this.opts, id: this.opts.id ?? publicUrl, publicUrl })
+    await this.node.start()
+    log.info({ url: this.url, id: this.node.opts.id, router: this.opts.routerUrl ?? null }, 'worker listening')
+    return this.url
+  }
+
+  async stop(): Promise<void> {
+    await this.node?.stop()
+    await this.app.close()
+  }
+
+  private routes(): void {
+    this.app.get('/status', async () => ({ ...this.node.status(), queries: this.limiter.stats }))
+    this.app.post<{ Params: { name: string } }>('/datasets/:name/query', (req, reply) => this.query(req, reply))
+  }
+
+  private async query(req: FastifyRequest<{ Params: { name: string } }>, reply: FastifyReply): Promise<void> {
+    const dataset = req.params.name
+    const started = performance.now()
+    const gone = new AbortController()
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) gone.abort()
+    })
+    let lease: Lease | undefined
+    let release: (() => void) | undefined
+    let streaming = false
+    try {
+      lease = this.node.lease(dataset)
+      if (!lease) throw new ApiError(404, 'unknown-dataset', `unknown dataset "${dataset}"`)
+      release = await this.limiter.acquire(gone.signal)
+      const stream = await prepareQuery(lease.view, req.body, this.budgets)
+      const pieces = stream.body[Symbol.asyncIterator]()
+      // Pull the first piece before answering, so an error there still gets a proper status.
+      const first = await pieces.next()
+      if (gone.signal.aborted) {
+        await pieces.return?.()
+        reply.hijack()
+        reply.raw.destroy()
+        return
+      }
+      reply.hijack()
+      streaming = true
+      const res = reply.raw
+      const encoding = negotiateEncoding(req.headers['accept-encoding'])
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        vary: 'accept-encoding',
+        trailer: 'x-num-read-chunks',
+        ...(encoding === 'identity' ? {} : { 'content-encoding': encoding }),
+      })
+      async function* body() {
+        try {
+          if (!first.done) yield first.value
+          for (let r = await pieces.next(); !r.done; r = await pieces.next()) yield r.value
+          res.addTrailers({ 'x-num-read-chunks': String(stream.stats.chunksRead) })
+        } finally {
+          await pieces.return?.()
+        }
+      }
+      const zip = compressor(encoding)
+      try {
+        // If the client goes away, pipeline destroys the source, which ends the engine's iterator.
+        if (zip) await pipeline(Readable.from(body()), zip, res)
+        else await pipeline(Readable.from(body()), res)
+      } catch (e) {
+        if (gone.signal.aborted) log.info({ dataset, blocks: stream.stats.blocks }, 'worker: client went away mid-stream')
+        else log.error({ err: e, dataset }, 'worker: query failed mid-stream; connection closed')
+      } finally {
+        await pieces.return?.()
+      }
+      const labels = { worker: this.node.opts.id, dataset }
+      workerQueryBlocks.inc(labels, stream.stats.blocks)
+      workerQueryBytes.inc(labels, stream.stats.bytes)
+      observe('worker', req, gone.signal.aborted ? 499 : 200, performance.now() - started)
+    } catch (e) {
+      // Before the first byte: the error handler answers with the error's status and JSON body.
+      if (!streaming) throw e
+      log.error({ err: e, dataset }, 'worker: query failed mid-stream; connection closed')
+      reply.raw.destroy()
+    } finally {
+      release?.()
+      lease?.release()
+    }
+  }
+}
+
+/** Convenience: start a worker server in this process. */
+export async function startWorker(opts: WorkerServerOptions, host = '127.0.0.1', port = 0): Promise<WorkerServer> {
+  const w = new WorkerServer(opts)
+  await w.start(host, port)
+  return w
+}

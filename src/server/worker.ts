@@ -1,0 +1,247 @@
+import type { ChunkRef } from '../chunks/layout.js'
+import type { FamilyDecl } from '../families/declaration.js'
+import { log } from '../log.js'
+import type { DatasetView, HeldChunk } from '../query/types.js'
+import { workerChunksHeld } from './metrics.js'
+import { mergeRanges, rangesContain, type Range } from './ranges.js'
+import type { DesiredState } from './router.js'
+import type { ChunkStorage } from './storage.js'
+
+/*
+ * What a worker holds. With a router, the worker pings it with what it holds and gets back what it
+ * should hold; it fetches missing chunks through the storage and gives back chunks it should no
+ * longer hold once no query uses them and a grace period has passed (clients may have been sent here
+ * just before the router changed its mind). Without a router it holds every chunk in storage.
+ */
+
+export interface WorkerNodeOptions {
+  id: string
+  /** Base URL clients reach this worker at (the router appends `/datasets/<name>/query`). */
+  publicUrl: string
+  storage: ChunkStorage
+  /** Router base URL; absent → serve every chunk of the storage (standalone worker). */
+  routerUrl?: string
+  heartbeatMs: number
+  /** Keep serving an unassigned chunk this long before giving it back. */
+  dropGraceMs: number
+}
+
+interface Held {
+  ref: ChunkRef
+  dir: string
+  leases: number
+  /** When the chunk stopped being desired; undefined while desired. */
+  undesiredSince?: number
+}
+
+interface DatasetHolding {
+  name: string
+  family: FamilyDecl
+  /** The dataset's chunks as last listed from storage (for coverFrom and height). */
+  listing: ChunkRef[]
+  held: Map<string, Held>
+  desired: Range[]
+}
+
+export interface Lease {
+  view: DatasetView
+  release(): void
+}
+
+export class WorkerNode {
+  private readonly datasets = new Map<string, DatasetHolding>()
+  private timer?: NodeJS.Timeout
+  private stopped = false
+  private syncing?: Promise<void>
+  lastPingOk = 0
+  lastPingError?: string
+
+  constructor(readonly opts: WorkerNodeOptions) {}
+
+  /** Register, fetch the first chunks and report them; then keep heartbeating until `stop`. */
+  async start(): Promise<void> {
+    await this.heartbeat()
+    await this.settled()
+    const loop = () => {
+      if (this.stopped) return
+      this.timer = setTimeout(async () => {
+        await this.heartbeat()
+        loop()
+      }, this.opts.heartbeatMs)
+      this.timer.unref()
+    }
+    loop()
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true
+    if (this.timer) clearTimeout(this.timer)
+    await this.settled()
+  }
+
+  /** One heartbeat: ping the router (or list storage when standalone), then reconcile held chunks. */
+  async heartbeat(): Promise<void> {
+    await this.exchange()
+    // Fetching may be slow (downloads): it runs in the background, one pass at a time.
+    this.syncing ??= this.sync()
+    if (!this.opts.routerUrl) await this.syncing
+  }
+
+  /** Wait until the current fetch/drop pass is done. */
+  async settled(): Promise<void> {
+    while (this.syncing) await this.syncing
+  }
+
+  private async exchange(): Promise<void> {
+    try {
+      if (this.opts.routerUrl) await this.pingRouter()
+      else await this.desireEverything()
+    } catch (e) {
+      this.lastPingError = e instanceof Error ? e.message : String(e)
+      log.warn({ worker: this.opts.id, err: this.lastPingError }, 'worker: heartbeat failed')
+    }
+  }
+
+  /** Reconcile; when that changed what is held, tell the router at once rather than at the next beat. */
+  private async sync(): Promise<void> {
+    try {
+      while (!this.stopped && (await this.reconcile()) && this.opts.routerUrl) await this.exchange()
+    } finally {
+      this.syncing = undefined
+    }
+  }
+
+  /** Ranges of held chunks per dataset, as reported to the router. */
+  state(): Record<string, Range[]> {
+    const out: Record<string, Range[]> = {}
+    for (const ds of this.datasets.values()) out[ds.name] = mergeRanges([...ds.held.values()].map((h) => h.ref))
+    return out
+  }
+
+  has(dataset: string): boolean {
+    return this.datasets.has(dataset)
+  }
+
+  /**
+   * A view of what this worker holds of `dataset`, with every held chunk leased until `release`
+   * (so none is dropped while a query reads it). Undefined for a dataset this worker does not know.
+   */
+  lease(dataset: string): Lease | undefined {
+    const ds = this.datasets.get(dataset)
+    if (!ds) return undefined
+    const held = [...ds.held.values()].sort((a, b) => a.ref.first - b.ref.first)
+    const index = new Map(ds.listing.map((c, i) => [c.path, i]))
+    const chunks: HeldChunk[] = held.map((h) => {
+      const i = index.get(h.ref.path) ?? -1
+      return { ...h.ref, dir: h.dir, coverFrom: i > 0 ? ds.listing[i - 1].last + 1 : i === 0 ? 0 : h.ref.first }
+    })
+    for (const h of held) h.leases++
+    let released = false
+    return {
+      view: { name: ds.name, family: ds.family, chunks, height: ds.listing.at(-1)?.last ?? -1 },
+      release: () => {
+        if (released) return
+        released = true
+        for (const h of held) h.leases--
+      },
+    }
+  }
+
+  status() {
+    return {
+      worker_id: this.opts.id,
+      worker_url: this.opts.publicUrl,
+      router_url: this.opts.routerUrl ?? null,
+      last_ping_ms_ago: this.lastPingOk ? Date.now() - this.lastPingOk : null,
+      last_ping_error: this.lastPingError ?? null,
+      state: {
+        available: this.state(),
+        desired: Object.fromEntries([...this.datasets.values()].map((d) => [d.name, d.desired])),
+      },
+    }
+  }
+
+  private async pingRouter(): Promise<void> {
+    const res = await fetch(`${this.opts.routerUrl}/ping`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ worker_id: this.opts.id, worker_url: this.opts.publicUrl, state: this.state() }),
+      signal: AbortSignal.timeout(Math.max(5000, this.opts.heartbeatMs * 2)),
+    })
+    const text = await res.text()
+    if (!res.ok) throw new Error(`router answered ${res.status}: ${text.slice(0, 300)}`)
+    await this.applyDesired(JSON.parse(text) as DesiredState)
+    this.lastPingOk = Date.now()
+    this.lastPingError = undefined
+  }
+
+  private async desireEverything(): Promise<void> {
+    const desired: DesiredState = {}
+    const infos = await this.opts.storage.listDatasets()
+    for (const info of infos) {
+      const chunks = await this.opts.storage.listChunks(info.name)
+      this.holding(info.name, info.family).listing = chunks
+      desired[info.name] = mergeRanges(chunks)
+    }
+    await this.applyDesired(desired)
+  }
+
+  private holding(name: string, family: FamilyDecl): DatasetHolding {
+    let ds = this.datasets.get(name)
+    if (!ds) {
+      ds = { name, family, listing: [], held: new Map(), desired: [] }
+      this.datasets.set(name, ds)
+    }
+    return ds
+  }
+
+  private async applyDesired(desired: DesiredState): Promise<void> {
+    const missing = Object.keys(desired).filter((name) => !this.datasets.has(name))
+    if (missing.length) {
+      for (const info of await this.opts.storage.listDatasets()) {
+        if (missing.includes(info.name)) this.holding(info.name, info.family)
+      }
+    }
+    for (const ds of this.datasets.values()) {
+      ds.desired = desired[ds.name] ?? []
+      const lastDesired = ds.desired.at(-1)?.[1] ?? -1
+      // The router knows chunks this worker has not listed yet: list again.
+      if (lastDesired > (ds.listing.at(-1)?.last ?? -1)) ds.listing = await this.opts.storage.listChunks(ds.name)
+    }
+  }
+
+  /**
+   * Fetch desired chunks not held yet; drop held chunks no longer desired (after the grace period,
+   * unleased). Returns whether the held set changed.
+   */
+  private async reconcile(): Promise<boolean> {
+    const now = Date.now()
+    let changed = false
+    for (const ds of this.datasets.values()) {
+      for (const h of ds.held.values()) {
+        const wanted = rangesContain(ds.desired, h.ref.first, h.ref.last)
+        if (wanted) h.undesiredSince = undefined
+        else h.undesiredSince ??= now
+        if (h.undesiredSince !== undefined && h.leases === 0 && now - h.undesiredSince >= this.opts.dropGraceMs) {
+          ds.held.delete(h.ref.path)
+          changed = true
+          await this.opts.storage.dropChunk(ds.name, h.ref)
+          log.info({ worker: this.opts.id, dataset: ds.name, chunk: h.ref.path }, 'worker: chunk dropped')
+        }
+      }
+      for (const ref of ds.listing) {
+        if (this.stopped) return changed
+        if (ds.held.has(ref.path) || !rangesContain(ds.desired, ref.first, ref.last)) continue
+        try {
+          const dir = await this.opts.storage.fetchChunk(ds.name, ref)
+          ds.held.set(ref.path, { ref, dir, leases: 0 })
+          changed = true
+        } catch (e) {
+          log.error({ worker: this.opts.id, dataset: ds.name, chunk: ref.path, err: e }, 'worker: cannot fetch chunk')
+        }
+      }
+      workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
+    }
+    return changed
+  }
+}

@@ -1,0 +1,78 @@
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { gunzipSync } from 'node:zlib'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { nextTop, type ChunkRef, type DatasetMeta } from '../../src/chunks/layout.js'
+import { ChunkBuilder } from '../../src/chunks/writer.js'
+import { evmFamily } from '../../src/families/evm.js'
+import { bundleTables, normalizeEvmBlock, type EvmBlockBundle } from '../../src/ingest/evm/normalize.js'
+
+/*
+ * Chunk folders for server tests, built from the recorded anvil dev chain
+ * (fixtures/evm/devchain-anvil: 128 blocks with receipts, parity traces and replay state diffs).
+ */
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
+
+/** One recorded block as in the fixture file (raw RPC answers). */
+export interface AnvilRecord {
+  number: number
+  block: any
+  receipts: any[]
+  parityTraces: any[]
+  replay: any[]
+  callTraces: any[]
+  prestateDiff: any[]
+}
+
+let cache: AnvilRecord[] | undefined
+
+export async function anvilRecords(): Promise<AnvilRecord[]> {
+  if (!cache) {
+    const text = gunzipSync(await readFile(path.join(REPO, 'fixtures/evm/devchain-anvil/anvil-blocks.jsonl.gz'))).toString('utf8')
+    cache = text.split('\n').filter(Boolean).map((l) => JSON.parse(l))
+  }
+  return cache
+}
+
+/** The bundle the normaliser takes: receipts, parity traces, replay state diffs. */
+export function anvilBundle(r: AnvilRecord): EvmBlockBundle {
+  return { block: r.block, receipts: r.receipts, traces: r.parityTraces, stateDiffs: r.replay }
+}
+
+/**
+ * Write `records` as an EVM dataset into `dir`, `chunkBlocks` records per chunk (records need not be
+ * consecutive blocks: a sparse selection gives a sparse dataset).
+ */
+export async function writeDataset(dir: string, name: string, records: AnvilRecord[], chunkBlocks: number): Promise<ChunkRef[]> {
+  await mkdir(dir, { recursive: true })
+  const meta: DatasetMeta = { name, family: 'evm' }
+  await writeFile(path.join(dir, 'dataset.json'), JSON.stringify(meta))
+  const chunks: ChunkRef[] = []
+  for (let i = 0; i < records.length; i += chunkBlocks) {
+    await writeChunk(dir, records.slice(i, i + chunkBlocks), chunks)
+  }
+  return chunks
+}
+
+/** Append one chunk holding `records` to the dataset in `dir` (and to `existing`). */
+export async function writeChunk(dir: string, records: AnvilRecord[], existing: ChunkRef[]): Promise<ChunkRef> {
+  const bundles = records.map(anvilBundle)
+  const builder = new ChunkBuilder(evmFamily, dir, bundleTables(bundles[0]))
+  for (const b of bundles) {
+    const rows = normalizeEvmBlock(b)
+    const header = rows.blocks[0]
+    await builder.addBlock(header.number as number, header.hash as string, header.parent_hash as string, rows)
+  }
+  const ref = await builder.finish(nextTop(existing, builder.first, 500))
+  existing.push(ref)
+  return ref
+}
+
+export async function tempDir(prefix = 'ba-server-'): Promise<{ dir: string; cleanup: () => Promise<void> }> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), prefix))
+  return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) }
+}
+
+export const REPO_ROOT = REPO
