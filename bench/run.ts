@@ -1,4 +1,6 @@
 #!/usr/bin/env node
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
 import { Command, InvalidArgumentError } from 'commander'
 import { runGenerate } from './generate.js'
 import { runSql } from './sql.js'
@@ -54,6 +56,30 @@ program
   .option('--chunk-blocks <n>', 'blocks per chunk', int, 200)
   .option('--no-traces', 'blocks, transactions and logs only')
   .action((o) => runIngest(o))
+
+/** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
+const ALL: string[][] = [
+  ['generate', '--blocks', '1000', '--force'],
+  ['ingest'],
+  ['sql'],
+  ['stringify'],
+]
+
+program
+  .command('all')
+  .description('run every benchmark with bounded defaults (a few minutes), one process each')
+  .option('--skip <name...>', 'benchmarks to leave out', [])
+  .action(async (o: { skip: string[] }) => {
+    const t0 = performance.now()
+    for (const args of ALL.filter(([name]) => !o.skip.includes(name))) {
+      console.log(`\n## bench ${args.join(' ')}\n`)
+      const code = await new Promise<number | null>((resolve) => {
+        spawn(process.execPath, [fileURLToPath(import.meta.url), ...args], { stdio: 'inherit' }).on('exit', resolve)
+      })
+      if (code !== 0) console.log(`bench ${args[0]} exited with ${code}`)
+    }
+    console.log(`\nall benchmarks: ${((performance.now() - t0) / 1000).toFixed(0)} s`)
+  })
 
 program.parseAsync(process.argv).catch((e) => {
   console.error(e instanceof Error ? e.message : e)
