@@ -1,4 +1,4 @@
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { ServerResponse } from 'node:http'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
@@ -60,7 +60,7 @@ export interface HttpOptions {
 export function createHttp(opts: HttpOptions): FastifyInstance {
   const app = Fastify({
     loggerInstance: log.child({ service: opts.service }) as FastifyBaseLogger,
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit ?? 8 * 1024 * 1024,
   })
   app.setErrorHandler((e, req, reply) => {

@@ -244,28 +244,27 @@ export class RouterState {
   }
 
   /**
-   * Assign every chunk to `replication` live workers: keep live assignees, then top up, preferring
-   * workers that already hold the chunk, then the workers of the previous chunk while they are under
-   * their fair share (so each worker gets long contiguous ranges), then the least loaded. Finally move
-   * chunks from the most to the least loaded worker until loads differ by less than 2.
+   * Assign every chunk to `replication` live workers, dataset by dataset: keep live assignees, then
+   * top up, preferring workers that already hold the chunk, then the workers of the previous chunk
+   * while they are under their fair share of the dataset (so each worker gets long contiguous
+   * ranges), then the least loaded. Finally move chunks from the most to the least loaded worker
+   * until the dataset's loads differ by less than 2.
    */
   private schedule(now = Date.now()): void {
     const live = this.liveWorkers(now).sort()
     this.scheduledFor = live.join('\n')
     const liveSet = new Set(live)
-    const load = new Map(live.map((id) => [id, 0]))
     const want = Math.min(this.opts.replication, live.length)
-    let slots = 0
+    /** Across datasets: breaks ties so that the odd chunks of several datasets go to different workers. */
+    const total = new Map(live.map((id) => [id, 0]))
     for (const ds of this.datasets.values()) {
+      const load = new Map(live.map((id) => [id, 0]))
       for (const c of ds.chunks) {
         const set = new Set([...(ds.assigned.get(c.path) ?? [])].filter((id) => liveSet.has(id)))
         ds.assigned.set(c.path, set)
         for (const id of set) load.set(id, load.get(id)! + 1)
-        slots += want
       }
-    }
-    const fairShare = live.length ? Math.ceil(slots / live.length) : 0
-    for (const ds of this.datasets.values()) {
+      const fairShare = live.length ? Math.ceil((ds.chunks.length * want) / live.length) : 0
       let prev = new Set<string>()
       for (const c of ds.chunks) {
         const set = ds.assigned.get(c.path)!
@@ -274,6 +273,7 @@ export class RouterState {
             this.holdsId(id, ds, c) ? 0 : 1,
             prev.has(id) && load.get(id)! < fairShare ? 0 : 1,
             load.get(id)!,
+            total.get(id)!,
           ]
           const pick = live.filter((id) => !set.has(id)).sort((a, b) => compareTuples(rank(a), rank(b)))[0]
           set.add(pick)
@@ -281,35 +281,33 @@ export class RouterState {
         }
         prev = set
       }
+      this.rebalance(ds, live, load, total)
+      for (const [id, n] of load) total.set(id, total.get(id)! + n)
     }
-    this.rebalance(live, load)
-    log.info({ live, load: Object.fromEntries(load) }, 'router: chunks assigned')
+    log.info({ live, load: Object.fromEntries(total) }, 'router: chunks assigned')
   }
 
-  private rebalance(live: string[], load: Map<string, number>): void {
+  private rebalance(ds: DatasetEntry, live: string[], load: Map<string, number>, total: Map<string, number>): void {
     if (live.length < 2) return
-    for (let guard = 0; guard < 1_000_000; guard++) {
-      const byLoad = [...live].sort((a, b) => load.get(a)! - load.get(b)!)
+    const order = (a: string, b: string) => load.get(a)! - load.get(b)! || total.get(a)! - total.get(b)!
+    for (;;) {
+      const byLoad = [...live].sort(order)
       const min = byLoad[0]
       const max = byLoad[byLoad.length - 1]
-      if (load.get(max)! - load.get(min)! < 2) return
-      const moved = this.moveOne(max, min)
-      if (!moved) return
+      if (load.get(max)! - load.get(min)! < 2 || !this.moveOne(ds, max, min)) return
       load.set(max, load.get(max)! - 1)
       load.set(min, load.get(min)! + 1)
     }
   }
 
   /** Move the latest chunk `from` holds and `to` does not (earlier ranges stay where they are). */
-  private moveOne(from: string, to: string): boolean {
-    for (const ds of [...this.datasets.values()].reverse()) {
-      for (let i = ds.chunks.length - 1; i >= 0; i--) {
-        const set = ds.assigned.get(ds.chunks[i].path)!
-        if (set.has(from) && !set.has(to)) {
-          set.delete(from)
-          set.add(to)
-          return true
-        }
+  private moveOne(ds: DatasetEntry, from: string, to: string): boolean {
+    for (let i = ds.chunks.length - 1; i >= 0; i--) {
+      const set = ds.assigned.get(ds.chunks[i].path)!
+      if (set.has(from) && !set.has(to)) {
+        set.delete(from)
+        set.add(to)
+        return true
       }
     }
     return false
