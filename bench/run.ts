@@ -5,6 +5,9 @@ import { Command, InvalidArgumentError } from 'commander'
 import { runGenerate } from './generate.js'
 import { runSql } from './sql.js'
 import { runIngest } from './ingest.js'
+import { runSync } from './sync.js'
+import { runMemory } from './memory.js'
+import { runScaling } from './scaling.js'
 import { runStringify } from './stringify.js'
 
 /*
@@ -17,6 +20,8 @@ const int = (v: string) => {
   if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative integer, got ${v}`)
   return n
 }
+
+const intList = (v: string, prev: number[] | undefined) => [...(prev ?? []), int(v)]
 
 const program = new Command()
 program.name('bench').description('block-archive benchmarks (see BENCHMARKS.md)')
@@ -56,6 +61,35 @@ program
   .option('--chunk-blocks <n>', 'blocks per chunk', int, 200)
   .option('--no-traces', 'blocks, transactions and logs only')
   .action((o) => runIngest(o))
+
+program
+  .command('sync')
+  .description('full-range sync through router + worker processes with our client (and the real SDK with --sdk)')
+  .option('--blocks <n>', 'dataset size in blocks (generated once, cached)', int, 1000)
+  .option('--workers <n>', 'worker processes', int, 2)
+  .option('--shape <name...>', 'queries', ['logs+tx', 'all tx+logs'])
+  .option('--parallel <n...>', 'requests in flight for our client', intList)
+  .option('--sdk', 'also sync with @subsquid/evm-processor 1.27.3')
+  .action((o) => runSync({ ...o, parallel: o.parallel ?? [1, 2], sdk: !!o.sdk }))
+
+program
+  .command('memory')
+  .description('worker RSS under concurrent queries that hit the size budget')
+  .option('--blocks <n>', 'dataset size in blocks (generated once, cached)', int, 1000)
+  .option('--clients <n>', 'concurrent queries', int, 16)
+  .option('--seconds <n>', 'load duration per configuration', int, 20)
+  .option('--shape <name>', 'query', 'all tx+logs')
+  .action((o) => runMemory(o))
+
+program
+  .command('scaling')
+  .description('throughput with 1, 2, 4 worker processes under the same load')
+  .option('--blocks <n>', 'dataset size in blocks (generated once, cached)', int, 1000)
+  .option('--workers <n...>', 'worker process counts', intList)
+  .option('--clients <n>', 'concurrent clients', int, 8)
+  .option('--seconds <n>', 'load duration per point', int, 10)
+  .option('--shape <name...>', 'queries', ['logs+tx', 'all tx+logs'])
+  .action((o) => runScaling({ ...o, workers: o.workers ?? [1, 2, 4] }))
 
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
 const ALL: string[][] = [

@@ -1,0 +1,121 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { createInterface } from 'node:readline'
+
+/*
+ * Router and worker processes started through the real CLI (`block-archive router|worker`), so that
+ * a benchmark sees what a deployment sees: separate processes, real HTTP, per-process memory.
+ * Every process started here is killed by `stop()` (and on exit of the benchmark process).
+ */
+
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/cli.js')
+
+export interface Proc {
+  child: ChildProcess
+  url: string
+  pid: number
+}
+
+const started = new Set<ChildProcess>()
+process.once('exit', () => {
+  for (const c of started) c.kill('SIGKILL')
+})
+
+/** Start `block-archive <args>` and wait for the stdout line `<prefix>: <url>`. */
+function startCli(args: string[], prefix: string, env: Record<string, string> = {}): Promise<Proc> {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', ...env },
+  })
+  started.add(child)
+  child.once('exit', () => started.delete(child))
+  let stderr = ''
+  child.stderr!.on('data', (d) => {
+    stderr = (stderr + d).slice(-4000)
+  })
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => fail(new Error(`${args[0]} did not start within 30 s`)), 30_000)
+    const fail = (e: Error) => {
+      clearTimeout(timer)
+      child.kill('SIGKILL')
+      reject(new Error(`${e.message}\n${stderr}`))
+    }
+    child.once('exit', (code) => fail(new Error(`${args[0]} exited with ${code}`)))
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      const m = new RegExp(`^${prefix}: (\\S+)`).exec(line)
+      if (!m) return
+      clearTimeout(timer)
+      child.removeAllListeners('exit')
+      child.once('exit', () => started.delete(child))
+      resolve({ child, url: m[1], pid: child.pid! })
+    })
+  })
+}
+
+export interface WorkerFlags {
+  concurrency?: number
+  queue?: number
+  dbThreads?: number
+  maxResponseBytes?: number
+}
+
+export interface Deployment {
+  router: Proc
+  workers: Proc[]
+  /** Dataset base URL for clients. */
+  base: string
+  stop(): Promise<void>
+}
+
+/** A router and `workers` worker processes over the dataset folder `data`, ready to answer. */
+export async function deploy(data: string, workers: number, flags: WorkerFlags = {}, heartbeatMs = 300): Promise<Deployment> {
+  const procs: Proc[] = []
+  const stop = async () => {
+    await Promise.all(procs.map((p) => new Promise<void>((resolve) => {
+      if (p.child.exitCode !== null) return resolve()
+      p.child.once('exit', () => resolve())
+      p.child.kill('SIGTERM')
+      setTimeout(() => p.child.kill('SIGKILL'), 5000).unref()
+    })))
+  }
+  try {
+    const router = await startCli(['router', '--data', data, '--port', '0', '--heartbeat-ms', String(heartbeatMs), '--relist-ms', '1000'], 'router')
+    procs.push(router)
+    const extra: string[] = []
+    if (flags.concurrency) extra.push('--concurrency', String(flags.concurrency))
+    if (flags.queue !== undefined) extra.push('--queue', String(flags.queue))
+    if (flags.dbThreads) extra.push('--db-threads', String(flags.dbThreads))
+    if (flags.maxResponseBytes) extra.push('--max-response-bytes', String(flags.maxResponseBytes))
+    const ws = await Promise.all(Array.from({ length: workers }, () =>
+      startCli(['worker', '--router', router.url, '--data', data, '--heartbeat-ms', String(heartbeatMs), ...extra], 'worker')))
+    procs.push(...ws)
+    const name = JSON.parse(readFileSync(path.join(data, 'dataset.json'), 'utf8')).name as string
+    await waitReady(router.url, name, workers)
+    return { router, workers: ws, base: `${router.url}/datasets/${name}`, stop }
+  } catch (e) {
+    await stop()
+    throw e
+  }
+}
+
+/** Until every worker is alive, holds chunks, and the dataset's height is that of its last chunk. */
+async function waitReady(routerUrl: string, dataset: string, workers: number): Promise<void> {
+  const deadline = Date.now() + 60_000
+  for (;;) {
+    const s = (await (await fetch(`${routerUrl}/status`)).json()) as any
+    const ds = s.datasets.find((d: any) => d.name === dataset)
+    const alive = s.workers.filter((w: any) => w.alive && (w.state[dataset]?.length ?? 0) > 0)
+    if (ds && ds.height === ds.lastChunkBlock && ds.height >= 0 && alive.length === workers) return
+    if (Date.now() > deadline) throw new Error(`cluster not ready after 60 s: ${JSON.stringify(s).slice(0, 1000)}`)
+    await new Promise((r) => setTimeout(r, 200))
+  }
+}
+
+/** Resident set size and its peak (kB → bytes) of a process, from /proc (Linux). */
+export function rss(pid: number): { rss: number; peak: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) * 1024
+  return { rss: kb('VmRSS'), peak: kb('VmHWM') }
+}

@@ -1,0 +1,77 @@
+import { spawn } from 'node:child_process'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { ArchiveClient } from '../src/client/archive-client.js'
+import { ensureDataset } from './lib/dataset.js'
+import { fmtRate } from './lib/measure.js'
+import { deploy } from './lib/procs.js'
+import { machine, printTable } from './lib/report.js'
+import { shapeByName } from './lib/shapes.js'
+
+export interface SyncBenchOptions {
+  blocks: number
+  workers: number
+  shape: string[]
+  parallel: number[]
+  sdk: boolean
+}
+
+const itemCount = (block: Record<string, unknown>) =>
+  Object.entries(block).reduce((n, [k, v]) => (k !== 'header' && Array.isArray(v) ? n + v.length : n), 0)
+
+/**
+ * `bench sync`: a client walking the whole dataset range through router + worker processes (real
+ * HTTP, gzip), the way an indexer syncs: blocks of range per second and items per second.
+ */
+export async function runSync(o: SyncBenchOptions): Promise<void> {
+  const { dir } = await ensureDataset(o.blocks)
+  const d = await deploy(dir, o.workers)
+  const rows: string[][] = []
+  try {
+    const client = new ArchiveClient(d.base)
+    const height = await client.getHeight()
+    console.log(`machine: ${machine()}`)
+    console.log(`dataset ${dir}: blocks 0–${height}; router + ${o.workers} worker processes (default settings)`)
+    for (const name of o.shape) {
+      const shape = shapeByName(name)
+      const { fromBlock: _f, toBlock: _t, ...query } = shape.query(0, height)
+      for (const parallel of o.parallel) {
+        let blocks = 0
+        let items = 0
+        let answers = 0
+        const t0 = performance.now()
+        for await (const batch of client.batches(query, { fromBlock: 0, toBlock: height, parallel })) {
+          answers++
+          blocks += batch.blocks.length
+          for (const b of batch.blocks) items += itemCount(b as any)
+        }
+        const wall = performance.now() - t0
+        rows.push([`${name}`, `our client, ${parallel} in flight`, String(answers), String(blocks), String(items), `${(wall / 1000).toFixed(2)} s`,
+          fmtRate(height + 1, wall), fmtRate(items, wall)])
+      }
+      if (o.sdk) {
+        const r = await sdkSync(d.base, height, name)
+        rows.push([name, '@subsquid/evm-processor 1.27.3', '', String(r.blocks), String(r.items), `${(r.ms / 1000).toFixed(2)} s`,
+          fmtRate(height + 1, r.ms), fmtRate(r.items, r.ms)])
+      }
+    }
+  } finally {
+    await d.stop()
+  }
+  printTable(`full-range sync of ${o.blocks} blocks`, ['query', 'client', 'answers', 'blocks returned', 'items', 'time', 'range blocks/s', 'items/s'], rows)
+}
+
+/** Run the real SDK processor over the range in a child process (it calls process.exit itself). */
+function sdkSync(base: string, to: number, shape: string): Promise<{ blocks: number; items: number; ms: number }> {
+  const script = path.join(path.dirname(fileURLToPath(import.meta.url)), 'lib', 'sdk-sync.js')
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [script, base, String(to), shape], { stdio: ['ignore', 'pipe', 'inherit'] })
+    let out = ''
+    child.stdout!.on('data', (d) => (out += d))
+    child.on('exit', (code) => {
+      const line = out.split('\n').find((l) => l.startsWith('RESULT '))
+      if (!line) return reject(new Error(`SDK run exited with ${code} without a result:\n${out.slice(-2000)}`))
+      resolve(JSON.parse(line.slice(7)))
+    })
+  })
+}
