@@ -39,7 +39,7 @@ export class RouterServer {
 
   /** List storage, start the periodic jobs and listen; returns the router's base URL. */
   async start(host: string, port: number): Promise<string> {
-    await this.state.relist()
+    await this.state.relist(true)
     this.every(this.opts.relistMs, () => this.state.relist())
     // Check liveness at a fraction of the heartbeat so dead workers lose their chunks promptly.
     this.every(Math.max(50, Math.floor(this.opts.heartbeatMs / 2)), async () => this.state.tick())

@@ -73,12 +73,16 @@ export class RouterState {
     return [...this.workers.values()].filter((w) => this.isAlive(w, now)).map((w) => w.id)
   }
 
-  /** Re-read datasets and chunk lists from storage. Listing errors are logged, the old list kept. */
-  async relist(): Promise<void> {
+  /**
+   * Re-read datasets and chunk lists from storage. Listing errors are logged and the old list kept,
+   * except with `strict` (the first listing at start), where they are thrown.
+   */
+  async relist(strict = false): Promise<void> {
     let infos
     try {
       infos = await this.storage.listDatasets()
     } catch (e) {
+      if (strict) throw e
       log.error({ err: e, storage: this.storage.location }, 'router: cannot list datasets')
       return
     }
@@ -88,6 +92,7 @@ export class RouterState {
       try {
         chunks = await this.storage.listChunks(info.name)
       } catch (e) {
+        if (strict) throw e
         log.error({ err: e, dataset: info.name }, 'router: cannot list chunks')
         continue
       }

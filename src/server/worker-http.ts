@@ -50,6 +50,8 @@ export class WorkerServer {
 
   /** Listen, then register with the router (or list storage) and fetch chunks; returns the base URL. */
   async start(host: string, port: number): Promise<string> {
+    // Fail at start, not at the first heartbeat, when the storage is unusable.
+    await this.opts.storage.listDatasets()
     this.url = await listen(this.app, host, port)
     const publicUrl = (this.opts.publicUrl ?? this.url).replace(/\/+$/, '')
     this.node = new WorkerNode({ ...this.opts, id: this.opts.id ?? publicUrl, publicUrl })

@@ -1,0 +1,205 @@
+import assert from 'node:assert/strict'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { ArchiveClient, HttpError, type Block } from '../src/client/archive-client.js'
+import type { ChunkRef } from '../src/chunks/layout.js'
+import { startCluster, type Cluster } from '../src/server/cluster.js'
+import { LocalStorage } from '../src/server/storage.js'
+import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+
+/*
+ * The client library against a router and two workers over real chunks of the recorded anvil chain.
+ * Small response budgets force answers that stop inside chunks, so the range loop has to continue
+ * from the right block many times.
+ */
+
+const TRANSFER = '0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef'
+const FAST_RETRY = { backoffMs: [50, 100, 200, 400], maxRetryAfterMs: 1000 }
+
+interface SourceLog {
+  block: number
+  logIndex: number
+  transactionIndex: number
+  address: string
+  topics: string[]
+  data: string
+}
+
+function sourceLogs(records: AnvilRecord[]): SourceLog[] {
+  return records.flatMap((r) =>
+    r.receipts.flatMap((rc: any) =>
+      rc.logs.map((l: any) => ({
+        block: r.number,
+        logIndex: parseInt(l.logIndex, 16),
+        transactionIndex: parseInt(l.transactionIndex, 16),
+        address: l.address.toLowerCase(),
+        topics: l.topics.map((t: string) => t.toLowerCase()),
+        data: l.data.toLowerCase(),
+      })),
+    ),
+  )
+}
+
+async function collect(it: AsyncIterable<Block>): Promise<Block[]> {
+  const out: Block[] = []
+  for await (const b of it) out.push(b)
+  return out
+}
+
+const numbers = (blocks: Block[]) => blocks.map((b) => b.header.number)
+
+describe('client library over router + 2 workers', { timeout: 90_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let records: AnvilRecord[]
+  let chunks: ChunkRef[]
+  let cluster: Cluster
+  let base: string
+
+  before(async () => {
+    tmp = await tempDir()
+    records = await anvilRecords()
+    chunks = await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
+    cluster = await startCluster({
+      storage: new LocalStorage(tmp.dir),
+      workers: 2,
+      replication: 1,
+      heartbeatMs: 100,
+      budgets: { sizeBytes: 20_000 },
+    })
+    base = cluster.datasets.get('anvil')!
+  })
+
+  after(async () => {
+    await cluster?.stop()
+    await tmp?.cleanup()
+  })
+
+  it('returns every block of the range exactly once, in order, with the source headers', async () => {
+    const client = new ArchiveClient(base, FAST_RETRY)
+    const batches = []
+    for await (const b of client.batches({ includeAllBlocks: true, fields: { block: { timestamp: true } } }, { fromBlock: 0 })) batches.push(b)
+    const blocks = batches.flatMap((b) => b.blocks)
+    assert.deepEqual(numbers(blocks), records.map((r) => r.number))
+    for (const b of blocks) {
+      const r = records[b.header.number]
+      assert.equal(b.header.hash, r.block.hash.toLowerCase())
+      assert.equal(b.header.parentHash, r.block.parentHash.toLowerCase())
+      assert.equal(b.header.timestamp, parseInt(r.block.timestamp, 16))
+    }
+    // Both workers answered: chunks alternate in runs between them with replication 1.
+    assert.ok(batches.length > chunks.length, `${batches.length} answers for ${chunks.length} chunks: the size budget did not cut answers`)
+  })
+
+  it('returns each matching log once, with its fields as in the source', async () => {
+    const client = new ArchiveClient(base, FAST_RETRY)
+    const query = { logs: [{ topic0: [TRANSFER] }], fields: { log: { address: true, topics: true, data: true } } }
+    const blocks = await collect(client.blocks(query, { fromBlock: 3, toBlock: 120 }))
+    const got = blocks.flatMap((b) => (b.logs as any[]).map((l) => ({ block: b.header.number, ...l })))
+    const expected = sourceLogs(records).filter((l) => l.block >= 3 && l.block <= 120 && l.topics[0] === TRANSFER)
+    assert.ok(expected.length > 20, 'the fixture has too few transfers for this test')
+    const key = (l: { block: number; logIndex: number }) => `${l.block}:${l.logIndex}`
+    assert.deepEqual(got.map(key), expected.map(key))
+    for (const [i, l] of got.entries()) {
+      const e = expected[i]
+      assert.deepEqual(
+        { address: l.address, topics: l.topics, data: l.data, transactionIndex: l.transactionIndex },
+        { address: e.address, topics: e.topics, data: e.data, transactionIndex: e.transactionIndex },
+      )
+    }
+    const ns = numbers(blocks)
+    assert.deepEqual(ns, [...new Set(ns)].sort((a, b) => a - b), 'blocks repeated or out of order')
+    assert.equal(ns[0] >= 3 && ns.at(-1)! <= 120, true)
+    assert.equal(ns.at(-1), 120, 'the last block of the range is always returned')
+  })
+
+  it('gives the same blocks in parallel mode, in order', async () => {
+    const client = new ArchiveClient(base, FAST_RETRY)
+    const query = { transactions: [{}], logs: [{ topic0: [TRANSFER] }], fields: { transaction: { hash: true }, log: { data: true } } }
+    const sequential = await collect(client.blocks(query, { fromBlock: 0, toBlock: 127 }))
+    const parallel = await collect(client.blocks(query, { fromBlock: 0, toBlock: 127, parallel: 3, segmentBlocks: 10 }))
+    assert.deepEqual(parallel, sequential)
+    // Stopping early does not hang and leaves nothing running.
+    let n = 0
+    for await (const _ of client.blocks(query, { fromBlock: 0, toBlock: 127, parallel: 4, segmentBlocks: 5 })) if (++n === 7) break
+    assert.equal(n, 7)
+  })
+
+  it('stops at the height when toBlock is above it', async () => {
+    const client = new ArchiveClient(base, FAST_RETRY)
+    const height = await client.getHeight()
+    assert.equal(height, chunks.at(-1)!.last)
+    const blocks = await collect(client.blocks({ includeAllBlocks: true }, { fromBlock: 120, toBlock: 10_000 }))
+    assert.deepEqual(numbers(blocks), [120, 121, 122, 123, 124, 125, 126, 127])
+  })
+
+  it('throws a 400 at once, without retrying', async () => {
+    let retries = 0
+    const client = new ArchiveClient(base, { ...FAST_RETRY, onRetry: () => retries++ })
+    await assert.rejects(collect(client.blocks({ logs: [{ adress: [] }] }, { fromBlock: 0, toBlock: 5 })), (e: unknown) => {
+      assert.ok(e instanceof HttpError)
+      assert.equal(e.status, 400)
+      assert.match(e.body, /adress/)
+      return true
+    })
+    assert.equal(retries, 0)
+  })
+})
+
+describe('client retries', { timeout: 60_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let records: AnvilRecord[]
+
+  before(async () => {
+    tmp = await tempDir()
+    records = await anvilRecords()
+    await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records.slice(0, 64), 16)
+  })
+
+  after(async () => {
+    await tmp?.cleanup()
+  })
+
+  it('gives up after maxAttempts on a 503 that does not go away', async () => {
+    // Router only: nobody serves the data.
+    const cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 0, heartbeatMs: 100 })
+    try {
+      const retries: number[] = []
+      const client = new ArchiveClient(cluster.datasets.get('anvil')!, { maxAttempts: 3, backoffMs: [10], maxRetryAfterMs: 50, onRetry: (r) => retries.push(r.pauseMs) })
+      assert.equal(await client.getHeight(), -1)
+      await assert.rejects(client.query({ fromBlock: 0, toBlock: 10 }), (e: unknown) => e instanceof HttpError && e.status === 503)
+      // Retry-After (1 s) is honoured up to maxRetryAfterMs.
+      assert.deepEqual(retries, [50, 50])
+    } finally {
+      await cluster.stop()
+    }
+  })
+
+  it('keeps going when a worker dies: its replica serves the rest', async () => {
+    const cluster = await startCluster({
+      storage: new LocalStorage(tmp.dir),
+      workers: 2,
+      replication: 2,
+      heartbeatMs: 100,
+      budgets: { sizeBytes: 5_000 },
+    })
+    try {
+      let retries = 0
+      const client = new ArchiveClient(cluster.datasets.get('anvil')!, { ...FAST_RETRY, onRetry: () => retries++ })
+      const seen: number[] = []
+      let killed = false
+      for await (const batch of client.batches({ includeAllBlocks: true }, { fromBlock: 0, toBlock: 63 })) {
+        seen.push(...batch.blocks.map((b) => b.header.number))
+        if (!killed && seen.length > 10) {
+          killed = true
+          await cluster.workers[0].stop()
+        }
+      }
+      assert.ok(killed)
+      assert.deepEqual(seen, records.slice(0, 64).map((r) => r.number))
+      // Until the router noticed, it still sent every other request to the dead worker's closed port.
+      assert.ok(retries >= 1, 'no request was retried')
+    } finally {
+      await cluster.stop()
+    }
+  })
+})

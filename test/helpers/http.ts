@@ -1,0 +1,81 @@
+import http from 'node:http'
+import zlib from 'node:zlib'
+
+/** A raw HTTP answer: nothing decoded behind the test's back. */
+export interface RawAnswer {
+  status: number
+  headers: http.IncomingHttpHeaders
+  trailers: NodeJS.Dict<string>
+  /** The body as sent (still compressed if it was). */
+  raw: Buffer
+  /** The body after undoing `content-encoding`, as text. */
+  text: string
+}
+
+export interface RawRequest {
+  method?: string
+  headers?: Record<string, string>
+  body?: string | Buffer
+}
+
+export function request(url: string, opts: RawRequest = {}): Promise<RawAnswer> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: opts.method ?? 'GET', headers: opts.headers, agent: false }, (res) => {
+      const parts: Buffer[] = []
+      res.on('data', (d: Buffer) => parts.push(d))
+      res.on('error', reject)
+      res.on('end', () => {
+        const raw = Buffer.concat(parts)
+        resolve({ status: res.statusCode!, headers: res.headers, trailers: res.trailers, raw, text: decode(raw, res.headers['content-encoding']) })
+      })
+    })
+    req.on('error', reject)
+    req.end(opts.body)
+  })
+}
+
+export function decode(raw: Buffer, encoding: string | undefined): string {
+  switch (encoding) {
+    case 'gzip':
+      return zlib.gunzipSync(raw).toString('utf8')
+    case 'br':
+      return zlib.brotliDecompressSync(raw).toString('utf8')
+    case undefined:
+    case 'identity':
+      return raw.toString('utf8')
+    default:
+      throw new Error(`unexpected content-encoding ${encoding}`)
+  }
+}
+
+/** POST a JSON query (or any body) with `content-type: application/json` unless told otherwise. */
+export function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<RawAnswer> {
+  return request(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  })
+}
+
+/**
+ * POST a query, read the first bytes of the answer, then drop the connection. Resolves with the
+ * number of bytes received before hanging up.
+ */
+export function postAndHangUp(url: string, body: unknown, afterBytes: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'POST', headers: { 'content-type': 'application/json' }, agent: false }, (res) => {
+      let got = 0
+      res.on('data', (d: Buffer) => {
+        got += d.length
+        if (got >= afterBytes) {
+          req.destroy()
+          resolve(got)
+        }
+      })
+      res.on('end', () => resolve(got))
+      res.on('error', () => {})
+    })
+    req.on('error', (e) => (req.destroyed ? undefined : reject(e)))
+    req.end(JSON.stringify(body))
+  })
+}

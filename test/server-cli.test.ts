@@ -1,0 +1,199 @@
+import assert from 'node:assert/strict'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
+import { after, before, describe, it } from 'node:test'
+import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+
+/*
+ * The built CLI as separate processes: `router` + two `worker`s, `query` as a client, and `serve`.
+ */
+
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli.js')
+const TRANSFER = '0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef'
+const children = new Set<ChildProcess>()
+
+/** Start a long-running command; resolves with the `<prefix>: <url>` lines it prints. */
+function startCli(args: string[], prefixes: string[]): Promise<{ child: ChildProcess; lines: Map<string, string[]>; stderr: () => string }> {
+  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+  children.add(child)
+  child.once('exit', () => children.delete(child))
+  let stderr = ''
+  child.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-10_000)))
+  const lines = new Map<string, string[]>()
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${args[0]} did not print ${prefixes} in time: ${stderr}`)), 30_000)
+    child.once('exit', (code) => reject(new Error(`${args[0]} exited with ${code}: ${stderr}`)))
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      const m = /^([\w ]+?): (\S+)/.exec(line)
+      if (!m) return
+      lines.set(m[1], [...(lines.get(m[1]) ?? []), m[2]])
+      if (prefixes.every((p) => lines.has(p))) {
+        clearTimeout(timer)
+        resolve({ child, lines, stderr: () => stderr })
+      }
+    })
+  })
+}
+
+/** Run a command to its end. */
+function runCli(args: string[], stdin?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [CLI, ...args], { stdio: ['pipe', 'pipe', 'pipe'] })
+    children.add(child)
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (d) => (stdout += d))
+    child.stderr.on('data', (d) => (stderr += d))
+    child.stdin.end(stdin)
+    child.once('exit', (code) => {
+      children.delete(child)
+      resolve({ code, stdout, stderr })
+    })
+  })
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const v = await probe().catch(() => undefined)
+    if (v !== undefined) return v
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+const ndjson = (text: string) => text.split('\n').filter(Boolean).map((l) => JSON.parse(l))
+
+describe('CLI: router and workers as separate processes', { timeout: 120_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let records: AnvilRecord[]
+  let routerUrl: string
+  let base: string
+  const workers: ChildProcess[] = []
+
+  before(async () => {
+    tmp = await tempDir()
+    records = await anvilRecords()
+    await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
+    const hb = ['--heartbeat-ms', '200']
+    const router = await startCli(['router', '--data', tmp.dir, '--port', '0', '--replication', '2', '--relist-ms', '500', ...hb], ['router', 'dataset anvil'])
+    routerUrl = router.lines.get('router')![0]
+    base = router.lines.get('dataset anvil')![0]
+    assert.equal(base, `${routerUrl}/datasets/anvil`)
+    for (let i = 0; i < 2; i++) {
+      const w = await startCli(['worker', '--router', routerUrl, '--data', tmp.dir, '--port', '0', '--max-response-bytes', '30000', ...hb], ['worker'])
+      workers.push(w.child)
+    }
+    await until('both workers serving everything', async () => {
+      const s = await (await fetch(`${routerUrl}/status`)).json()
+      const alive = s.workers.filter((w: any) => w.alive && JSON.stringify(w.state.anvil) === JSON.stringify([[0, 127]]))
+      return alive.length === 2 && s.datasets[0].height === 127 ? true : undefined
+    })
+  })
+
+  after(async () => {
+    for (const c of children) c.kill('SIGKILL')
+    await tmp?.cleanup()
+  })
+
+  it('query prints every block of the range once, as NDJSON', async () => {
+    const r = await runCli(['query', base, '--from', '0', '--to', '127', '{"includeAllBlocks":true,"fields":{"block":{"timestamp":true}}}'])
+    assert.equal(r.code, 0, r.stderr)
+    const blocks = ndjson(r.stdout)
+    assert.deepEqual(blocks.map((b) => b.header.number), records.map((x) => x.number))
+    for (const b of blocks) assert.equal(b.header.hash, records[b.header.number].block.hash.toLowerCase())
+    assert.match(r.stderr, /done: 128 blocks/)
+  })
+
+  it('query reads a query file and runs requests in parallel, in order', async () => {
+    const file = path.join(tmp.dir, 'q.json')
+    await writeFile(file, JSON.stringify({ fromBlock: 999, logs: [{ topic0: [TRANSFER] }], fields: { log: { data: true } } }))
+    const seq = await runCli(['query', base, '--from', '10', '--to', '100', '--query', file, '-q'])
+    const par = await runCli(['query', base, '--from', '10', '--to', '100', '--query', file, '--parallel', '3', '-q'])
+    assert.equal(seq.code, 0, seq.stderr)
+    assert.equal(par.code, 0, par.stderr)
+    assert.equal(seq.stderr, '')
+    assert.equal(par.stdout, seq.stdout)
+    const logs = ndjson(seq.stdout).flatMap((b) => b.logs.map((l: any) => `${b.header.number}:${l.logIndex}`))
+    const expected = records
+      .filter((r) => r.number >= 10 && r.number <= 100)
+      .flatMap((r) => r.receipts.flatMap((rc: any) => rc.logs.filter((l: any) => l.topics[0] === TRANSFER).map((l: any) => `${r.number}:${parseInt(l.logIndex, 16)}`)))
+    assert.ok(expected.length > 0)
+    assert.deepEqual(logs, expected)
+  })
+
+  it('query reports bad input clearly', async () => {
+    const noFrom = await runCli(['query', base])
+    assert.notEqual(noFrom.code, 0)
+    assert.match(noFrom.stderr, /--from/)
+    const badJson = await runCli(['query', base, '--from', '0', '{oops'])
+    assert.notEqual(badJson.code, 0)
+    assert.match(badJson.stderr, /not valid JSON/)
+    const badQuery = await runCli(['query', base, '--from', '0', '{"logs":[{"adress":[]}]}'])
+    assert.notEqual(badQuery.code, 0)
+    assert.match(badQuery.stderr, /400/)
+    assert.match(badQuery.stderr, /adress/)
+  })
+
+  it('keeps serving when a worker process is killed (replica)', async () => {
+    const victim = workers[0]
+    victim.kill('SIGKILL')
+    await new Promise((r) => victim.once('exit', r))
+    const r = await runCli(['query', base, '--from', '0', '--to', '127', '--max-attempts', '10', '{"includeAllBlocks":true}'])
+    assert.equal(r.code, 0, r.stderr)
+    assert.deepEqual(ndjson(r.stdout).map((b) => b.header.number), records.map((x) => x.number))
+    await until('router to see one live worker', async () => {
+      const s = await (await fetch(`${routerUrl}/status`)).json()
+      return s.workers.filter((w: any) => w.alive).length === 1 ? true : undefined
+    })
+  })
+})
+
+describe('CLI: serve and help', { timeout: 60_000 }, () => {
+  after(() => {
+    for (const c of children) c.kill('SIGKILL')
+  })
+
+  it('serve runs a router and workers over one dataset folder and stops on SIGTERM', async () => {
+    const tmp = await tempDir()
+    try {
+      const records = (await anvilRecords()).slice(0, 40)
+      await writeDataset(path.join(tmp.dir, 'small'), 'small', records, 16)
+      const s = await startCli(['serve', '--data', path.join(tmp.dir, 'small'), '--port', '0', '--workers', '3', '--heartbeat-ms', '200'], ['router', 'dataset small'])
+      assert.equal(s.lines.get('worker')?.length, 3)
+      const base = s.lines.get('dataset small')![0]
+      await until('height', async () => ((await (await fetch(`${base}/height`)).text()) === '39' ? true : undefined))
+      const r = await runCli(['query', base, '--from', '0', '{"includeAllBlocks":true}'])
+      assert.equal(r.code, 0, r.stderr)
+      assert.deepEqual(ndjson(r.stdout).map((b) => b.header.number), records.map((x) => x.number))
+      const exited = new Promise((resolve) => s.child.once('exit', resolve))
+      s.child.kill('SIGTERM')
+      assert.equal(await exited, 0)
+    } finally {
+      await tmp.cleanup()
+    }
+  })
+
+  it('every command has --help, and bad flags fail clearly', async () => {
+    const expectations: [string, RegExp[]][] = [
+      ['serve', [/--data/, /--workers/, /--replication/, /--heartbeat-ms/, /--body-limit/, /--concurrency/, /BLOCK_ARCHIVE_PORT/]],
+      ['router', [/--data/, /--replication/, /--missed-heartbeats/, /--relist-ms/]],
+      ['worker', [/--router/, /--public-url/, /--max-response-bytes/, /--queue/]],
+      ['query', [/--from/, /--to/, /--query/, /--parallel/, /--follow/]],
+    ]
+    for (const [cmd, patterns] of expectations) {
+      const r = await runCli([cmd, '--help'])
+      assert.equal(r.code, 0, cmd)
+      for (const p of patterns) assert.match(r.stdout, p, `${cmd} --help lacks ${p}`)
+    }
+    const bad = await runCli(['serve', '--data', '/nonexistent', '--workers', 'two'])
+    assert.notEqual(bad.code, 0)
+    assert.match(bad.stderr, /--workers/)
+    const missing = await runCli(['serve', '--data', '/nonexistent/folder', '--port', '0'])
+    assert.notEqual(missing.code, 0)
+    assert.match(missing.stderr, /nonexistent\/folder/)
+  })
+})
