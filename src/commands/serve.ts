@@ -165,7 +165,7 @@ export function registerServe(program: Command): void {
       ...workerSettings(o),
     })
     await server.start(o.host, o.port)
-    console.log(`worker: ${server.url} (id ${server.node.opts.id}, router ${o.router})`)
+    console.log(`worker: ${server.url} (id ${server.id}, router ${o.router})`)
     onShutdown(() => server.stop())
   })
 

@@ -33,6 +33,7 @@ export class Limiter {
    * wait when the client goes away.
    */
   acquire(signal?: AbortSignal): Promise<() => void> {
+    if (signal?.aborted) return Promise.reject(clientGone())
     if (this.active < this.opts.concurrency) {
       this.active++
       this.onChange(this.active, this.waiting.length)
@@ -48,7 +49,7 @@ export class Limiter {
         }, this.opts.queueTimeoutMs),
       }
       signal?.addEventListener('abort', () => {
-        if (this.remove(waiter)) reject(new ApiError(499, 'client-closed', 'the client closed the connection'))
+        if (this.remove(waiter)) reject(clientGone())
       })
       this.waiting.push(waiter)
       this.onChange(this.active, this.waiting.length)
@@ -80,6 +81,8 @@ export class Limiter {
     }
   }
 }
+
+const clientGone = () => new ApiError(499, 'client-closed', 'the client closed the connection')
 
 function busy(message: string): ApiError {
   return new ApiError(503, 'busy', `server is too busy: ${message}`, undefined, 1)

@@ -34,7 +34,8 @@ export const DEFAULT_WORKER_LIMITS: LimiterOptions & { bodyLimit: number } = {
 export class WorkerServer {
   readonly app: FastifyInstance
   readonly limiter: Limiter
-  node!: WorkerNode
+  /** Created once listening (its public URL may depend on the port). */
+  node?: WorkerNode
   url = ''
   private readonly budgets: QueryBudgets
 
@@ -42,10 +43,14 @@ export class WorkerServer {
     this.app = createHttp({ service: 'worker', bodyLimit: opts.bodyLimit ?? DEFAULT_WORKER_LIMITS.bodyLimit })
     this.budgets = { ...DEFAULT_BUDGETS, ...opts.budgets }
     this.limiter = new Limiter(opts, (active, queued) => {
-      workerQueriesActive.set({ worker: this.node?.opts.id ?? '' }, active)
-      workerQueriesQueued.set({ worker: this.node?.opts.id ?? '' }, queued)
+      workerQueriesActive.set({ worker: this.id }, active)
+      workerQueriesQueued.set({ worker: this.id }, queued)
     })
     this.routes()
+  }
+
+  get id(): string {
+    return this.node?.opts.id ?? ''
   }
 
   /** Listen, then register with the router (or list storage) and fetch chunks; returns the base URL. */
@@ -66,7 +71,7 @@ export class WorkerServer {
   }
 
   private routes(): void {
-    this.app.get('/status', async () => ({ ...this.node.status(), queries: this.limiter.stats }))
+    this.app.get('/status', async () => ({ ...this.node?.status(), queries: this.limiter.stats }))
     this.app.post<{ Params: { name: string } }>('/datasets/:name/query', (req, reply) => this.query(req, reply))
   }
 
@@ -81,6 +86,7 @@ export class WorkerServer {
     let release: (() => void) | undefined
     let streaming = false
     try {
+      if (!this.node) throw new ApiError(503, 'starting', 'the worker is starting', undefined, 1)
       lease = this.node.lease(dataset)
       if (!lease) throw new ApiError(404, 'unknown-dataset', `unknown dataset "${dataset}"`)
       release = await this.limiter.acquire(gone.signal)
@@ -124,7 +130,7 @@ export class WorkerServer {
       } finally {
         await pieces.return?.()
       }
-      const labels = { worker: this.node.opts.id, dataset }
+      const labels = { worker: this.id, dataset }
       workerQueryBlocks.inc(labels, stream.stats.blocks)
       workerQueryBytes.inc(labels, stream.stats.bytes)
       observe('worker', req, gone.signal.aborted ? 499 : 200, performance.now() - started)
