@@ -2,17 +2,11 @@
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { Command, InvalidArgumentError } from 'commander'
-import { runGenerate } from './generate.js'
-import { runSql } from './sql.js'
-import { runIngest } from './ingest.js'
-import { runSync } from './sync.js'
-import { runMemory } from './memory.js'
-import { runScaling } from './scaling.js'
-import { runStringify } from './stringify.js'
 
 /*
  * Benchmark entry: `npm run bench -- <name> [flags]` (or `node dist/bench/run.js <name>`).
- * Each benchmark prints Markdown tables; BENCHMARKS.md says what each one measures.
+ * Each benchmark prints Markdown tables; BENCHMARKS.md says what each one measures. Modules are
+ * loaded on demand so that one benchmark's missing dependency does not break the others.
  */
 
 const int = (v: string) => {
@@ -37,7 +31,7 @@ program
   .option('--no-traces', 'leave out the traces table')
   .option('--no-state-diffs', 'leave out the statediffs table')
   .option('--force', 'replace the output folder if it is not empty')
-  .action((o) => runGenerate(o))
+  .action(async (o) => (await import('./generate.js')).runGenerate(o))
 
 program
   .command('sql')
@@ -45,14 +39,14 @@ program
   .option('--runs <n>', 'timed runs per variant', int, 9)
   .option('--threads <n>', 'DuckDB threads', int, 1)
   .option('--shape <name...>', 'only these shapes')
-  .action((o) => runSql(o))
+  .action(async (o) => (await import('./sql.js')).runSql(o))
 
 program
   .command('stringify')
   .description('JSON.stringify baseline: MB/s of one core serialising response objects (and DuckDB building the same JSON)')
   .option('--runs <n>', 'timed runs', int, 7)
   .option('--shape <name...>', 'shapes to serialise', ['all tx+logs', 'logs+tx', 'traces by callTo'])
-  .action((o) => runStringify(o))
+  .action(async (o) => (await import('./stringify.js')).runStringify(o))
 
 program
   .command('ingest')
@@ -60,7 +54,7 @@ program
   .option('--blocks <n>', 'blocks to ingest', int, 600)
   .option('--chunk-blocks <n>', 'blocks per chunk', int, 200)
   .option('--no-traces', 'blocks, transactions and logs only')
-  .action((o) => runIngest(o))
+  .action(async (o) => (await import('./ingest.js')).runIngest(o))
 
 program
   .command('sync')
@@ -70,7 +64,7 @@ program
   .option('--shape <name...>', 'queries', ['logs+tx', 'all tx+logs'])
   .option('--parallel <n...>', 'requests in flight for our client', intList)
   .option('--sdk', 'also sync with @subsquid/evm-processor 1.27.3')
-  .action((o) => runSync({ ...o, parallel: o.parallel ?? [1, 2], sdk: !!o.sdk }))
+  .action(async (o) => (await import('./sync.js')).runSync({ ...o, parallel: o.parallel ?? [1, 2], sdk: !!o.sdk }))
 
 program
   .command('memory')
@@ -79,7 +73,7 @@ program
   .option('--clients <n>', 'concurrent queries', int, 16)
   .option('--seconds <n>', 'load duration per configuration', int, 20)
   .option('--shape <name>', 'query', 'all tx+logs')
-  .action((o) => runMemory(o))
+  .action(async (o) => (await import('./memory.js')).runMemory(o))
 
 program
   .command('scaling')
@@ -89,7 +83,15 @@ program
   .option('--clients <n>', 'concurrent clients', int, 8)
   .option('--seconds <n>', 'load duration per point', int, 10)
   .option('--shape <name...>', 'queries', ['logs+tx', 'all tx+logs'])
-  .action((o) => runScaling({ ...o, workers: o.workers ?? [1, 2, 4] }))
+  .action(async (o) => (await import('./scaling.js')).runScaling({ ...o, workers: o.workers ?? [1, 2, 4] }))
+
+program
+  .command('worker')
+  .description('query engine latency per shape vs bare SQL on one chunk, and its JSON rate vs JSON.stringify')
+  .option('--runs <n>', 'timed runs per variant', int, 7)
+  .option('--shape <name...>', 'only these shapes')
+  .option('--no-http', 'leave out the worker-over-HTTP column')
+  .action(async (o) => (await import('./worker.js')).runWorker(o))
 
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
 const ALL: string[][] = [
@@ -97,6 +99,10 @@ const ALL: string[][] = [
   ['ingest'],
   ['sql'],
   ['stringify'],
+  ['worker'],
+  ['sync'],
+  ['memory'],
+  ['scaling'],
 ]
 
 program

@@ -1,0 +1,101 @@
+import path from 'node:path'
+import { configureDb, connect } from '../src/db.js'
+import { evmFamily } from '../src/families/evm.js'
+import type { DatasetView, QueryBudgets } from '../src/query/types.js'
+import { LocalStorage } from '../src/server/storage.js'
+import { startWorker } from '../src/server/worker-http.js'
+import { benchChunk } from './lib/chunk.js'
+import { mb, ms, timeInterleaved } from './lib/measure.js'
+import { machine, printTable } from './lib/report.js'
+import { SHAPES, shapeByName } from './lib/shapes.js'
+import { responseObjects, runJson, runRows, type Range } from './lib/sql.js'
+
+export interface WorkerBenchOptions {
+  runs: number
+  shape?: string[]
+  http: boolean
+}
+
+/** Budgets high enough that no answer is cut: the benchmark compares whole answers. */
+const UNCUT: QueryBudgets = { sizeBytes: 2 ** 40, timeMs: 10 * 60_000 }
+
+/**
+ * `bench worker`: the query engine (`prepareQuery`, consuming the whole JSON body) per query shape
+ * on one chunk, interleaved with the bare SQL of `bench sql`; ratio = engine / bare SQL. Then the
+ * engine's JSON output rate against JSON.stringify of the same answer held as JS objects.
+ */
+export async function runWorker(o: WorkerBenchOptions): Promise<void> {
+  // Loaded by a computed name until src/query/engine.ts is committed, so the build does not fail.
+  const engineModule = '../src/query/engine.js'
+  const { prepareQuery } = await import(engineModule)
+  configureDb({ threads: 1 })
+  const { root, dir, meta } = await benchChunk()
+  const range: Range = { dir, from: meta.first, to: meta.last }
+  const name = path.basename(root)
+  const view: DatasetView = {
+    name,
+    family: evmFamily,
+    chunks: [{ top: 0, first: meta.first, last: meta.last, hash: '', path: path.relative(root, dir), coverFrom: 0, dir }],
+    height: meta.last,
+  }
+  const con = await connect()
+  const worker = o.http
+    ? await startWorker({ storage: new LocalStorage(root), heartbeatMs: 60_000, dropGraceMs: 60_000, concurrency: 1, queue: 4, queueTimeoutMs: 60_000, budgets: UNCUT })
+    : undefined
+  const engine = async (query: unknown) => {
+    const s = await prepareQuery(view, query, UNCUT)
+    let n = 0
+    for await (const piece of s.body as AsyncIterable<string>) n += piece.length
+    return n
+  }
+  const overHttp = async (query: unknown) => {
+    const res = await fetch(`${worker!.url}/datasets/${name}/query`, {
+      method: 'POST', headers: { 'content-type': 'application/json', 'accept-encoding': 'identity' }, body: JSON.stringify(query),
+    })
+    const text = await res.text()
+    if (!res.ok) throw new Error(`worker answered ${res.status}: ${text.slice(0, 300)}`)
+    return text.length
+  }
+  console.log(`machine: ${machine()}`)
+  console.log(`one chunk, ${meta.blockCount} blocks; DuckDB threads 1; ${o.runs} interleaved runs, medians in ms`)
+  try {
+    const rows: string[][] = []
+    for (const shape of o.shape?.length ? o.shape.map(shapeByName) : SHAPES) {
+      const query = shape.query(meta.first, meta.last)
+      const engineBytes = await engine(query)
+      const sqlJsonBytes = await runJson(con, shape, range)
+      const variants = [() => engine(query), () => runRows(con, shape, range), () => runJson(con, shape, range)]
+      if (worker) variants.push(() => overHttp(query))
+      const [e, r, j, h] = await timeInterleaved(variants, o.runs, 2)
+      const best = Math.min(r.median, j.median)
+      rows.push([
+        shape.name, mb(engineBytes), mb(sqlJsonBytes), ms(e.median), ms(r.median), ms(j.median),
+        `${(e.median / best).toFixed(2)}×${e.median / best <= 1.5 ? '' : ' ✗'}`,
+        h ? ms(h.median) : '',
+      ])
+    }
+    printTable('engine latency vs bare SQL, one chunk (target: engine ≤ 1.5 × the faster bare SQL)',
+      ['shape', 'engine JSON MB', 'SQL JSON MB', 'engine', 'SQL → JS rows', 'SQL → JSON', 'engine / best SQL', 'worker over HTTP'], rows)
+
+    const out: string[][] = []
+    for (const shape of [shapeByName('all tx+logs'), shapeByName('traces by callTo')]) {
+      const query = shape.query(meta.first, meta.last)
+      const objects = await responseObjects(con, shape, range)
+      const bytes = await engine(query)
+      const stringifyBytes = JSON.stringify(objects).length
+      const [e, s] = await timeInterleaved([() => engine(query), () => {
+        let n = 0
+        for (const b of objects) n += JSON.stringify(b).length + 1
+        return n
+      }], o.runs, 1)
+      const eRate = bytes / 1e6 / (e.median / 1000)
+      const sRate = stringifyBytes / 1e6 / (s.median / 1000)
+      out.push([shape.name, mb(bytes), `${eRate.toFixed(0)}`, `${sRate.toFixed(0)}`, `${((eRate / sRate) * 100).toFixed(0)} %${eRate / sRate >= 0.8 ? '' : ' ✗'}`])
+    }
+    printTable('JSON output rate: engine (Parquet → JSON) vs JSON.stringify of the answer held as JS objects, one core (target ≥ 80 %)',
+      ['shape', 'JSON MB', 'engine MB/s', 'JSON.stringify MB/s', 'engine / stringify'], out)
+  } finally {
+    con.closeSync()
+    await worker?.stop()
+  }
+}
