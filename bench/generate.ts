@@ -3,7 +3,7 @@ import path from 'node:path'
 import { generateDataset } from '../src/bench-data/generate.js'
 import { fmtRate, mb, ms } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
-import { progress } from './lib/progress.js'
+import { progress } from '../src/bench-data/progress.js'
 
 export interface GenerateBenchOptions {
   out?: string

@@ -9,7 +9,7 @@ import { templateFor, tileBlock } from '../src/bench-data/tile.js'
 import { benchRoot } from './lib/dataset.js'
 import { fmtRate, mb, ms } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
-import { progress } from './lib/progress.js'
+import { progress } from '../src/bench-data/progress.js'
 
 export interface IngestBenchOptions {
   blocks: number

@@ -3,7 +3,7 @@ import { writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { generateDataset, type GenerateStats } from '../../src/bench-data/generate.js'
-import { progress } from './progress.js'
+import { progress } from '../../src/bench-data/progress.js'
 
 export const benchRoot = () => process.env.BENCH_DIR ?? path.join(tmpdir(), 'block-archive-bench')
 
