@@ -181,7 +181,7 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
   it('survives a client hanging up mid-stream and frees the slot', async () => {
     const full = await postJson(queryUrl, BIG_QUERY)
     assert.equal(full.status, 200)
-    assert.ok(full.raw.length > 1_000_000, `answer of ${full.raw.length} bytes is too small to hang up in the middle`)
+    assert.ok(full.raw.length > 200_000, `answer of ${full.raw.length} bytes is too small to hang up in the middle`)
     for (let i = 0; i < 3; i++) {
       const got = await postAndHangUp(queryUrl, BIG_QUERY, 1000)
       assert.ok(got < full.raw.length, 'the answer was read to the end')

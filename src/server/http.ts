@@ -63,6 +63,8 @@ export function createHttp(opts: HttpOptions): FastifyInstance {
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit ?? 8 * 1024 * 1024,
   })
+  // Only JSON bodies are queries: without fastify's text/plain parser, other types answer 415.
+  app.removeContentTypeParser('text/plain')
   app.setErrorHandler((e, req, reply) => {
     sendApiError(reply, toApiError(e, req))
   })

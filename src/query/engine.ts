@@ -1,0 +1,292 @@
+import { existsSync } from 'node:fs'
+import path from 'node:path'
+import type { DuckDBConnection } from '@duckdb/node-api'
+import { listValue, LIST, BIGINT, VARCHAR } from '@duckdb/node-api'
+import { connect, ident, lit } from '../db.js'
+import { ApiError, badRequest } from '../errors.js'
+import { tableOf } from '../families/declaration.js'
+import { ChunkRun, type SelectedBlock } from './chunk-run.js'
+import { planQuery, planTables, type QueryPlan } from './plan.js'
+import type { DatasetView, HeldChunk, QueryBudgets, QueryStream } from './types.js'
+import { INLINE_LIST_MAX } from './sql.js'
+import { validateQuery } from './validate.js'
+
+/*
+ * The generic query engine: validate a query against the dataset's family declaration, find the
+ * contiguous run of held chunks that contains `fromBlock`, and stream the JSON answer chunk by
+ * chunk, slice by slice, stopping at a block boundary when a budget is spent (DECISIONS §16–19,
+ * §25–27).
+ */
+
+export const DEFAULT_BUDGETS: QueryBudgets = { sizeBytes: 20 * 1024 * 1024, timeMs: 2000 }
+
+/** Largest estimated JSON aggregated in one statement: bounds a query's memory. */
+const SLICE_BYTES = 8 * 1024 * 1024
+/** Output is handed to the HTTP layer in pieces of about this size. */
+const PIECE_BYTES = 64 * 1024
+/** Blocks listed in a fork answer (DECISIONS §5). */
+const FORK_BLOCKS = 100
+
+/** Which tables a chunk folder has (chunks are immutable, so this is cached). */
+const chunkTables = new Map<string, Set<string>>()
+
+function hasTable(chunk: HeldChunk, table: string): boolean {
+  let set = chunkTables.get(chunk.dir)
+  if (!set) {
+    set = new Set()
+    chunkTables.set(chunk.dir, set)
+  }
+  if (!set.has(table) && existsSync(path.join(chunk.dir, `${table}.parquet`))) set.add(table)
+  return set.has(table)
+}
+
+function missingTable(plan: QueryPlan, chunk: HeldChunk): string | undefined {
+  return planTables(plan).find((t) => !hasTable(chunk, t))
+}
+
+/** Held chunks from the one answering for `block` on, as long as they follow each other in the dataset. */
+function contiguousRun(chunks: HeldChunk[], block: number): HeldChunk[] {
+  const start = chunks.findIndex((c) => c.coverFrom <= block && block <= c.last)
+  if (start < 0) return []
+  const run = [chunks[start]]
+  for (let i = start + 1; i < chunks.length && chunks[i].coverFrom === run[run.length - 1].last + 1; i++) run.push(chunks[i])
+  return run
+}
+
+const noBlocks = (from: number, to: number | undefined) =>
+  new ApiError(400, 'no-blocks-in-range', `the dataset has no block in [${from}, ${to ?? 'end'}]`)
+
+export async function prepareQuery(view: DatasetView, body: unknown, budgets: QueryBudgets): Promise<QueryStream> {
+  const query = validateQuery(view.family, body)
+  const plan = planQuery(view.family, query)
+  const from = query.fromBlock
+  if (view.height < 0 || from > view.height) {
+    throw badRequest('above-height', `block ${from} is above the height of dataset ${view.name} (${view.height})`)
+  }
+  const run = contiguousRun(view.chunks, from)
+  if (run.length === 0) {
+    throw badRequest('not-available', `data for block ${from} of dataset ${view.name} is not available on this worker`)
+  }
+  const to = Math.min(query.toBlock ?? Infinity, run[run.length - 1].last)
+  const chunks = run.filter((c) => c.first <= to)
+  if (chunks.length === 0) throw noBlocks(from, query.toBlock)
+  const missing = missingTable(plan, chunks[0])
+  if (missing) throw badRequest('table-not-available', `"${missing}" data is not available for block ${from} of dataset ${view.name}`)
+
+  const con = await connect()
+  try {
+    const values = await createValueTables(con, plan)
+    const first = new ChunkRun(con, plan, chunks[0].dir, Math.max(from, chunks[0].first), Math.min(to, chunks[0].last), values)
+    const firstBlocks = await first.prepare(query.includeAllBlocks)
+    if (firstBlocks.length === 0) throw noBlocks(from, query.toBlock)
+    if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
+    const stats = { chunksRead: 0, blocks: 0, bytes: 0, lastBlock: -1 }
+    const body = answer({ con, plan, chunks, from, to, budgets, stats, first, firstBlocks, values })
+    return { body, stats }
+  } catch (e) {
+    con.closeSync()
+    throw e
+  }
+}
+
+interface AnswerArgs {
+  con: DuckDBConnection
+  plan: QueryPlan
+  chunks: HeldChunk[]
+  from: number
+  to: number
+  budgets: QueryBudgets
+  stats: QueryStream['stats']
+  first: ChunkRun
+  firstBlocks: SelectedBlock[]
+  values: (values: unknown[]) => string
+}
+
+async function* answer(a: AnswerArgs): AsyncGenerator<string> {
+  const { con, plan, chunks, budgets, stats } = a
+  const started = performance.now()
+  const kinds = plan.kinds.map((k) => k.output)
+  const emptyArrays = kinds.map((k) => `,"${k}":[]`).join('')
+  let piece = '['
+  let sep = ''
+  const add = (block: number, text: string) => {
+    piece += sep + text
+    sep = ','
+    stats.blocks++
+    stats.bytes += text.length + 1
+    stats.lastBlock = block
+  }
+  const spent = () => stats.bytes >= budgets.sizeBytes || performance.now() - started >= budgets.timeMs
+  try {
+    for (let ci = 0; ci < chunks.length; ci++) {
+      const chunk = chunks[ci]
+      let run: ChunkRun
+      let blocks: SelectedBlock[]
+      if (ci === 0) {
+        run = a.first
+        blocks = a.firstBlocks
+      } else {
+        // A later chunk without a table the query needs ends the answer; the next query starts there and gets the 400.
+        if (missingTable(plan, chunk)) break
+        run = new ChunkRun(con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), a.values)
+        blocks = await run.prepare(plan.query.includeAllBlocks)
+      }
+      stats.chunksRead++
+      if (blocks.length === 0) continue
+      const wanted = blocks.filter((b, i) => b.items || (ci === 0 && i === 0))
+      const tail = blocks[blocks.length - 1]
+      const tailWanted = wanted.length > 0 && wanted[wanted.length - 1] === tail
+      const lastChunk = ci === chunks.length - 1
+      let stop = false
+      for (let i = 0; i < wanted.length && !stop; ) {
+        // A slice: consecutive wanted blocks whose estimated JSON fits the slice and the remaining budget.
+        const room = Math.max(1, Math.min(SLICE_BYTES, budgets.sizeBytes - stats.bytes))
+        let j = i
+        let weight = wanted[i].weight
+        while (j + 1 < wanted.length && weight + wanted[j + 1].weight <= room) weight += wanted[++j].weight
+        const lo = wanted[i].number
+        const hi = wanted[j].number
+        if (i === j && weight > SLICE_BYTES) {
+          // One giant block: stream its items row by row instead of aggregating them.
+          yield piece
+          piece = ''
+          yield* giantBlock(run, lo, sep, kinds)
+          sep = ','
+          stats.blocks++
+          stats.lastBlock = lo
+        } else {
+          const want = new Set(wanted.slice(i, j + 1).map((b) => b.number))
+          let cur = -1
+          let header = ''
+          let items: string[] = []
+          const flush = () => {
+            if (cur < 0) return
+            add(cur, `{"header":${header}${kinds.map((k, x) => `,"${k}":[${items[x]}]`).join('')}}`)
+            cur = -1
+          }
+          for await (const [b, k, json] of run.slice(lo, hi)) {
+            if (k === 0) {
+              flush()
+              if (!want.has(b)) continue
+              cur = b
+              header = json
+              items = kinds.map(() => '')
+            } else if (b === cur) {
+              items[k - 1] = json
+            }
+            if (piece.length >= PIECE_BYTES) {
+              yield piece
+              piece = ''
+            }
+          }
+          flush()
+        }
+        i = j + 1
+        stop = spent()
+      }
+      const more = !stop && !lastChunk && !spent()
+      if (!tailWanted && !more && stats.lastBlock < tail.number) {
+        // The answer ends in this chunk: its last scanned block is where the client continues.
+        add(tail.number, `{"header":${await run.header(tail.number)}${emptyArrays}}`)
+      }
+      if (piece.length >= PIECE_BYTES) {
+        yield piece
+        piece = ''
+      }
+      if (!more) break
+    }
+    yield piece + ']'
+  } finally {
+    con.closeSync()
+  }
+}
+
+async function* giantBlock(run: ChunkRun, block: number, sep: string, kinds: string[]): AsyncGenerator<string> {
+  let piece = `${sep}{"header":${await run.header(block)}`
+  for (let k = 0; k < kinds.length; k++) {
+    piece += `,"${kinds[k]}":[`
+    let first = true
+    for await (const json of run.rows(k, block)) {
+      piece += (first ? '' : ',') + json
+      first = false
+      if (piece.length >= PIECE_BYTES) {
+        yield piece
+        piece = ''
+      }
+    }
+    piece += ']'
+  }
+  yield piece + '}'
+}
+
+/**
+ * Long filter lists become one-column (`v`) temp tables, created once per query before any SQL
+ * names them; the returned function maps a list to its table.
+ */
+async function createValueTables(con: DuckDBConnection, plan: QueryPlan): Promise<(values: unknown[]) => string> {
+  const names = new Map<unknown[], string>()
+  for (const scan of plan.scans) {
+    for (const [key, value] of Object.entries(scan.filters)) {
+      if (scan.item.filters[key].kind !== 'in') continue
+      const values = value as (string | number)[]
+      if (values.length <= INLINE_LIST_MAX) continue
+      const name = `v${names.size}`
+      const numeric = typeof values[0] === 'number'
+      await con.run(
+        `CREATE TEMP TABLE ${name} AS SELECT DISTINCT unnest($1) AS v`,
+        [listValue(numeric ? values.map((v) => BigInt(v)) : (values as string[]))],
+        [LIST(numeric ? BIGINT : VARCHAR)],
+      )
+      names.set(values, name)
+    }
+  }
+  return (values) => {
+    const name = names.get(values)
+    if (!name) throw new Error('value table was not created for a filter list')
+    return name
+  }
+}
+
+/**
+ * DECISIONS §5, §27: when the parent of `fromBlock` exists in the dataset and has another hash than
+ * the client expects, answer 409 with the blocks before `fromBlock` so the client can find the fork.
+ */
+async function checkParent(con: DuckDBConnection, view: DatasetView, from: number, expected: string): Promise<void> {
+  if (from === 0) return
+  const parent = from - 1
+  const header = view.family.header
+  const numberCol = ident(tableOf(view.family, header.table).blockColumn)
+  const file = (c: HeldChunk) => `read_parquet(${lit(path.join(c.dir, `${header.table}.parquet`))})`
+  let actual: string | undefined
+  const holder = view.chunks.find((c) => c.first <= parent && parent <= c.last)
+  if (holder) {
+    const r = await con.runAndReadAll(`SELECT hash FROM ${file(holder)} WHERE ${numberCol} = ${parent}`)
+    actual = r.getRows()[0]?.[0] as string | undefined
+  } else {
+    // The parent is the last block of a chunk held elsewhere: the first block of ours names it.
+    const next = view.chunks.find((c) => c.first === from && c.coverFrom === from)
+    if (next) {
+      const r = await con.runAndReadAll(`SELECT parent_hash FROM ${file(next)} WHERE ${numberCol} = ${from}`)
+      actual = r.getRows()[0]?.[0] as string | undefined
+    }
+  }
+  if (actual === undefined || actual === expected) return
+  const previous: { number: number; hash: string }[] = []
+  for (const c of [...view.chunks].reverse()) {
+    if (c.first > parent || previous.length >= FORK_BLOCKS) continue
+    const r = await con.runAndReadAll(
+      `SELECT ${numberCol}, hash FROM ${file(c)} WHERE ${numberCol} <= ${parent} ORDER BY ${numberCol} DESC LIMIT ${FORK_BLOCKS - previous.length}`,
+    )
+    for (const [n, h] of r.getRows()) previous.push({ number: Number(n), hash: h as string })
+  }
+  if (previous.length === 0) previous.push({ number: parent, hash: actual })
+  previous.reverse()
+  throw new ApiError(
+    409,
+    'fork',
+    `block ${parent} has hash ${actual}, not ${expected}: the client is on another fork`,
+    undefined,
+    undefined,
+    { previousBlocks: previous },
+  )
+}

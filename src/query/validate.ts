@@ -1,0 +1,211 @@
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv'
+import { ApiError, badRequest } from '../errors.js'
+import type { FamilyDecl, FilterDecl, ItemDecl } from '../families/declaration.js'
+
+/*
+ * Query validation (DECISIONS §1–4, §7, §28), compiled once per family from its declaration into a
+ * JSON schema checked by ajv. Errors name the JSON path of the offending value (`logs[0].adress`).
+ */
+
+export const MAX_ITEM_REQUESTS = 100
+
+/** A request object after validation: filter values normalised, relation flags as booleans. */
+export interface ValidRequest {
+  filters: Record<string, unknown>
+  relations: string[]
+}
+
+export interface ValidQuery {
+  fromBlock: number
+  toBlock?: number
+  includeAllBlocks: boolean
+  parentBlockHash?: string
+  /** selector → selected field names (only `true` flags). */
+  fields: Record<string, string[]>
+  /** item selector → its requests, in query order. */
+  requests: Map<string, ValidRequest[]>
+}
+
+const HEX = '^0x[0-9a-fA-F]*$'
+
+function filterSchema(f: FilterDecl): object {
+  switch (f.kind) {
+    case 'in':
+      switch (f.values) {
+        case 'hex':
+        case 'felt':
+          return { type: ['array', 'null'], items: { type: 'string', pattern: HEX } }
+        case 'integer':
+          return { type: ['array', 'null'], items: { type: 'integer' } }
+        default:
+          return { type: ['array', 'null'], items: { type: 'string' } }
+      }
+    case 'min':
+    case 'max':
+      return { type: ['integer', 'null'], minimum: 0 }
+    case 'nonZero':
+      return { type: ['boolean', 'null'] }
+  }
+}
+
+function requestSchema(item: ItemDecl): object {
+  const properties: Record<string, object> = {}
+  for (const [name, f] of Object.entries(item.filters)) properties[name] = filterSchema(f)
+  for (const name of Object.keys(item.relations)) properties[name] = { type: ['boolean', 'null'] }
+  return { type: 'object', additionalProperties: false, properties }
+}
+
+function selectorSchema(item: ItemDecl): object {
+  const properties = Object.fromEntries(Object.keys(item.fields).map((f) => [f, { type: 'boolean' }]))
+  return { type: ['object', 'null'], additionalProperties: false, properties }
+}
+
+export function querySchema(family: FamilyDecl): object {
+  const all = [family.header, ...family.items]
+  const properties: Record<string, object> = {
+    type: { type: 'string' },
+    fromBlock: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+    toBlock: { type: ['integer', 'null'], minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
+    includeAllBlocks: { type: ['boolean', 'null'] },
+    parentBlockHash: { type: ['string', 'null'], pattern: HEX },
+    fields: {
+      type: ['object', 'null'],
+      additionalProperties: false,
+      properties: Object.fromEntries(all.map((i) => [i.selector, selectorSchema(i)])),
+    },
+  }
+  for (const item of family.items) {
+    if (item.request) properties[item.request] = { type: ['array', 'null'], items: requestSchema(item) }
+  }
+  return { type: 'object', additionalProperties: false, required: ['fromBlock'], properties }
+}
+
+/** `/logs/0/address/3` → `logs[0].address[3]` */
+function jsonPath(pointer: string, extra?: string): string {
+  let out = ''
+  const parts = pointer.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'))
+  if (extra !== undefined) parts.push(extra)
+  for (const p of parts) out += /^\d+$/.test(p) ? `[${p}]` : out ? `.${p}` : p
+  return out
+}
+
+function describe(e: ErrorObject): ApiError {
+  switch (e.keyword) {
+    case 'additionalProperty':
+    case 'additionalProperties': {
+      const key = (e.params as { additionalProperty: string }).additionalProperty
+      const path = jsonPath(e.instancePath, key)
+      return badRequest('invalid-query', `unknown key "${key}" at ${path}`, path)
+    }
+    case 'required': {
+      const key = (e.params as { missingProperty: string }).missingProperty
+      return badRequest('invalid-query', `"${key}" is required`, jsonPath(e.instancePath, key))
+    }
+    case 'type': {
+      const path = jsonPath(e.instancePath) || '(query)'
+      const expected = ([] as string[]).concat((e.params as { type: string | string[] }).type).filter((t) => t !== 'null')
+      return badRequest('invalid-query', `${path}: expected ${expected.join(' or ')}`, path)
+    }
+    case 'pattern': {
+      const path = jsonPath(e.instancePath)
+      return badRequest('invalid-query', `${path}: expected a 0x-prefixed hex string`, path)
+    }
+    case 'minimum':
+    case 'maximum': {
+      const path = jsonPath(e.instancePath)
+      return badRequest('invalid-query', `${path}: ${e.message}`, path)
+    }
+    default: {
+      const path = jsonPath(e.instancePath)
+      return badRequest('invalid-query', `${path || 'query'}: ${e.message}`, path || undefined)
+    }
+  }
+}
+
+const compiled = new WeakMap<FamilyDecl, ValidateFunction>()
+
+function validator(family: FamilyDecl): ValidateFunction {
+  let v = compiled.get(family)
+  if (!v) {
+    const ajv = new Ajv({ allErrors: false, strict: true })
+    v = ajv.compile(querySchema(family))
+    compiled.set(family, v)
+  }
+  return v
+}
+
+const FAMILY_OF_TYPE: Record<string, string> = { evm: 'evm', eth: 'evm', starknet: 'starknet', substrate: 'substrate' }
+
+function normalizeValues(f: FilterDecl, value: unknown): unknown {
+  if (value == null || f.kind !== 'in') return value
+  const list = value as unknown[]
+  switch (f.values) {
+    case 'hex':
+    case 'lowercase':
+      return list.map((v) => (v as string).toLowerCase())
+    case 'felt':
+      return list.map((v) => '0x' + ((v as string).slice(2).toLowerCase().replace(/^0+/, '') || '0'))
+    default:
+      return list
+  }
+}
+
+/** Check a query body against the family; throws ApiError(400) naming the problem. */
+export function validateQuery(family: FamilyDecl, body: unknown): ValidQuery {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw badRequest('invalid-query', 'the query must be a JSON object')
+  }
+  const q = body as Record<string, any>
+  if (q.type !== undefined) {
+    if (typeof q.type !== 'string') throw badRequest('invalid-query', 'type: expected string', 'type')
+    const fam = FAMILY_OF_TYPE[q.type]
+    if (!fam) throw badRequest('unknown-type', `unknown query type "${q.type}" (known: ${Object.keys(FAMILY_OF_TYPE).join(', ')})`, 'type')
+    if (!family.queryTypes.includes(q.type)) {
+      throw badRequest('wrong-family', `this dataset holds ${family.name} data; a query of type "${q.type}" does not apply to it`, 'type')
+    }
+  } else if (!family.queryTypes.includes(undefined)) {
+    throw badRequest('invalid-query', `"type" is required for ${family.name} datasets`, 'type')
+  }
+  const validate = validator(family)
+  if (!validate(q)) throw describe(validate.errors![0])
+
+  if (q.toBlock != null && q.toBlock < q.fromBlock) {
+    throw badRequest('invalid-range', `toBlock ${q.toBlock} is below fromBlock ${q.fromBlock}`, 'toBlock')
+  }
+  let count = 0
+  const requests = new Map<string, ValidRequest[]>()
+  for (const item of family.items) {
+    const list: Record<string, unknown>[] | null | undefined = item.request ? q[item.request] : undefined
+    if (!list?.length) continue
+    count += list.length
+    requests.set(
+      item.selector,
+      list.map((r) => {
+        const filters: Record<string, unknown> = {}
+        const relations: string[] = []
+        for (const [key, value] of Object.entries(r)) {
+          const f = item.filters[key]
+          if (f) {
+            if (value != null) filters[key] = normalizeValues(f, value)
+          } else if (value === true) relations.push(key)
+        }
+        return { filters, relations }
+      }),
+    )
+  }
+  if (count > MAX_ITEM_REQUESTS) {
+    throw badRequest('too-many-requests', `the query has ${count} item requests; at most ${MAX_ITEM_REQUESTS} are allowed`)
+  }
+  const fields: Record<string, string[]> = {}
+  for (const [selector, flags] of Object.entries<Record<string, boolean> | null>(q.fields ?? {})) {
+    fields[selector] = Object.entries(flags ?? {}).filter(([, on]) => on).map(([name]) => name)
+  }
+  return {
+    fromBlock: q.fromBlock,
+    toBlock: q.toBlock ?? undefined,
+    includeAllBlocks: q.includeAllBlocks === true,
+    parentBlockHash: q.parentBlockHash == null ? undefined : q.parentBlockHash.toLowerCase(),
+    fields,
+    requests,
+  }
+}
