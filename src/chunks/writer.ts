@@ -16,6 +16,8 @@ export interface WriteOptions {
   /** Rows per Parquet row group (blocks table uses a fifth of it). */
   rowGroupSize?: number
   compressionLevel?: number
+  /** Extra members of meta.json (e.g. which RPC methods filled each table). */
+  extraMeta?: Record<string, unknown>
 }
 
 /**
@@ -93,6 +95,7 @@ export class ChunkBuilder {
       con.closeSync()
     }
     const meta: ChunkMeta = {
+      ...this.opts.extraMeta,
       family: this.family.name,
       first: this.first,
       last: this.last,

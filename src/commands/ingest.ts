@@ -1,8 +1,156 @@
-import type { Command } from 'commander'
+import { Command, InvalidArgumentError, Option } from 'commander'
+import { configureDb } from '../db.js'
+import { runIngest } from '../ingest/loop.js'
+import { loadRecordedChain, RECORDED_CHAINS, type RecordedChainName } from '../ingest/recorded.js'
+import { ReplayServer } from '../ingest/replay.js'
+import { log } from '../log.js'
 
-// Placeholder: the ingest command is being built (issue 2).
+/*
+ * `ingest` (EVM JSON-RPC → Parquet chunks) and `replay-rpc` (a JSON-RPC node answering from the
+ * recorded fixtures). Every flag also reads an environment variable (shown in --help).
+ * docs/ingest.md describes them.
+ */
+
+function int(min: number) {
+  return (value: string): number => {
+    const n = Number(value)
+    if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min) {
+      throw new InvalidArgumentError(`expected an integer ≥ ${min}, got "${value}"`)
+    }
+    return n
+  }
+}
+
+function numberList(value: string): number[] {
+  const out: number[] = []
+  for (const part of value.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const m = /^(\d+)(?:-(\d+))?$/.exec(part)
+    if (!m) throw new InvalidArgumentError(`expected numbers and ranges such as "100,200-210", got "${part}"`)
+    const a = Number(m[1])
+    const b = m[2] != null ? Number(m[2]) : a
+    if (b < a) throw new InvalidArgumentError(`range ${part} goes down`)
+    for (let n = a; n <= b; n++) out.push(n)
+  }
+  if (!out.length) throw new InvalidArgumentError('empty block list')
+  return out
+}
+
+const opt = (flags: string, description: string, env: string, parse?: (v: string) => unknown, def?: unknown) => {
+  const o = new Option(flags, description).env(env)
+  if (parse) o.argParser(parse)
+  if (def !== undefined) o.default(def)
+  return o
+}
+
+const choice = (flags: string, description: string, env: string, choices: string[], def: string) =>
+  new Option(flags, description).env(env).choices(choices).default(def)
+
+/** Ctrl-C / SIGTERM: stop fetching and write the open chunk; a second signal exits at once. */
+function abortOnSignal(): AbortController {
+  const ac = new AbortController()
+  const handler = (signal: string) => {
+    if (ac.signal.aborted) process.exit(130)
+    log.warn({ signal }, 'stopping: writing the open chunk (send the signal again to exit at once)')
+    ac.abort()
+  }
+  process.on('SIGINT', handler)
+  process.on('SIGTERM', handler)
+  return ac
+}
+
 export function registerIngest(program: Command): void {
-  program.command('ingest').description('pull blocks from a chain source and write Parquet chunks').action(() => {
-    throw new Error('not implemented yet')
-  })
+  program
+    .command('ingest')
+    .description('read blocks from an EVM JSON-RPC node and write immutable Parquet chunks ({top}/{first}-{last}-{hash}/*.parquet); resumes after the last complete chunk')
+    .addOption(choice('--family <family>', 'chain family', 'BLOCK_ARCHIVE_FAMILY', ['evm'], 'evm'))
+    .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https)', 'BLOCK_ARCHIVE_RPC').makeOptionMandatory())
+    .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json in the output folder', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
+    .addOption(opt('--out <folder>', 'dataset folder (created if missing); s3:// targets are not supported yet', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
+    .addOption(opt('--from <n>', 'first block (default: after the last chunk in --out, else 0)', 'BLOCK_ARCHIVE_FROM', int(0)))
+    .addOption(opt('--to <n>', 'last block; waits for the head to reach it (default: the confirmed head at the time it is reached)', 'BLOCK_ARCHIVE_TO', int(0)))
+    .addOption(opt('--follow', 'keep following the head (stays --confirmations behind it) until stopped', 'BLOCK_ARCHIVE_FOLLOW').default(false))
+    .addOption(opt('--blocks <list>', 'ingest exactly these blocks, e.g. "1000000,18000000-18000010" (a sparse dataset; continuity is checked only between consecutive numbers)', 'BLOCK_ARCHIVE_BLOCKS', numberList))
+    .addOption(opt('--confirmations <k>', 'stay this many blocks behind the head; a parent-hash mismatch (reorg) at this depth stops the ingest', 'BLOCK_ARCHIVE_CONFIRMATIONS', int(0), 0))
+    .addOption(opt('--chunk-blocks <n>', 'at most this many blocks per chunk', 'BLOCK_ARCHIVE_CHUNK_BLOCKS', int(1), 1000))
+    .addOption(opt('--chunk-mb <n>', 'close a chunk once its rows reach this many MiB (as NDJSON, before compression); a block is never split', 'BLOCK_ARCHIVE_CHUNK_MB', int(1), 256))
+    .addOption(opt('--top-dir-size <n>', 'chunks per top folder', 'BLOCK_ARCHIVE_TOP_DIR_SIZE', int(1), 500))
+    .addOption(opt('--flush-after-ms <ms>', 'with --follow: write the open chunk once it is this old and the ingest has caught up with the head', 'BLOCK_ARCHIVE_FLUSH_AFTER_MS', int(0), 600_000))
+    .addOption(opt('--poll-ms <ms>', 'how often the head is polled while waiting for new blocks', 'BLOCK_ARCHIVE_POLL_MS', int(10), 2000))
+    .addOption(choice('--receipts <how>', 'auto: eth_getBlockReceipts, eth_getTransactionReceipt per transaction if the node lacks it; block: eth_getBlockReceipts only; transaction: per transaction', 'BLOCK_ARCHIVE_RECEIPTS', ['auto', 'block', 'transaction'], 'auto'))
+    .addOption(choice('--traces <how>', 'traces table: none, trace_block (parity/erigon/reth/nethermind) or callTracer (debug_traceBlockByNumber, geth)', 'BLOCK_ARCHIVE_TRACES', ['none', 'trace_block', 'callTracer'], 'none'))
+    .addOption(choice('--state-diffs <how>', 'statediffs table: none, replay (trace_replayBlockTransactions stateDiff) or prestateTracer (debug_traceBlockByNumber diffMode)', 'BLOCK_ARCHIVE_STATE_DIFFS', ['none', 'replay', 'prestateTracer'], 'none'))
+    .addOption(choice('--missing-receipts <what>', 'a transaction the node has no receipt for (early Cronos): error stops, null stores it without receipt fields and logs', 'BLOCK_ARCHIVE_MISSING_RECEIPTS', ['error', 'null'], 'error'))
+    .addOption(opt('--batch-size <n>', 'blocks per fetch = calls per JSON-RPC batch request (1 = no batching)', 'BLOCK_ARCHIVE_BATCH_SIZE', int(1), 20))
+    .addOption(opt('--concurrency <n>', 'fetches and HTTP requests in flight at once', 'BLOCK_ARCHIVE_CONCURRENCY', int(1), 4))
+    .addOption(opt('--attempts <n>', 'tries per RPC request on connection errors, timeouts, HTTP 429/5xx and rate-limit answers', 'BLOCK_ARCHIVE_RPC_ATTEMPTS', int(1), 8))
+    .addOption(opt('--backoff-ms <ms>', 'first retry delay, doubled on each retry', 'BLOCK_ARCHIVE_RPC_BACKOFF_MS', int(0), 200))
+    .addOption(opt('--max-backoff-ms <ms>', 'longest retry delay', 'BLOCK_ARCHIVE_RPC_MAX_BACKOFF_MS', int(0), 10_000))
+    .addOption(opt('--timeout-ms <ms>', 'time limit per RPC request', 'BLOCK_ARCHIVE_RPC_TIMEOUT_MS', int(1), 60_000))
+    .addOption(choice('--progress <how>', 'auto: a progress bar on a terminal, log lines otherwise', 'BLOCK_ARCHIVE_PROGRESS', ['auto', 'bar', 'log', 'none'], 'auto'))
+    .addOption(opt('--db-threads <n>', 'DuckDB threads for Parquet encoding (default: all cores)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
+    .addOption(opt('--db-memory <size>', 'DuckDB memory limit, e.g. 2GB', 'BLOCK_ARCHIVE_DB_MEMORY'))
+    .action(async (o) => {
+      if (/^s3:\/\//i.test(o.out)) throw new InvalidArgumentError('--out s3://… is not supported yet; write to a local folder and copy it')
+      if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new InvalidArgumentError('--blocks cannot be combined with --from, --to or --follow')
+      if (o.follow && o.to != null) throw new InvalidArgumentError('--follow and --to exclude each other')
+      if (o.dbThreads || o.dbMemory) configureDb({ threads: o.dbThreads, memoryLimit: o.dbMemory })
+      const ac = abortOnSignal()
+      const r = await runIngest({
+        rpc: o.rpc,
+        dataset: o.dataset,
+        out: o.out,
+        from: o.from,
+        to: o.to,
+        blocks: o.blocks,
+        follow: o.follow,
+        confirmations: o.confirmations,
+        chunkBlocks: o.chunkBlocks,
+        chunkBytes: o.chunkMb * 1024 * 1024,
+        topDirSize: o.topDirSize,
+        flushAfterMs: o.flushAfterMs,
+        pollMs: o.pollMs,
+        receipts: o.receipts,
+        traces: o.traces,
+        stateDiffs: o.stateDiffs,
+        missingReceipts: o.missingReceipts,
+        batchSize: o.batchSize,
+        concurrency: o.concurrency,
+        attempts: o.attempts,
+        backoffMs: o.backoffMs,
+        maxBackoffMs: o.maxBackoffMs,
+        timeoutMs: o.timeoutMs,
+        progress: o.progress,
+        signal: ac.signal,
+      })
+      const secs = r.elapsedMs / 1000
+      const rows = Object.values(r.rows).reduce((a, b) => a + b, 0)
+      console.log(
+        `ingested ${r.blocks} blocks into ${r.chunks.length} chunks in ${secs.toFixed(1)} s: ` +
+          `${(r.blocks / secs).toFixed(1)} blocks/s, ${(rows / secs).toFixed(0)} rows/s ` +
+          `(${Object.entries(r.rows).map(([t, n]) => `${n} ${t}`).join(', ') || 'no rows'}); ` +
+          `RPC: ${r.rpc.requests} requests, ${r.rpc.calls} calls, ${r.rpc.retries} retries, ${(r.rpc.bytes / 1e6).toFixed(1)} MB; ` +
+          `last block in the dataset: ${r.last}`,
+      )
+    })
+
+  program
+    .command('replay-rpc')
+    .description('serve recorded node answers (fixtures/) as a JSON-RPC node, for trying and measuring the ingest without a node')
+    .addOption(choice('--chain <name>', 'recorded chain', 'BLOCK_ARCHIVE_REPLAY_CHAIN', [...RECORDED_CHAINS], 'ethereum'))
+    .addOption(opt('--repeat <times>', 'serve the recorded blocks this many times over as one chain (renumbered from --first, hashes re-linked)', 'BLOCK_ARCHIVE_REPLAY_REPEAT', int(1)))
+    .addOption(opt('--first <n>', 'with --repeat: number of the first block', 'BLOCK_ARCHIVE_REPLAY_FIRST', int(0), 0))
+    .addOption(opt('--only <list>', 'serve only these recorded blocks (e.g. 18500000 for the one with trace_block)', 'BLOCK_ARCHIVE_REPLAY_ONLY', numberList))
+    .addOption(opt('--host <host>', 'interface to listen on', 'BLOCK_ARCHIVE_REPLAY_HOST', undefined, '127.0.0.1'))
+    .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_REPLAY_PORT', int(0), 8545))
+    .action(async (o) => {
+      let recorded = loadRecordedChain(o.chain as RecordedChainName)
+      if (o.only) recorded = recorded.filter((r) => o.only.includes(r.number))
+      const server = new ReplayServer(recorded, { host: o.host, port: o.port, repeat: o.repeat ? { times: o.repeat, first: o.first } : undefined })
+      const url = await server.start()
+      console.log(`rpc: ${url}`)
+      console.log(`blocks: ${server.first}-${server.last}${o.repeat ? '' : ` (recorded: ${server.numbers().join(',')})`}`)
+      const stop = () => server.close().then(() => process.exit(0))
+      process.once('SIGINT', stop)
+      process.once('SIGTERM', stop)
+    })
 }

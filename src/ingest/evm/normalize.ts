@@ -10,7 +10,10 @@ import type { BlockRows, Row } from '../../chunks/writer.js'
 export interface EvmBlockBundle {
   /** `eth_getBlockByNumber(n, true)` */
   block: any
-  /** `eth_getBlockReceipts` (or per-transaction receipts, in transaction order); null when the node has none. */
+  /**
+   * `eth_getBlockReceipts` (or per-transaction receipts), one per transaction in order; null when the
+   * node has none; a null entry is a transaction without a receipt (its receipt fields stay null).
+   */
   receipts?: any[] | null
   /** Parity-style flat traces (`trace_block`). */
   traces?: any[]
@@ -201,6 +204,7 @@ function transactionRow(blockNumber: number, tx: any, receipt: any | undefined, 
 function logRows(blockNumber: number, receipts: any[]): Row[] {
   const rows: Row[] = []
   for (const r of receipts) {
+    if (r == null) continue // a transaction the node has no receipt for (stored without receipt fields)
     if (!Array.isArray(r?.logs)) fail(`block ${blockNumber}: receipt without a logs array`)
     for (const l of r.logs) {
       const topics: unknown[] = Array.isArray(l.topics) ? l.topics : fail(`block ${blockNumber}: log without topics`)

@@ -1,0 +1,388 @@
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { listLocalChunks, nextTop, readChunkMeta, readDatasetMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { ChunkBuilder, type BlockRows } from '../chunks/writer.js'
+import { evmFamily } from '../families/evm.js'
+import { log } from '../log.js'
+import { bundleTables, MalformedRpcData, normalizeEvmBlock } from './evm/normalize.js'
+import {
+  BadRpcAnswer, BlockChanged, BlockNotAvailable, EvmRpcSource, type FetchedBlock, type MissingReceipts, type ReceiptsMode,
+  type StateDiffsMode, type TracesMode,
+} from './evm/source.js'
+import { IngestProgress, type ProgressMode } from './progress.js'
+import { RpcClient } from './rpc.js'
+
+/*
+ * The ingest loop: resume after the last complete chunk, fetch blocks concurrently (in order),
+ * check continuity (parentHash = previous block's hash), normalise, and cut chunks bounded by block
+ * count and bytes; each chunk appears atomically (ChunkBuilder: temp folder, then rename).
+ */
+
+export interface IngestOptions {
+  /** JSON-RPC endpoint. */
+  rpc: string
+  /** Dataset name (written to dataset.json). */
+  dataset: string
+  /** Dataset folder. */
+  out: string
+  /** First block (default: after the last chunk, or 0). */
+  from?: number
+  /** Last block (default: the confirmed head, or forever with `follow`). */
+  to?: number
+  /**
+   * Ingest exactly these block numbers (a sparse dataset, e.g. isolated recorded blocks) instead of
+   * a range. Continuity is checked only between consecutive numbers.
+   */
+  blocks?: number[]
+  /** Keep going: poll the head and ingest new blocks as they are confirmed. */
+  follow?: boolean
+  /** Stay this many blocks behind the head (default 0). */
+  confirmations?: number
+  /** A chunk holds at most this many blocks (default 1000)... */
+  chunkBlocks?: number
+  /** ...and is closed once its rows reach this many bytes (NDJSON size, default 256 MiB). */
+  chunkBytes?: number
+  /** Chunks per top folder (default 500). */
+  topDirSize?: number
+  /** With `follow`: write the open chunk once it is this old and the ingest has caught up (default 10 min). */
+  flushAfterMs?: number
+  /** With `follow`: how often the head is polled (default 2 s). */
+  pollMs?: number
+  /** Blocks per fetch (and calls per JSON-RPC batch), default 20. */
+  batchSize?: number
+  /** Fetches (and HTTP requests) in flight, default 4. */
+  concurrency?: number
+  /** RPC retries per request and back-off. */
+  attempts?: number
+  backoffMs?: number
+  maxBackoffMs?: number
+  timeoutMs?: number
+  receipts?: ReceiptsMode
+  traces?: TracesMode
+  stateDiffs?: StateDiffsMode
+  missingReceipts?: MissingReceipts
+  progress?: ProgressMode
+  /** Stop gracefully (the open chunk is written) when aborted. */
+  signal?: AbortSignal
+  /** Called after each chunk is in place. */
+  onChunk?: (chunk: ChunkRef) => void
+}
+
+export interface IngestResult {
+  blocks: number
+  rows: Record<string, number>
+  chunks: ChunkRef[]
+  /** Last block in the dataset after this run (-1 if none). */
+  last: number
+  elapsedMs: number
+  rpc: { requests: number; calls: number; retries: number; bytes: number }
+}
+
+/** The chain does not continue where we are: a reorg deeper than the confirmation depth, or a wrong dataset. */
+export class ReorgError extends Error {}
+
+/** Another ingest process holds the dataset folder. */
+export class DatasetLocked extends Error {}
+
+const MiB = 1024 * 1024
+
+export async function runIngest(o: IngestOptions): Promise<IngestResult> {
+  const started = performance.now()
+  const confirmations = o.confirmations ?? 0
+  const chunkBlocks = o.chunkBlocks ?? 1000
+  const chunkBytes = o.chunkBytes ?? 256 * MiB
+  const topDirSize = o.topDirSize ?? 500
+  const flushAfterMs = o.flushAfterMs ?? 10 * 60_000
+  const pollMs = o.pollMs ?? 2000
+  const batchSize = Math.max(1, o.batchSize ?? 20)
+  const concurrency = Math.max(1, o.concurrency ?? 4)
+  if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new Error('a block list cannot be combined with --from, --to or --follow')
+  if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
+
+  await mkdir(o.out, { recursive: true })
+  await ensureDatasetMeta(o.out, { name: o.dataset, family: 'evm' })
+  const unlock = await lock(o.out)
+  try {
+    await removeStaleTemps(o.out)
+    const written = await listLocalChunks(o.out)
+    let prev: { number: number; hash: string; where: string } | undefined
+    const lastChunk = written[written.length - 1]
+    if (lastChunk) {
+      const meta = await readChunkMeta(o.out, lastChunk)
+      prev = { number: meta.last, hash: meta.lastHash.toLowerCase(), where: `chunk ${lastChunk.path}` }
+    }
+
+    const rpc = new RpcClient({ url: o.rpc, concurrency, attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs })
+    const source = new EvmRpcSource(rpc, {
+      receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, batchSize,
+    })
+    const plan = new Planner(source, {
+      list: o.blocks ? [...new Set(o.blocks)].sort((a, b) => a - b).filter((n) => !prev || n > prev.number) : undefined,
+      from: Math.max(o.from ?? 0, prev ? prev.number + 1 : 0),
+      to: o.to,
+      follow: o.follow ?? false,
+      confirmations,
+      batchSize,
+      pollMs,
+      signal: o.signal,
+    })
+    if (prev && o.from != null && o.from > prev.number + 1) {
+      log.warn({ from: o.from, lastInDataset: prev.number }, 'starting above the last block in the dataset: the blocks in between are a gap')
+    }
+    if (prev && o.from != null && o.from <= prev.number) log.info({ from: o.from, resumeAt: prev.number + 1 }, 'the dataset already has these blocks; resuming after its last chunk')
+    else if (prev) log.info({ resumeAt: prev.number + 1, lastChunk: lastChunk!.path }, 'resuming after the last complete chunk')
+
+    const progress = new IngestProgress(o.progress ?? 'auto')
+    const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: rpc.stats }
+    let rowTotal = 0
+    const tables = bundleTables({ block: null, traces: o.traces && o.traces !== 'none' ? [] : undefined, stateDiffs: o.stateDiffs && o.stateDiffs !== 'none' ? [] : undefined })
+    const extraMeta = { dataset: o.dataset, sources: source.describe() }
+    let builder: ChunkBuilder | undefined
+    let openedAt = 0
+    let pending: Promise<void> | undefined
+
+    const flush = async () => {
+      const b = builder
+      if (!b) return
+      builder = undefined
+      if (pending) await pending // one chunk encodes while the next one fills
+      const top = nextTop(written, b.first, topDirSize)
+      pending = b.finish(top).then((ref) => {
+        written.push(ref)
+        result.chunks.push(ref)
+        log.info({ chunk: ref.path, blocks: b.blockCount }, 'chunk written')
+        o.onChunk?.(ref)
+      })
+      pending.catch(() => undefined)
+    }
+
+    try {
+      for await (const batch of fetchInOrder(source, plan, concurrency)) {
+        for (const f of batch) {
+          if (prev && prev.number === f.number - 1 && prev.hash !== f.parentHash) {
+            throw new ReorgError(
+              `chain mismatch below the confirmation depth (${confirmations}): block ${f.number} (${f.hash}) has parent hash ` +
+                `${f.parentHash}, but block ${prev.number} has hash ${prev.hash} (${prev.where}). The chain was reorganised ` +
+                `deeper than --confirmations, or the node serves another chain. Nothing of block ${f.number} was written; ` +
+                `if the dataset's blocks are on the abandoned fork, delete the chunks from block ${prev.number} on and ingest again.`,
+            )
+          }
+          let rows: BlockRows
+          try {
+            rows = normalizeEvmBlock(f.bundle)
+          } catch (e) {
+            if (e instanceof MalformedRpcData) throw new BadRpcAnswer(f.number, methodOf(e.message, source), e.message)
+            throw e
+          }
+          if (!builder) {
+            builder = new ChunkBuilder(evmFamily, o.out, tables, { extraMeta })
+            openedAt = performance.now()
+          }
+          await builder.addBlock(f.number, f.hash, f.parentHash, rows)
+          for (const [t, list] of Object.entries(rows)) {
+            result.rows[t] = (result.rows[t] ?? 0) + list.length
+            rowTotal += list.length
+          }
+          result.blocks++
+          result.last = f.number
+          prev = { number: f.number, hash: f.hash, where: 'fetched earlier in this run' }
+          if (builder.blockCount >= chunkBlocks || builder.bytes >= chunkBytes) await flush()
+        }
+        if (batch.length === 0 && builder && performance.now() - openedAt >= flushAfterMs) await flush() // caught up: don't sit on blocks forever
+        progress.update({ block: result.last, blocks: result.blocks, rows: rowTotal, target: plan.target, start: plan.start })
+      }
+      await flush()
+      await pending
+    } catch (e) {
+      await builder?.abort()
+      await pending?.catch(() => undefined) // a chunk that was complete before the error stays
+      throw e
+    } finally {
+      progress.stop()
+    }
+    result.elapsedMs = performance.now() - started
+    return result
+  } finally {
+    await unlock()
+  }
+}
+
+/** Which RPC method a normaliser complaint is about. */
+function methodOf(message: string, s: EvmRpcSource): string {
+  if (/receipt|log/i.test(message)) return s.describe().logs
+  if (/stateDiff|state diff|prestate/i.test(message)) return s.describe().statediffs ?? 'state diffs'
+  if (/trace|callTracer/i.test(message)) return s.describe().traces ?? 'traces'
+  return 'eth_getBlockByNumber'
+}
+
+interface PlannerOptions {
+  list?: number[]
+  from: number
+  to?: number
+  follow: boolean
+  confirmations: number
+  batchSize: number
+  pollMs: number
+  signal?: AbortSignal
+}
+
+/** Hands out block numbers to fetch, never past the confirmed head. */
+class Planner {
+  private next: number
+  private listPos = 0
+  private confirmed = -1
+  readonly start: number
+  target?: number
+
+  constructor(private readonly source: EvmRpcSource, private readonly o: PlannerOptions) {
+    this.next = o.from
+    this.start = o.list ? (o.list[0] ?? 0) : o.from
+    if (o.list) this.target = o.list[o.list.length - 1]
+  }
+
+  get done(): boolean {
+    if (this.o.signal?.aborted) return true
+    if (this.o.list) return this.listPos >= this.o.list.length
+    return this.o.to != null && this.next > this.o.to
+  }
+
+  /** The next numbers to fetch, or undefined when they are not confirmed yet (or there are none). */
+  take(): number[] | undefined {
+    if (this.done) return undefined
+    if (this.o.list) {
+      const list = this.o.list
+      const batch: number[] = []
+      while (this.listPos < list.length && batch.length < this.o.batchSize && list[this.listPos] <= this.confirmed) batch.push(list[this.listPos++])
+      return batch.length ? batch : undefined
+    }
+    const end = Math.min(this.next + this.o.batchSize - 1, this.confirmed, this.o.to ?? Infinity)
+    if (end < this.next) return undefined
+    const batch: number[] = []
+    for (let n = this.next; n <= end; n++) batch.push(n)
+    this.next = end + 1
+    return batch
+  }
+
+  /** Nothing to hand out: refresh the head. Returns false when the ingest should end. */
+  async refresh(first: boolean): Promise<boolean> {
+    if (this.o.signal?.aborted) return false
+    const head = await this.source.head()
+    this.confirmed = head - this.o.confirmations
+    if (!this.o.list) this.target = this.o.to ?? (this.o.follow ? Math.max(this.confirmed, this.next - 1) : this.confirmed)
+    if (this.done) return false
+    const waiting = this.o.list ? this.o.list[this.listPos] : this.next
+    if (waiting <= this.confirmed) return true
+    if (this.o.list) {
+      throw new BlockNotAvailable(waiting) // a listed block above the head: the node does not have it
+    }
+    if (!this.o.follow && this.o.to == null) return false // caught up with the confirmed head
+    if (first || this.o.to != null) log.info({ waitingFor: waiting, head, confirmations: this.o.confirmations }, 'waiting for the head to move')
+    await sleep(this.o.pollMs, this.o.signal)
+    return !this.o.signal?.aborted
+  }
+}
+
+/**
+ * Fetch batches concurrently and yield them in block order. Yields an empty batch whenever it
+ * had to wait for the head (so the caller can write a chunk that has been open for long).
+ */
+async function* fetchInOrder(source: EvmRpcSource, plan: Planner, concurrency: number): AsyncGenerator<FetchedBlock[]> {
+  const inflight: Promise<FetchedBlock[]>[] = []
+  let first = true
+  try {
+    for (;;) {
+      while (inflight.length < concurrency) {
+        const nums = plan.take()
+        if (!nums) break
+        const p = fetchWithRetry(source, nums)
+        p.catch(() => undefined)
+        inflight.push(p)
+      }
+      if (inflight.length) {
+        yield await inflight.shift()!
+        continue
+      }
+      if (plan.done) return
+      const more = await plan.refresh(first)
+      if (!more) return
+      if (!first) yield []
+      first = false
+    }
+  } finally {
+    await Promise.allSettled(inflight)
+  }
+}
+
+/** A block that changed between calls, or is briefly missing below the head, is fetched again. */
+async function fetchWithRetry(source: EvmRpcSource, nums: number[]): Promise<FetchedBlock[]> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await source.fetch(nums)
+    } catch (e) {
+      if (!(e instanceof BlockChanged || e instanceof BlockNotAvailable) || attempt >= 5) throw e
+      log.warn({ blocks: `${nums[0]}-${nums[nums.length - 1]}`, attempt, err: e.message }, 'inconsistent answers, fetching the blocks again')
+      await sleep(250 * 2 ** attempt)
+    }
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms)
+    function done() {
+      clearTimeout(t)
+      signal?.removeEventListener('abort', done)
+      resolve()
+    }
+    signal?.addEventListener('abort', done, { once: true })
+  })
+}
+
+async function ensureDatasetMeta(dir: string, want: DatasetMeta): Promise<void> {
+  const have = await readDatasetMeta(dir)
+  if (have) {
+    if (have.name !== want.name || have.family !== want.family) {
+      throw new Error(`${dir} holds dataset ${JSON.stringify(have)}, not ${JSON.stringify(want)}`)
+    }
+    return
+  }
+  const tmp = path.join(dir, `.dataset.json.${process.pid}`)
+  await writeFile(tmp, JSON.stringify(want, null, 2) + '\n')
+  await rename(tmp, path.join(dir, 'dataset.json'))
+}
+
+/** `.ingest.lock` holds the pid of the ingest writing the folder; a dead holder's lock is taken over. */
+async function lock(dir: string): Promise<() => Promise<void>> {
+  const file = path.join(dir, '.ingest.lock')
+  for (let i = 0; i < 2; i++) {
+    try {
+      await writeFile(file, String(process.pid), { flag: 'wx' })
+      return () => rm(file, { force: true })
+    } catch (e: any) {
+      if (e.code !== 'EEXIST') throw e
+      const pid = Number((await readFile(file, 'utf8').catch(() => '')).trim())
+      if (pid && pid !== process.pid && alive(pid)) throw new DatasetLocked(`another ingest (pid ${pid}) is writing ${dir}`)
+      await rm(file, { force: true })
+    }
+  }
+  throw new DatasetLocked(`could not lock ${dir}`)
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e: any) {
+    return e.code === 'EPERM'
+  }
+}
+
+/** Temp folders of chunks whose writer died (killed mid-chunk). */
+async function removeStaleTemps(dir: string): Promise<void> {
+  for (const name of await readdir(dir)) {
+    if (name.startsWith('.tmp-')) {
+      log.info({ folder: name }, 'removing an unfinished chunk left by an earlier run')
+      await rm(path.join(dir, name), { recursive: true, force: true })
+    }
+  }
+}

@@ -1,0 +1,78 @@
+import cliProgress from 'cli-progress'
+import { log } from '../log.js'
+
+/*
+ * Ingest progress: a cli-progress bar (blocks/s, rows/s, ETA) when stderr is a terminal, a pino
+ * log line every few seconds otherwise (CI, files, pipes).
+ */
+
+export type ProgressMode = 'auto' | 'bar' | 'log' | 'none'
+
+export interface ProgressState {
+  /** Last block written into a chunk builder. */
+  block: number
+  blocks: number
+  rows: number
+  /** Block the ingest is heading to (the `--to` block or the confirmed head); undefined if unknown. */
+  target?: number
+  /** Block the ingest started from (for the total of the bar). */
+  start: number
+}
+
+export class IngestProgress {
+  private readonly mode: Exclude<ProgressMode, 'auto'>
+  private bar?: cliProgress.SingleBar
+  private readonly t0 = performance.now()
+  private lastLog = 0
+
+  constructor(mode: ProgressMode = 'auto', private readonly intervalMs = 5000) {
+    this.mode = mode === 'auto' ? (process.stderr.isTTY && !process.env.CI ? 'bar' : 'log') : mode
+  }
+
+  update(s: ProgressState): void {
+    if (this.mode === 'none') return
+    const secs = Math.max(0.001, (performance.now() - this.t0) / 1000)
+    const bps = s.blocks / secs
+    const total = s.target != null ? Math.max(s.target - s.start + 1, s.blocks) : s.blocks
+    const done = s.target != null ? Math.min(total, s.block - s.start + 1) : s.blocks
+    if (this.mode === 'bar') {
+      const payload = { bps: bps.toFixed(1), rps: (s.rows / secs).toFixed(0), block: s.block }
+      if (!this.bar) {
+        this.bar = new cliProgress.SingleBar(
+          {
+            format: 'ingest [{bar}] {percentage}% | block {block} | {value}/{total} | {bps} blocks/s | {rps} rows/s | eta {eta_formatted}',
+            stream: process.stderr,
+            etaBuffer: 50,
+            fps: 5,
+          },
+          cliProgress.Presets.shades_classic,
+        )
+        this.bar.start(total, done, payload)
+      } else {
+        this.bar.setTotal(total)
+        this.bar.update(done, payload)
+      }
+      return
+    }
+    const now = performance.now()
+    if (now - this.lastLog < this.intervalMs) return
+    this.lastLog = now
+    const left = s.target != null ? s.target - s.block : undefined
+    log.info(
+      {
+        block: s.block,
+        blocks: s.blocks,
+        rows: s.rows,
+        blocksPerSec: Number(bps.toFixed(1)),
+        rowsPerSec: Math.round(s.rows / secs),
+        ...(s.target != null ? { target: s.target, etaSec: left != null && bps > 0 ? Math.round(left / bps) : null } : {}),
+      },
+      'ingest progress',
+    )
+  }
+
+  stop(): void {
+    this.bar?.stop()
+    this.bar = undefined
+  }
+}

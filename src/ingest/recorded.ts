@@ -1,0 +1,102 @@
+import { readdirSync, readFileSync } from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { gunzipSync } from 'node:zlib'
+import { runIngest, type IngestOptions, type IngestResult } from './loop.js'
+import { ReplayServer, type RecordedBlock } from './replay.js'
+
+/*
+ * Recorded node answers in fixtures/ (fixtures/SOURCES.md says where each came from), grouped per
+ * chain as replay-server blocks.
+ */
+
+export function defaultFixturesDir(): string {
+  // dist/src/ingest/recorded.js → repository root
+  return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../fixtures')
+}
+
+const readJson = (file: string): any => {
+  const buf = readFileSync(file)
+  return JSON.parse((file.endsWith('.gz') ? gunzipSync(buf) : buf).toString('utf8'))
+}
+
+/** Chains with recorded blocks in fixtures/evm/squid-sdk. */
+export const RECORDED_CHAINS = ['ethereum', 'polygon', 'arbitrum', 'cronos', 'tempo-mainnet', 'stable', 'stable-testnet'] as const
+export type RecordedChainName = (typeof RECORDED_CHAINS)[number]
+
+/**
+ * The recorded blocks of one chain: `eth_getBlockByNumber` + `eth_getBlockReceipts` (+ recorded
+ * `eth_getTransactionReceipt` answers). For Ethereum also the recorded traces: `trace_block` of
+ * 18500000 (nethermind) and of 1000000 (ethereum-etl, with its callTracer answer), and the traces,
+ * replay state diffs and prestate diffs of 17073191/17073192 (erigon rpc-tests; their headers were
+ * not recorded, so those two serve only the trace methods).
+ */
+export function loadRecordedChain(chain: RecordedChainName, fixtures = defaultFixturesDir()): RecordedBlock[] {
+  const dir = path.join(fixtures, 'evm', 'squid-sdk', chain)
+  const out = new Map<number, RecordedBlock>()
+  for (const name of readdirSync(dir)) {
+    if (!/^\d+$/.test(name)) continue
+    const n = Number(name)
+    const files = readdirSync(path.join(dir, name))
+    const f = (file: string) => path.join(dir, name, file)
+    const r: RecordedBlock = { number: n, block: readJson(f('block.json.gz')) }
+    if (files.includes('receipts.json.gz')) r.receipts = readJson(f('receipts.json.gz'))
+    const extra = files.filter((x) => /^tx-.*-receipt\.json\.gz$/.test(x)).map((x) => readJson(f(x)))
+    if (extra.length) r.txReceipts = extra
+    out.set(n, r)
+  }
+  if (chain === 'ethereum') {
+    const evm = (...p: string[]) => path.join(fixtures, 'evm', ...p)
+    const b18500000 = out.get(18500000)
+    if (b18500000) b18500000.traceBlock = readJson(evm('nethermind-idealis', 'trace_block_18_500_000.json.gz')).result
+    const b1000000 = out.get(1000000)
+    if (b1000000) {
+      b1000000.traceBlock = readJson(evm('ethereum-etl', 'test_export_traces_job', 'block_with_subtraces', 'web3_response.trace_block_0xf4240.json')).result
+      b1000000.callTraces = readJson(evm('ethereum-etl', 'test_extract_geth_traces_job', 'block_with_subtraces', 'web3_response.debug_traceBlockByNumber_0xf4240_tracer_calltracer.json')).result
+    }
+    const erigon = (method: string, test: number) => readJson(evm('erigon-rpc-tests', method, `test_${test}.json.gz`))[0].response.result
+    for (const [n, tb, pre, rep] of [[17073191, 26, 32, 37], [17073192, 27, 33, 38]] as const) {
+      out.set(n, { number: n, traceBlock: erigon('trace_block', tb), prestate: erigon('debug_traceBlockByNumber', pre), replay: erigon('trace_replayBlockTransactions', rep) })
+    }
+  }
+  return [...out.values()].sort((a, b) => a.number - b.number)
+}
+
+export interface IngestRecordedOptions extends Partial<Omit<IngestOptions, 'rpc' | 'out' | 'dataset'>> {
+  /** Which recorded chain (default 'ethereum'). */
+  chain?: RecordedChainName
+  fixturesDir?: string
+}
+
+/**
+ * Build a dataset from recorded blocks: starts a replay server on 127.0.0.1 and runs the normal
+ * ingest against it. Default: every recorded Ethereum mainnet block that has a header (1000000,
+ * 4369999, 18000000, 18500000) with receipts, in `outDir` named `datasetName`. With
+ * `traces: 'trace_block'` and no `blocks`, only the blocks whose trace_block was recorded are taken.
+ * Resumable like any ingest: blocks already in `outDir` are skipped.
+ */
+export async function ingestRecorded(outDir: string, datasetName: string, opts: IngestRecordedOptions = {}): Promise<IngestResult> {
+  const { chain = 'ethereum', fixturesDir, ...rest } = opts
+  const recorded = loadRecordedChain(chain, fixturesDir)
+  const server = new ReplayServer(recorded)
+  await server.start()
+  try {
+    const want = (r: RecordedBlock) =>
+      r.block != null &&
+      (rest.traces !== 'trace_block' || r.traceBlock != null) &&
+      (rest.traces !== 'callTracer' || r.callTraces != null) &&
+      (rest.stateDiffs !== 'replay' || r.replay != null) &&
+      (rest.stateDiffs !== 'prestateTracer' || r.prestate != null)
+    return await runIngest({
+      progress: 'none',
+      confirmations: 0,
+      ...rest,
+      blocks: rest.blocks ?? recorded.filter(want).map((r) => r.number),
+      rpc: server.url,
+      out: outDir,
+      dataset: datasetName,
+    })
+  } finally {
+    await server.close()
+  }
+}

@@ -1,0 +1,343 @@
+import { createHash } from 'node:crypto'
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+
+/*
+ * A recorded-RPC replay server: answers the EVM JSON-RPC methods the ingest uses from recorded
+ * node answers (fixtures), so the ingest code path that talks to real nodes runs unchanged on
+ * recorded mainnet data.
+ *
+ * Two modes:
+ * - as recorded: each recorded block under its own number (sparse: unknown numbers answer null,
+ *   as a node answers for blocks it does not have);
+ * - repeat: the recorded blocks again and again as one long chain `first, first+1, …`, with new
+ *   numbers and hashes and each block's parentHash set to the previous block's hash (transactions,
+ *   receipts, logs and traces keep their content). For measuring ingest rates, resume and reorgs:
+ *   `fork(n)` switches the chain from block n on to other hashes, as a reorg does.
+ *
+ * Answers are rendered from pre-serialised JSON with the block-identity fields as placeholders, so
+ * the server costs little CPU next to the ingest it feeds.
+ */
+
+export interface RecordedBlock {
+  number: number
+  /** `eth_getBlockByNumber(n, true)`; absent when only traces of the block were recorded. */
+  block?: any
+  /** `eth_getBlockReceipts` as recorded (may lack receipts, as some Cronos answers do). */
+  receipts?: any[]
+  /** Further `eth_getTransactionReceipt` answers recorded for this block. */
+  txReceipts?: any[]
+  /** `trace_block` */
+  traceBlock?: any[]
+  /** `debug_traceBlockByNumber` callTracer: `[{txHash?, result}]` */
+  callTraces?: any[]
+  /** `trace_replayBlockTransactions`: `[{transactionHash, stateDiff?, trace?, output?}]` */
+  replay?: any[]
+  /** `debug_traceBlockByNumber` prestateTracer diffMode: `[{txHash?, result: {pre, post}}]` */
+  prestate?: any[]
+}
+
+export interface ReplayOptions {
+  host?: string
+  port?: number
+  /** Serve the recorded blocks `times` times over as one chain starting at `first` (default 0). */
+  repeat?: { times: number; first?: number; seed?: string }
+  /** Highest block the node admits to (eth_blockNumber; higher blocks answer null). Default: the last block. */
+  head?: number
+  /** `eth_chainId` answer (default: the chainId of the first recorded transaction, else 0x1). */
+  chainId?: string
+  /** Test hook: change a result before it is sent (e.g. to break one field). */
+  mutate?: (method: string, params: any[], result: unknown) => unknown
+  /** Test hook: answer this HTTP request with a failure instead (status code), e.g. to test retries. */
+  failRequest?: (requestNumber: number) => number | undefined
+}
+
+type Token = 'N' | 'NI' | 'H' | 'P'
+const TOKEN_RE = /"@@BA_(N|NI|H|P)@@"/
+
+/** JSON text with block-identity placeholders, rendered per block number. */
+class Template {
+  private readonly parts: string[]
+  private readonly tokens: Token[]
+
+  constructor(value: unknown) {
+    const text = JSON.stringify(value)
+    const split = text.split(new RegExp(TOKEN_RE.source, 'g'))
+    this.parts = split.filter((_, i) => i % 2 === 0)
+    this.tokens = split.filter((_, i) => i % 2 === 1) as Token[]
+  }
+
+  render(v: { number: number; hash: string; parentHash: string }): string {
+    let out = this.parts[0]
+    for (let i = 0; i < this.tokens.length; i++) {
+      const t = this.tokens[i]
+      out += (t === 'N' ? `"0x${v.number.toString(16)}"` : t === 'NI' ? String(v.number) : t === 'H' ? `"${v.hash}"` : `"${v.parentHash}"`) + this.parts[i + 1]
+    }
+    return out
+  }
+}
+
+const tok = (t: Token) => `@@BA_${t}@@`
+
+function withTokens(r: RecordedBlock) {
+  const setBlockRef = (o: any, numberToken: Token = 'N') => {
+    if (!o || typeof o !== 'object') return o
+    const c = { ...o }
+    if ('blockHash' in c) c.blockHash = tok('H')
+    if ('blockNumber' in c) c.blockNumber = tok(numberToken)
+    return c
+  }
+  const receipt = (x: any) => {
+    const c = setBlockRef(x)
+    if (c && Array.isArray(c.logs)) c.logs = c.logs.map((l: any) => setBlockRef(l))
+    return c
+  }
+  const t = (v: unknown) => (v === undefined ? undefined : new Template(v))
+  return {
+    block: r.block && t({ ...r.block, number: tok('N'), hash: tok('H'), parentHash: tok('P'), transactions: r.block.transactions.map((x: any) => (typeof x === 'object' ? setBlockRef(x) : x)) }),
+    blockHashes: r.block && t({ ...r.block, number: tok('N'), hash: tok('H'), parentHash: tok('P'), transactions: r.block.transactions.map((x: any) => (typeof x === 'object' ? x.hash : x)) }),
+    receipts: t(r.receipts?.map(receipt)),
+    txReceipts: new Map<string, Template>([...(r.receipts ?? []), ...(r.txReceipts ?? [])].map((x) => [String(x.transactionHash).toLowerCase(), new Template(receipt(x))])),
+    traceBlock: t(r.traceBlock?.map((x) => setBlockRef(x, 'NI'))),
+    callTraces: t(r.callTraces),
+    prestate: t(r.prestate),
+    replay: r.replay,
+  }
+}
+
+type Prepared = ReturnType<typeof withTokens>
+
+export class RpcError extends Error {
+  constructor(readonly code: number, message: string) {
+    super(message)
+  }
+}
+
+export class ReplayServer {
+  private server?: Server
+  private blocks: RecordedBlock[]
+  private readonly prepared = new Map<number, Prepared>()
+  private readonly byNumber = new Map<number, RecordedBlock>()
+  private readonly txIndex = new Map<string, number>()
+  private forkFrom = Infinity
+  private requests = 0
+  head: number
+  readonly first: number
+  readonly last: number
+  url = ''
+  /** Calls answered, per method. */
+  readonly calls = new Map<string, number>()
+
+  constructor(recorded: RecordedBlock[], private readonly opts: ReplayOptions = {}) {
+    this.blocks = [...recorded].sort((a, b) => a.number - b.number)
+    for (const r of this.blocks) this.byNumber.set(r.number, r)
+    if (opts.repeat) {
+      const withBlock = this.blocks.filter((b) => b.block)
+      if (!withBlock.length) throw new Error('repeat mode needs recorded blocks')
+      this.blocks = withBlock
+      this.first = opts.repeat.first ?? 0
+      this.last = this.first + withBlock.length * opts.repeat.times - 1
+    } else {
+      const numbers = this.blocks.filter((b) => b.block).map((b) => b.number)
+      this.first = numbers.length ? numbers[0] : 0
+      this.last = numbers.length ? numbers[numbers.length - 1] : 0
+      // eth_getTransactionReceipt answers come from the last block holding the transaction (as a node's tx index does)
+      for (const r of this.blocks) for (const x of [...(r.receipts ?? []), ...(r.txReceipts ?? [])]) this.txIndex.set(String(x.transactionHash).toLowerCase(), r.number)
+    }
+    this.head = opts.head ?? this.last
+  }
+
+  /** Numbers of the blocks served (with headers), ascending. */
+  numbers(): number[] {
+    if (this.opts.repeat) return Array.from({ length: this.last - this.first + 1 }, (_, i) => this.first + i)
+    return this.blocks.filter((b) => b.block).map((b) => b.number)
+  }
+
+  /** Repeat mode: from block `n` on, blocks get other hashes (a reorg replacing n and later). */
+  fork(n: number): void {
+    if (!this.opts.repeat) throw new Error('fork() needs repeat mode')
+    this.forkFrom = n
+  }
+
+  async start(): Promise<string> {
+    this.server = createServer((req, res) => void this.handle(req, res))
+    this.server.keepAliveTimeout = 30_000
+    await new Promise<void>((resolve, reject) => {
+      this.server!.once('error', reject)
+      this.server!.listen(this.opts.port ?? 0, this.opts.host ?? '127.0.0.1', () => resolve())
+    })
+    const a = this.server.address() as AddressInfo
+    this.url = `http://${a.address}:${a.port}`
+    return this.url
+  }
+
+  async close(): Promise<void> {
+    if (!this.server) return
+    this.server.closeAllConnections()
+    await new Promise<void>((resolve) => this.server!.close(() => resolve()))
+    this.server = undefined
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const n = ++this.requests
+    const chunks: Buffer[] = []
+    for await (const c of req) chunks.push(c as Buffer)
+    const fail = this.opts.failRequest?.(n)
+    if (fail) {
+      res.writeHead(fail, { 'content-type': 'text/plain' }).end(`injected failure of request ${n}`)
+      return
+    }
+    let body: any
+    try {
+      body = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+    } catch {
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}')
+      return
+    }
+    const one = (c: any) => {
+      const id = JSON.stringify(c?.id ?? null)
+      try {
+        const result = this.answer(String(c?.method), Array.isArray(c?.params) ? c.params : [])
+        return `{"jsonrpc":"2.0","id":${id},"result":${result}}`
+      } catch (e: any) {
+        const code = e instanceof RpcError ? e.code : -32603
+        return `{"jsonrpc":"2.0","id":${id},"error":${JSON.stringify({ code, message: e?.message ?? String(e) })}}`
+      }
+    }
+    const text = Array.isArray(body) ? `[${body.map(one).join(',')}]` : one(body)
+    res.writeHead(200, { 'content-type': 'application/json' }).end(text)
+  }
+
+  /** JSON text of the result of one call. */
+  answer(method: string, params: any[]): string {
+    this.calls.set(method, (this.calls.get(method) ?? 0) + 1)
+    const text = this.answerRaw(method, params)
+    if (!this.opts.mutate) return text
+    return JSON.stringify(this.opts.mutate(method, params, JSON.parse(text)) ?? null)
+  }
+
+  private answerRaw(method: string, params: any[]): string {
+    switch (method) {
+      case 'eth_chainId':
+        return JSON.stringify(this.opts.chainId ?? this.chainId())
+      case 'eth_blockNumber':
+        return `"0x${this.head.toString(16)}"`
+      case 'eth_getBlockByNumber': {
+        const n = this.blockParam(params[0])
+        const p = n == null ? undefined : this.preparedFor(n)
+        if (!p?.block) return 'null'
+        return (params[1] ? p.block : p.blockHashes!).render(this.identity(n!))
+      }
+      case 'eth_getBlockByHash': {
+        const n = this.numberOfHash(params[0])
+        const p = n == null ? undefined : this.preparedFor(n)
+        if (!p?.block) return 'null'
+        return (params[1] ? p.block : p.blockHashes!).render(this.identity(n!))
+      }
+      case 'eth_getBlockReceipts': {
+        const n = this.blockOrHashParam(params[0])
+        const p = n == null ? undefined : this.preparedFor(n)
+        if (!p?.block) return 'null'
+        if (!p.receipts) throw new RpcError(-32000, `receipts of block ${n} were not recorded`)
+        return p.receipts.render(this.identity(n!))
+      }
+      case 'eth_getTransactionReceipt': {
+        const h = String(params[0]).toLowerCase()
+        const n = this.txIndex.get(h)
+        if (n == null) return 'null'
+        return this.preparedFor(n)!.txReceipts.get(h)!.render(this.identity(n))
+      }
+      case 'trace_block': {
+        const n = this.blockOrHashParam(params[0])
+        const p = n == null ? undefined : this.preparedFor(n)
+        if (!p) return 'null'
+        if (!p.traceBlock) throw new RpcError(-32000, `trace_block of block ${n} was not recorded`)
+        return p.traceBlock.render(this.identity(n!))
+      }
+      case 'debug_traceBlockByNumber': {
+        const n = this.blockParam(params[0])
+        const tracer = params[1]?.tracer
+        const p = n == null ? undefined : this.preparedFor(n)
+        if (!p) throw new RpcError(-32000, `block ${params[0]} not found`)
+        if (tracer === 'callTracer' && p.callTraces) return p.callTraces.render(this.identity(n!))
+        if (tracer === 'prestateTracer' && params[1]?.tracerConfig?.diffMode && p.prestate) return p.prestate.render(this.identity(n!))
+        throw new RpcError(-32000, `debug_traceBlockByNumber ${JSON.stringify(params[1] ?? {})} of block ${n} was not recorded`)
+      }
+      case 'trace_replayBlockTransactions': {
+        const n = this.blockOrHashParam(params[0])
+        const p = n == null ? undefined : this.preparedFor(n)
+        if (!p) return 'null'
+        const types: string[] = Array.isArray(params[1]) ? params[1] : []
+        if (!p.replay || types.some((t) => !p.replay!.every((e) => t in e))) {
+          throw new RpcError(-32000, `trace_replayBlockTransactions ${JSON.stringify(types)} of block ${n} was not recorded`)
+        }
+        return JSON.stringify(p.replay.map((e) => ({
+          output: e.output ?? '0x',
+          stateDiff: types.includes('stateDiff') ? e.stateDiff : null,
+          trace: types.includes('trace') ? e.trace : [],
+          transactionHash: e.transactionHash,
+          vmTrace: types.includes('vmTrace') ? e.vmTrace : null,
+        })))
+      }
+      default:
+        throw new RpcError(-32601, `the method ${method} does not exist/is not available`)
+    }
+  }
+
+  private chainId(): string {
+    for (const b of this.blocks) for (const t of b.block?.transactions ?? []) if (t?.chainId) return t.chainId
+    return '0x1'
+  }
+
+  /** Number of a block parameter (quantity or tag), within what this node has. */
+  private blockParam(p: unknown): number | undefined {
+    let n: number
+    if (p === 'latest' || p === 'safe' || p === 'finalized' || p === 'pending') n = this.head
+    else if (p === 'earliest') n = this.first
+    else if (typeof p === 'string' && /^0x[0-9a-f]+$/i.test(p)) n = parseInt(p, 16)
+    else if (typeof p === 'number') n = p
+    else throw new RpcError(-32602, `invalid block parameter ${JSON.stringify(p)}`)
+    return n > this.head ? undefined : n
+  }
+
+  private blockOrHashParam(p: unknown): number | undefined {
+    if (typeof p === 'string' && /^0x[0-9a-f]{64}$/i.test(p)) return this.numberOfHash(p)
+    if (p && typeof p === 'object' && 'blockHash' in p) return this.numberOfHash((p as any).blockHash)
+    if (p && typeof p === 'object' && 'blockNumber' in p) return this.blockParam((p as any).blockNumber)
+    return this.blockParam(p)
+  }
+
+  private numberOfHash(h: unknown): number | undefined {
+    const want = String(h).toLowerCase()
+    if (this.opts.repeat) {
+      throw new RpcError(-32000, 'block hashes are not indexed in repeat mode; ask by number')
+    }
+    for (const b of this.blocks) if (b.block && String(b.block.hash).toLowerCase() === want) return b.number <= this.head ? b.number : undefined
+    return undefined
+  }
+
+  private preparedFor(n: number): Prepared | undefined {
+    const r = this.opts.repeat ? (n >= this.first && n <= this.last ? this.blocks[(n - this.first) % this.blocks.length] : undefined) : this.byNumber.get(n)
+    if (!r) return undefined
+    let p = this.prepared.get(r.number)
+    if (!p) {
+      p = withTokens(r)
+      this.prepared.set(r.number, p)
+    }
+    return p
+  }
+
+  /** Number, hash and parent hash of block n as served. */
+  identity(n: number): { number: number; hash: string; parentHash: string } {
+    if (!this.opts.repeat) {
+      const b = this.byNumber.get(n)!.block
+      return { number: n, hash: b?.hash, parentHash: b?.parentHash }
+    }
+    return { number: n, hash: this.hashOf(n), parentHash: this.hashOf(n - 1) }
+  }
+
+  private hashOf(n: number): string {
+    const seed = this.opts.repeat?.seed ?? 'block-archive-replay'
+    return '0x' + createHash('sha256').update(`${seed}/${n >= this.forkFrom ? 'fork' : 'main'}/${n}`).digest('hex')
+  }
+}

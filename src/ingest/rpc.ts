@@ -1,0 +1,204 @@
+import { log } from '../log.js'
+
+/*
+ * A small JSON-RPC 2.0 client over HTTP (Node's fetch): batching, a bound on requests in flight,
+ * and retries with exponential back-off for failures that are worth retrying (connection errors,
+ * timeouts, HTTP 429/5xx, truncated bodies, JSON-RPC "rate limit"/"busy" errors). Anything else is
+ * thrown at once with the method and parameters named.
+ */
+
+export interface RpcClientOptions {
+  url: string
+  /** HTTP requests in flight at once (default 4). */
+  concurrency?: number
+  /** Tries per HTTP request before giving up (default 8). */
+  attempts?: number
+  /** First back-off delay; doubled on every retry up to `maxBackoffMs` (defaults 200 ms, 10 s). */
+  backoffMs?: number
+  maxBackoffMs?: number
+  /** Time limit per HTTP request (default 60 s). */
+  timeoutMs?: number
+}
+
+export interface RpcCall {
+  method: string
+  params: unknown[]
+}
+
+/** The node answered with a JSON-RPC error object. */
+export class RpcError extends Error {
+  constructor(
+    readonly method: string,
+    readonly params: unknown[],
+    readonly code: number,
+    readonly rpcMessage: string,
+    readonly data?: unknown,
+  ) {
+    super(`${method}(${describeParams(params)}) failed: ${rpcMessage} (code ${code})`)
+  }
+
+  /** The node does not know the method (or refuses it on this endpoint). */
+  get unsupported(): boolean {
+    return this.code === -32601 || /method .*(not found|not supported|does not exist|not available)|unsupported method/i.test(this.rpcMessage)
+  }
+}
+
+/** Retries were exhausted. */
+export class RpcUnavailable extends Error {}
+
+/** The node's answer is not a JSON-RPC answer at all (not JSON, ids missing, wrong batch size…). */
+export class RpcProtocolError extends Error {}
+
+export function describeParams(params: unknown[]): string {
+  return params.map((p) => JSON.stringify(p)).join(', ')
+}
+
+const TRANSIENT_RPC = /rate.?limit|too many requests|exceeded|timeout|timed out|busy|try again|overload|temporarily|unavailable|header not found/i
+
+/** JSON-RPC error answers worth retrying (the same call may succeed later). */
+export function isTransientRpcError(code: number, message: string): boolean {
+  if (code === -32005 || code === 429) return true
+  return TRANSIENT_RPC.test(message)
+}
+
+class Retryable extends Error {}
+
+export class RpcClient {
+  readonly url: string
+  private readonly concurrency: number
+  private readonly attempts: number
+  private readonly backoffMs: number
+  private readonly maxBackoffMs: number
+  private readonly timeoutMs: number
+  private active = 0
+  private readonly waiting: (() => void)[] = []
+  private nextId = 1
+  /** Counters for progress and measurements. */
+  readonly stats = { requests: 0, calls: 0, retries: 0, bytes: 0 }
+
+  constructor(opts: RpcClientOptions) {
+    this.url = opts.url
+    this.concurrency = Math.max(1, opts.concurrency ?? 4)
+    this.attempts = Math.max(1, opts.attempts ?? 8)
+    this.backoffMs = opts.backoffMs ?? 200
+    this.maxBackoffMs = opts.maxBackoffMs ?? 10_000
+    this.timeoutMs = opts.timeoutMs ?? 60_000
+  }
+
+  async call(method: string, params: unknown[] = []): Promise<any> {
+    const [r] = await this.batch([{ method, params }])
+    if (r instanceof RpcError) throw r
+    return r
+  }
+
+  /**
+   * Send calls in one HTTP request (a JSON-RPC batch when there are several). Each result is the
+   * call's `result` or an `RpcError` for a non-transient error answer; transient errors are retried.
+   */
+  async batch(calls: RpcCall[]): Promise<unknown[]> {
+    if (calls.length === 0) return []
+    await this.acquire()
+    try {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await this.send(calls)
+        } catch (e) {
+          if (!(e instanceof Retryable) || attempt >= this.attempts) {
+            if (e instanceof Retryable) {
+              throw new RpcUnavailable(`${what(calls)} at ${this.url} failed ${attempt} times; last error: ${e.message}`)
+            }
+            throw e
+          }
+          const delay = Math.min(this.maxBackoffMs, this.backoffMs * 2 ** (attempt - 1)) * (0.75 + Math.random() * 0.5)
+          this.stats.retries++
+          log.warn({ url: this.url, call: what(calls), attempt, delayMs: Math.round(delay), err: e.message }, 'RPC request failed, retrying')
+          await new Promise((r) => setTimeout(r, delay))
+        }
+      }
+    } finally {
+      this.release()
+    }
+  }
+
+  private async send(calls: RpcCall[]): Promise<unknown[]> {
+    const ids = calls.map(() => this.nextId++)
+    const body = calls.length === 1
+      ? { jsonrpc: '2.0', id: ids[0], method: calls[0].method, params: calls[0].params }
+      : calls.map((c, i) => ({ jsonrpc: '2.0', id: ids[i], method: c.method, params: c.params }))
+    let text: string
+    let status: number
+    this.stats.requests++
+    this.stats.calls += calls.length
+    try {
+      const res = await fetch(this.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(this.timeoutMs),
+      })
+      status = res.status
+      text = await res.text()
+    } catch (e: any) {
+      throw new Retryable(e?.cause?.message ?? e?.message ?? String(e))
+    }
+    this.stats.bytes += text.length
+    if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text.slice(0, 200)}`)
+    let json: any
+    try {
+      json = JSON.parse(text)
+    } catch {
+      // a cut-off body is a transport failure; an HTML error page with 200 is not worth retrying forever either
+      throw new Retryable(`HTTP ${status}: the answer is not JSON: ${text.slice(0, 200)}`)
+    }
+    if (status >= 400 && !(json && (json.error || Array.isArray(json)))) {
+      throw new RpcProtocolError(`${what(calls)} at ${this.url}: HTTP ${status}: ${text.slice(0, 300)}`)
+    }
+    const answers: any[] = Array.isArray(json) ? json : [json]
+    if (calls.length > 1 && !Array.isArray(json)) {
+      // some nodes answer a whole batch with one error object (e.g. batches disabled or too large)
+      if (json?.error && isTransientRpcError(json.error.code, String(json.error.message))) throw new Retryable(String(json.error.message))
+      throw new RpcProtocolError(
+        `${what(calls)} at ${this.url}: the node did not answer the batch with an array` +
+          (json?.error ? ` (${json.error.message}); try --batch-size 1` : ''),
+      )
+    }
+    const byId = new Map<unknown, any>()
+    for (const a of answers) byId.set(a?.id, a)
+    return calls.map((c, i) => {
+      const a = byId.get(ids[i]) ?? (answers.length === 1 && calls.length === 1 ? answers[0] : undefined)
+      if (!a || typeof a !== 'object') {
+        throw new RpcProtocolError(`${c.method}(${describeParams(c.params)}) at ${this.url}: no answer with id ${ids[i]} in the reply`)
+      }
+      if (a.error) {
+        const code = Number(a.error.code)
+        const message = String(a.error.message ?? JSON.stringify(a.error))
+        if (isTransientRpcError(code, message)) throw new Retryable(`${c.method}: ${message} (code ${code})`)
+        return new RpcError(c.method, c.params, code, message, a.error.data)
+      }
+      if (!('result' in a)) throw new RpcProtocolError(`${c.method}(${describeParams(c.params)}) at ${this.url}: answer has neither result nor error`)
+      return a.result
+    })
+  }
+
+  private acquire(): Promise<void> {
+    if (this.active < this.concurrency) {
+      this.active++
+      return Promise.resolve()
+    }
+    return new Promise((resolve) => this.waiting.push(() => {
+      this.active++
+      resolve()
+    }))
+  }
+
+  private release(): void {
+    this.active--
+    this.waiting.shift()?.()
+  }
+}
+
+function what(calls: RpcCall[]): string {
+  if (calls.length === 1) return `${calls[0].method}(${describeParams(calls[0].params)})`
+  const methods = [...new Set(calls.map((c) => c.method))].join(', ')
+  return `batch of ${calls.length} calls (${methods})`
+}
