@@ -64,7 +64,7 @@ describe('client library over router + 2 workers', { timeout: 90_000 }, () => {
       workers: 2,
       replication: 1,
       heartbeatMs: 100,
-      budgets: { sizeBytes: 20_000 },
+      budgets: { sizeBytes: 2_000 },
     })
     base = cluster.datasets.get('anvil')!
   })
@@ -180,7 +180,7 @@ describe('client retries', { timeout: 60_000 }, () => {
       workers: 2,
       replication: 2,
       heartbeatMs: 100,
-      budgets: { sizeBytes: 5_000 },
+      budgets: { sizeBytes: 1_000 },
     })
     try {
       let retries = 0
