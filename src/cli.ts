@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Command } from 'commander'
 import { registerIngest } from './commands/ingest.js'
+import { registerDemo } from './commands/demo.js'
 import { registerServe } from './commands/serve.js'
 
 const program = new Command()
@@ -11,6 +12,7 @@ program
 
 registerIngest(program)
 registerServe(program)
+registerDemo(program)
 
 program.parseAsync(process.argv).catch((e) => {
   console.error(e instanceof Error ? e.message : e)

@@ -13,7 +13,7 @@ import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
  * (the client). Every flag also reads an environment variable (shown in --help).
  */
 
-function int(min: number) {
+export function int(min: number) {
   return (value: string): number => {
     const n = Number(value)
     if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min) {
@@ -23,7 +23,7 @@ function int(min: number) {
   }
 }
 
-const opt = (flags: string, description: string, env: string, parse?: (v: string) => unknown, def?: unknown) => {
+export const opt = (flags: string, description: string, env: string, parse?: (v: string) => unknown, def?: unknown) => {
   const o = new Option(flags, description).env(env)
   if (parse) o.argParser(parse)
   if (def !== undefined) o.default(def)
@@ -31,7 +31,7 @@ const opt = (flags: string, description: string, env: string, parse?: (v: string
 }
 
 const dataOption = () => opt('--data <folder>', 'chunk folder: one dataset (has dataset.json) or a folder of dataset folders', 'BLOCK_ARCHIVE_DATA').makeOptionMandatory()
-const hostOption = () => opt('--host <host>', 'interface to listen on', 'BLOCK_ARCHIVE_HOST', undefined, '127.0.0.1')
+export const hostOption = () => opt('--host <host>', 'interface to listen on', 'BLOCK_ARCHIVE_HOST', undefined, '127.0.0.1')
 const heartbeatOption = () => opt('--heartbeat-ms <ms>', 'worker ping interval', 'BLOCK_ARCHIVE_HEARTBEAT_MS', int(50), DEFAULT_ROUTER_OPTIONS.heartbeatMs)
 
 function routerOptions(cmd: Command): Command {
@@ -73,7 +73,7 @@ function workerSettings(o: WorkerFlags) {
 }
 
 /** Stop cleanly on Ctrl-C / SIGTERM. */
-function onShutdown(stop: () => Promise<void>): void {
+export function onShutdown(stop: () => Promise<void>): void {
   let stopping = false
   const handler = (signal: string) => {
     if (stopping) process.exit(1)

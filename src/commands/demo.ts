@@ -1,0 +1,77 @@
+import path from 'node:path'
+import type { Command } from 'commander'
+import { ingestRecorded } from '../ingest/recorded.js'
+import { log } from '../log.js'
+import { startCluster } from '../server/cluster.js'
+import { LocalStorage } from '../server/storage.js'
+import { hostOption, int, onShutdown, opt } from './serve.js'
+
+/*
+ * `demo` (what `npm start` runs): builds the bundled datasets from recorded real blocks on first
+ * start (through the normal ingest path, against a local replay of the recorded RPC answers), then
+ * serves them with a router and two workers and prints how to query them.
+ */
+
+const TRANSFER = '0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef'
+
+/** Datasets of the demo: name → how to build it from the fixtures. */
+const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<unknown>; example: object; from: number }> = {
+  'ethereum-mainnet': {
+    // Ethereum mainnet blocks 1000000, 4369999, 18000000, 18500000 with receipts (a sparse dataset).
+    build: (dir, name) => ingestRecorded(dir, name),
+    from: 18000000,
+    example: {
+      fromBlock: 18000000,
+      toBlock: 18000000,
+      logs: [{ topic0: [TRANSFER], transaction: true }],
+      fields: { block: { timestamp: true }, log: { address: true, topics: true, data: true }, transaction: { hash: true, from: true, to: true } },
+    },
+  },
+}
+
+export function registerDemo(program: Command): void {
+  program
+    .command('demo')
+    .description('serve the bundled real datasets (built from recorded blocks on first start) with a router and two workers')
+    .addOption(opt('--data <folder>', 'where the demo datasets are built and served from', 'BLOCK_ARCHIVE_DEMO_DATA', undefined, 'data/demo'))
+    .addOption(hostOption())
+    .addOption(opt('--port <n>', 'router port (0 = any free port)', 'BLOCK_ARCHIVE_PORT', int(0), 8080))
+    .addOption(opt('--workers <n>', 'number of workers', 'BLOCK_ARCHIVE_WORKERS', int(1), 2))
+    .action(async (o) => {
+      const root = path.resolve(o.data)
+      for (const [name, d] of Object.entries(DATASETS)) {
+        console.log(`preparing ${name} in ${path.join(root, name)} …`)
+        await d.build(path.join(root, name), name)
+      }
+      const cluster = await startCluster({ storage: new LocalStorage(root), host: o.host, port: o.port, workers: o.workers, heartbeatMs: 1000 })
+      onShutdown(() => cluster.stop())
+      await waitServed(cluster.datasets)
+      console.log(`\nrouter ${cluster.router.url} with ${cluster.workers.length} workers`)
+      for (const [name, base] of cluster.datasets) {
+        const d = DATASETS[name]
+        console.log(`\ndataset ${name}: ${base}`)
+        console.log(`  height:  curl -s ${base}/height`)
+        if (!d) continue
+        console.log(`  query:   curl -s --compressed -H 'content-type: application/json' \\`)
+        console.log(`             -d '${JSON.stringify(d.example)}' \\`)
+        console.log(`             "$(curl -s ${base}/${d.from}/worker)"`)
+      }
+      console.log('\nor with the client: block-archive query <base URL> --from N --to N \'<query JSON>\'   (Ctrl-C stops)')
+    })
+}
+
+/** Wait until every dataset has a height (a worker serves its chunks), so the printed URLs work at once. */
+async function waitServed(datasets: Map<string, string>): Promise<void> {
+  const deadline = Date.now() + 30_000
+  for (const [name, base] of datasets) {
+    for (;;) {
+      const height = await fetch(`${base}/height`).then((r) => r.text(), () => '-1')
+      if (Number(height) >= 0) break
+      if (Date.now() > deadline) {
+        log.warn({ dataset: name }, 'demo: no worker serves this dataset yet')
+        break
+      }
+      await new Promise((r) => setTimeout(r, 200))
+    }
+  }
+}
