@@ -1,0 +1,529 @@
+/*
+ * A reference evaluator of EVM archive queries, written from the protocol documents only
+ * (shared/spec DECISIONS.md §6–16, §25–26; REFERENCE.md §3.1–3.6, §4.1–4.7), in plain TypeScript
+ * and independent of the engine and of the family declaration.
+ *
+ * It works on "everything" about a block range — the answer to `fullQuery()` (every item of every
+ * kind, every field selected, every block) — and computes what the worker must answer for any
+ * other query over the same blocks: which items each request and relation selects, which blocks
+ * are returned, which arrays each block carries, item order, field projection (identifier fields
+ * always present, trace `action`/`result` nesting with nulls omitted).
+ *
+ * Reusable outside tests (the benchmark can check its answers with it).
+ */
+
+export type Json = null | boolean | number | string | Json[] | { [k: string]: Json }
+export type Obj = Record<string, any>
+
+/** One block of the full answer. */
+export interface FullBlock {
+  header: Obj
+  transactions: Obj[]
+  logs: Obj[]
+  traces: Obj[]
+  stateDiffs: Obj[]
+}
+
+// ------------------------------------------------------------------------------------ fields
+
+/** Selectable fields (REFERENCE §4.1–4.5 and the rs-only ones, DECISIONS §28). */
+export const BLOCK_FIELDS = [
+  'number', 'hash', 'parentHash', 'timestamp', 'transactionsRoot', 'receiptsRoot', 'stateRoot', 'logsBloom',
+  'sha3Uncles', 'extraData', 'miner', 'nonce', 'mixHash', 'size', 'gasLimit', 'gasUsed', 'difficulty',
+  'totalDifficulty', 'baseFeePerGas', 'l1BlockNumber', 'blobGasUsed', 'excessBlobGas',
+  // rs only
+  'uncles', 'withdrawals', 'withdrawalsRoot', 'parentBeaconBlockRoot', 'requestsHash',
+  'mainBlockGeneralGasLimit', 'sharedGasLimit', 'timestampMillisPart',
+] as const
+
+export const TRANSACTION_FIELDS = [
+  'transactionIndex', 'hash', 'nonce', 'from', 'to', 'input', 'value', 'gas', 'gasPrice', 'maxFeePerGas',
+  'maxPriorityFeePerGas', 'v', 'r', 's', 'yParity', 'chainId', 'sighash', 'contractAddress', 'gasUsed',
+  'cumulativeGasUsed', 'effectiveGasPrice', 'type', 'status', 'maxFeePerBlobGas', 'blobVersionedHashes', 'l1Fee',
+  'l1FeeScalar', 'l1GasPrice', 'l1GasUsed', 'l1BlobBaseFee', 'l1BlobBaseFeeScalar', 'l1BaseFeeScalar',
+  // rs only
+  'accessList', 'logsBloom', 'blobGasUsed', 'blobGasPrice', 'authorizationList',
+  'calls', 'nonceKey', 'signature', 'feeToken', 'feePayerV', 'feePayerR', 'feePayerS', 'validBefore', 'validAfter',
+  'aaAuthorizationList', 'keyAuthorization',
+] as const
+
+export const LOG_FIELDS = ['logIndex', 'transactionIndex', 'transactionHash', 'address', 'data', 'topics'] as const
+
+export const TRACE_FLAT_FIELDS = ['transactionIndex', 'traceAddress', 'type', 'subtraces', 'error', 'revertReason'] as const
+
+/** Type-specific trace selectors: trace type, output object, key inside it (REFERENCE §4.4). */
+export const TRACE_NESTED_FIELDS: Record<string, [type: string, object: 'action' | 'result', key: string]> = {
+  createFrom: ['create', 'action', 'from'],
+  createValue: ['create', 'action', 'value'],
+  createGas: ['create', 'action', 'gas'],
+  createInit: ['create', 'action', 'init'],
+  createResultGasUsed: ['create', 'result', 'gasUsed'],
+  createResultCode: ['create', 'result', 'code'],
+  createResultAddress: ['create', 'result', 'address'],
+  callFrom: ['call', 'action', 'from'],
+  callTo: ['call', 'action', 'to'],
+  callValue: ['call', 'action', 'value'],
+  callGas: ['call', 'action', 'gas'],
+  callInput: ['call', 'action', 'input'],
+  callSighash: ['call', 'action', 'sighash'],
+  callType: ['call', 'action', 'type'],
+  callCallType: ['call', 'action', 'callType'],
+  callResultGasUsed: ['call', 'result', 'gasUsed'],
+  callResultOutput: ['call', 'result', 'output'],
+  suicideAddress: ['suicide', 'action', 'address'],
+  suicideRefundAddress: ['suicide', 'action', 'refundAddress'],
+  suicideBalance: ['suicide', 'action', 'balance'],
+  rewardAuthor: ['reward', 'action', 'author'],
+  rewardValue: ['reward', 'action', 'value'],
+  rewardType: ['reward', 'action', 'type'],
+}
+
+export const TRACE_FIELDS = [...TRACE_FLAT_FIELDS, ...Object.keys(TRACE_NESTED_FIELDS)]
+
+export const STATE_DIFF_FIELDS = ['transactionIndex', 'address', 'key', 'kind', 'prev', 'next'] as const
+
+const all = (names: readonly string[]) => Object.fromEntries(names.map((n) => [n, true]))
+
+export const ALL_FIELDS = {
+  block: all(BLOCK_FIELDS),
+  transaction: all(TRANSACTION_FIELDS),
+  log: all(LOG_FIELDS),
+  trace: all(TRACE_FIELDS),
+  stateDiff: all(STATE_DIFF_FIELDS),
+}
+
+/** Identifier fields, always present (DECISIONS §12). */
+export const ID_FIELDS = {
+  block: ['number', 'hash', 'parentHash'],
+  transaction: ['transactionIndex'],
+  log: ['logIndex', 'transactionIndex'],
+  trace: ['transactionIndex', 'traceAddress', 'type'],
+  stateDiff: ['transactionIndex', 'address', 'key', 'kind'],
+} as const
+
+/** The query whose answer is the input of `evaluate`: every block, item and field. */
+export function fullQuery(fromBlock: number, toBlock?: number, kinds: readonly Kind[] = KINDS): Obj {
+  return {
+    fromBlock,
+    ...(toBlock === undefined ? {} : { toBlock }),
+    includeAllBlocks: true,
+    ...Object.fromEntries(kinds.map((k) => [REQUEST_KEY[k], [{}]])),
+    fields: ALL_FIELDS,
+  }
+}
+
+// ------------------------------------------------------------------------------------ kinds
+
+export type Kind = 'transaction' | 'log' | 'trace' | 'stateDiff'
+export const KINDS: Kind[] = ['transaction', 'log', 'trace', 'stateDiff']
+export const REQUEST_KEY: Record<Kind, 'transactions' | 'logs' | 'traces' | 'stateDiffs'> = {
+  transaction: 'transactions',
+  log: 'logs',
+  trace: 'traces',
+  stateDiff: 'stateDiffs',
+}
+const OUTPUT_KEY = REQUEST_KEY
+
+/** The value a trace's type-specific selector has (null when the trace is of another type). */
+export function traceValue(t: Obj, selector: string): any {
+  const [type, object, key] = TRACE_NESTED_FIELDS[selector]
+  if (t.type !== type) return null
+  return t[object]?.[key] ?? null
+}
+
+type Getter = (item: Obj) => any
+
+/** How a filter value is normalised before matching (DECISIONS §7). */
+type ValueKind = 'hex' | 'lower' | 'exact' | 'int'
+
+interface ListFilter {
+  kind: 'in'
+  values: ValueKind
+  get: Getter
+}
+interface BoundFilter {
+  kind: 'min' | 'max'
+  get: Getter
+}
+interface NonZeroFilter {
+  kind: 'nonZero'
+  get: Getter
+}
+type Filter = ListFilter | BoundFilter | NonZeroFilter
+
+const hexF = (get: Getter): ListFilter => ({ kind: 'in', values: 'hex', get })
+const tv = (selector: string): Getter => (t) => traceValue(t, selector)
+
+/** Request filters of each kind (REFERENCE §4.6, DECISIONS §8). */
+export const FILTERS: Record<Kind, Record<string, Filter>> = {
+  transaction: {
+    from: hexF((t) => t.from),
+    to: hexF((t) => t.to),
+    sighash: hexF((t) => t.sighash),
+    type: { kind: 'in', values: 'int', get: (t) => t.type },
+    firstNonce: { kind: 'min', get: (t) => t.nonce },
+    lastNonce: { kind: 'max', get: (t) => t.nonce },
+  },
+  log: {
+    address: hexF((l) => l.address),
+    topic0: hexF((l) => l.topics[0] ?? null),
+    topic1: hexF((l) => l.topics[1] ?? null),
+    topic2: hexF((l) => l.topics[2] ?? null),
+    topic3: hexF((l) => l.topics[3] ?? null),
+  },
+  trace: {
+    type: { kind: 'in', values: 'exact', get: (t) => t.type },
+    createFrom: hexF(tv('createFrom')),
+    callFrom: hexF(tv('callFrom')),
+    callTo: hexF(tv('callTo')),
+    callSighash: hexF(tv('callSighash')),
+    suicideRefundAddress: hexF(tv('suicideRefundAddress')),
+    suicideAddress: hexF(tv('suicideAddress')),
+    createResultAddress: hexF(tv('createResultAddress')),
+    rewardAuthor: hexF(tv('rewardAuthor')),
+    callCallType: { kind: 'in', values: 'exact', get: tv('callCallType') },
+    createValueNonZero: { kind: 'nonZero', get: tv('createValue') },
+    callValueNonZero: { kind: 'nonZero', get: tv('callValue') },
+    suicideBalanceNonZero: { kind: 'nonZero', get: tv('suicideBalance') },
+    rewardValueNonZero: { kind: 'nonZero', get: tv('rewardValue') },
+  },
+  stateDiff: {
+    address: hexF((d) => d.address),
+    key: { kind: 'in', values: 'lower', get: (d) => d.key },
+    kind: { kind: 'in', values: 'exact', get: (d) => d.kind },
+  },
+}
+
+/** Relation flags (REFERENCE §4.7): target kind and how a target item relates to the source item. */
+type Relation = { target: Kind; rel: 'sameTx' | 'descendants' | 'ancestors' }
+export const RELATIONS: Record<Kind, Record<string, Relation>> = {
+  transaction: {
+    logs: { target: 'log', rel: 'sameTx' },
+    traces: { target: 'trace', rel: 'sameTx' },
+    stateDiffs: { target: 'stateDiff', rel: 'sameTx' },
+  },
+  log: {
+    transaction: { target: 'transaction', rel: 'sameTx' },
+    transactionLogs: { target: 'log', rel: 'sameTx' },
+    transactionTraces: { target: 'trace', rel: 'sameTx' },
+    transactionStateDiffs: { target: 'stateDiff', rel: 'sameTx' },
+  },
+  trace: {
+    transaction: { target: 'transaction', rel: 'sameTx' },
+    transactionLogs: { target: 'log', rel: 'sameTx' },
+    transactionTraces: { target: 'trace', rel: 'sameTx' },
+    subtraces: { target: 'trace', rel: 'descendants' },
+    parents: { target: 'trace', rel: 'ancestors' },
+  },
+  stateDiff: {
+    transaction: { target: 'transaction', rel: 'sameTx' },
+  },
+}
+
+export const HEX_RE = /^0x[0-9a-fA-F]*$/
+
+/** Normalise a filter value as the protocol says; throws for values the worker must reject (400). */
+export function normaliseValue(kind: ValueKind, v: unknown): string | number {
+  switch (kind) {
+    case 'hex':
+      if (typeof v !== 'string' || !HEX_RE.test(v)) throw new InvalidQuery(`not a hex value: ${JSON.stringify(v)}`)
+      return v.toLowerCase()
+    case 'lower':
+      if (typeof v !== 'string') throw new InvalidQuery(`not a string: ${JSON.stringify(v)}`)
+      return v.toLowerCase()
+    case 'exact':
+      if (typeof v !== 'string') throw new InvalidQuery(`not a string: ${JSON.stringify(v)}`)
+      return v
+    case 'int':
+      if (!Number.isSafeInteger(v)) throw new InvalidQuery(`not an integer: ${JSON.stringify(v)}`)
+      return v as number
+  }
+}
+
+export class InvalidQuery extends Error {}
+
+const big = (v: unknown): bigint => BigInt(v as any)
+
+/** Does one request object select this item? (AND across keys, OR inside lists, DECISIONS §6.) */
+export function matches(kind: Kind, request: Obj, item: Obj): boolean {
+  return compileRequest(kind, request)(item)
+}
+
+const compiled = new WeakMap<Obj, (item: Obj) => boolean>()
+
+/** A request object as a predicate over items (filter values normalised once). */
+export function compileRequest(kind: Kind, request: Obj): (item: Obj) => boolean {
+  const cached = compiled.get(request)
+  if (cached) return cached
+  const filters = FILTERS[kind]
+  const tests: ((item: Obj) => boolean)[] = []
+  for (const [key, value] of Object.entries(request)) {
+    if (RELATIONS[kind][key]) continue
+    const f = filters[key]
+    if (!f) throw new InvalidQuery(`unknown key ${REQUEST_KEY[kind]}[].${key}`)
+    if (value === null || value === undefined) continue
+    const get = f.get
+    switch (f.kind) {
+      case 'in': {
+        if (!Array.isArray(value)) throw new InvalidQuery(`${key} is not a list`)
+        const set = new Set(value.map((x) => normaliseValue(f.values, x)))
+        tests.push((i) => {
+          const v = get(i)
+          return v !== null && v !== undefined && set.has(v)
+        })
+        break
+      }
+      case 'min':
+        tests.push((i) => get(i) != null && big(get(i)) >= big(value))
+        break
+      case 'max':
+        tests.push((i) => get(i) != null && big(get(i)) <= big(value))
+        break
+      case 'nonZero':
+        if (value === true) tests.push((i) => get(i) != null && big(get(i)) !== 0n)
+        break
+    }
+  }
+  const fn = (item: Obj) => tests.every((t) => t(item))
+  compiled.set(request, fn)
+  return fn
+}
+
+// ------------------------------------------------------------------------------------ keys
+
+/** `[] < [0] < [0,0] < [0,1] < [1]` (REFERENCE §3.6). */
+export function compareAddress(a: number[], b: number[]): number {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i]
+  return a.length - b.length
+}
+
+const cmpStr = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
+
+/** Primary-key order of items of each kind (REFERENCE §4). */
+export const COMPARE: Record<Kind, (a: Obj, b: Obj) => number> = {
+  transaction: (a, b) => a.transactionIndex - b.transactionIndex,
+  log: (a, b) => a.logIndex - b.logIndex,
+  trace: (a, b) => a.transactionIndex - b.transactionIndex || compareAddress(a.traceAddress, b.traceAddress),
+  stateDiff: (a, b) => a.transactionIndex - b.transactionIndex || cmpStr(a.address, b.address) || cmpStr(a.key, b.key),
+}
+
+export function itemKey(kind: Kind, i: Obj): string {
+  switch (kind) {
+    case 'transaction':
+      return `${i.transactionIndex}`
+    case 'log':
+      return `${i.logIndex}`
+    case 'trace':
+      return `${i.transactionIndex}:${i.traceAddress.join('.')}`
+    case 'stateDiff':
+      return `${i.transactionIndex}:${i.address}:${i.key}`
+  }
+}
+
+const isStrictPrefix = (p: number[], a: number[]) => p.length < a.length && p.every((x, i) => a[i] === x)
+
+function related(rel: Relation['rel'], source: Obj, target: Obj): boolean {
+  if (source.transactionIndex !== target.transactionIndex) return false
+  switch (rel) {
+    case 'sameTx':
+      return true
+    case 'descendants':
+      return isStrictPrefix(source.traceAddress, target.traceAddress)
+    case 'ancestors':
+      return isStrictPrefix(target.traceAddress, source.traceAddress)
+  }
+}
+
+// ------------------------------------------------------------------------------------ projection
+
+function selected(fields: Obj | undefined, selector: string): string[] {
+  const f = fields?.[selector]
+  if (!f) return []
+  return Object.entries(f)
+    .filter(([, v]) => v === true)
+    .map(([k]) => k)
+}
+
+function pick(full: Obj, names: string[], what: string): Obj {
+  const out: Obj = {}
+  for (const n of names) {
+    if (!(n in full)) throw new Error(`the full answer lacks ${what}.${n}: select every field in it`)
+    out[n] = full[n]
+  }
+  return out
+}
+
+export function projectHeader(h: Obj, fields: Obj | undefined): Obj {
+  return pick(h, [...new Set([...ID_FIELDS.block, ...selected(fields, 'block')])], 'header')
+}
+
+export function projectItem(kind: Kind, item: Obj, fields: Obj | undefined): Obj {
+  const names = [...new Set([...ID_FIELDS[kind], ...selected(fields, kind)])]
+  if (kind !== 'trace') return pick(item, names, kind)
+  const out = pick(item, names.filter((n) => !TRACE_NESTED_FIELDS[n]), kind)
+  const nested: Record<'action' | 'result', Obj | undefined> = { action: undefined, result: undefined }
+  for (const n of names) {
+    const spec = TRACE_NESTED_FIELDS[n]
+    if (!spec || spec[0] !== item.type) continue
+    const [, object, key] = spec
+    const obj = (nested[object] ??= {})
+    const v = item[object]?.[key] ?? null
+    if (v !== null) obj[key] = v
+  }
+  // Null sub-fields are omitted; an all-null `result` is omitted, `action` stays (DECISIONS §14, py).
+  if (nested.action) out.action = nested.action
+  if (nested.result && Object.keys(nested.result).length > 0) out.result = nested.result
+  return out
+}
+
+// ------------------------------------------------------------------------------------ evaluation
+
+export interface EvaluateOptions {
+  /**
+   * Last block the worker's range covers (its data end). Without `toBlock` the answer runs to here;
+   * default: the last block of `data`.
+   */
+  rangeEnd?: number
+}
+
+/** The item kinds a query involves, by a request or a relation (DECISIONS §11). */
+export function involvedKinds(query: Obj): Set<Kind> {
+  const out = new Set<Kind>()
+  for (const kind of KINDS) {
+    const requests: Obj[] | undefined = query[REQUEST_KEY[kind]]
+    if (!requests?.length) continue
+    out.add(kind)
+    for (const r of requests) {
+      for (const [flag, rel] of Object.entries(RELATIONS[kind])) if (r[flag] === true) out.add(rel.target)
+    }
+  }
+  return out
+}
+
+/** Items of each kind a query selects in one block, by primary key. */
+export function selectItems(block: FullBlock, query: Obj): Record<Kind, Set<string>> {
+  const sel: Record<Kind, Set<string>> = { transaction: new Set(), log: new Set(), trace: new Set(), stateDiff: new Set() }
+  for (const kind of KINDS) {
+    for (const request of (query[REQUEST_KEY[kind]] ?? []) as Obj[]) {
+      const hit = (block[OUTPUT_KEY[kind]] as Obj[]).filter((i) => matches(kind, request, i))
+      for (const i of hit) sel[kind].add(itemKey(kind, i))
+      for (const [flag, rel] of Object.entries(RELATIONS[kind])) {
+        if (request[flag] !== true) continue
+        for (const t of block[OUTPUT_KEY[rel.target]] as Obj[]) {
+          if (hit.some((s) => related(rel.rel, s, t))) sel[rel.target].add(itemKey(rel.target, t))
+        }
+      }
+    }
+  }
+  return sel
+}
+
+/**
+ * What the worker must answer for `query` given `data` (the full answer over every block the worker
+ * holds, ascending), assuming budgets large enough not to cut it. Throws `NoBlocksInRange` when the
+ * range holds no block (DECISIONS §26) and `InvalidQuery` for invalid filter values.
+ */
+export function evaluate(data: FullBlock[], query: Obj, opts: EvaluateOptions = {}): Obj[] {
+  const end = Math.min(query.toBlock ?? Infinity, opts.rangeEnd ?? Infinity)
+  const blocks = data.filter((b) => b.header.number >= query.fromBlock && b.header.number <= end)
+  if (blocks.length === 0) throw new NoBlocksInRange(`no block in [${query.fromBlock}, ${end}]`)
+  const kinds = involvedKinds(query)
+  const first = blocks[0].header.number
+  const last = blocks[blocks.length - 1].header.number
+  const out: Obj[] = []
+  for (const b of blocks) {
+    const sel = selectItems(b, query)
+    const any = KINDS.some((k) => sel[k].size > 0)
+    const n = b.header.number
+    if (!(query.includeAllBlocks === true || any || n === first || n === last)) continue
+    const block: Obj = { header: projectHeader(b.header, query.fields) }
+    for (const kind of KINDS) {
+      if (!kinds.has(kind)) continue
+      block[OUTPUT_KEY[kind]] = (b[OUTPUT_KEY[kind]] as Obj[])
+        .filter((i) => sel[kind].has(itemKey(kind, i)))
+        .sort(COMPARE[kind])
+        .map((i) => projectItem(kind, i, query.fields))
+    }
+    out.push(block)
+  }
+  return out
+}
+
+export class NoBlocksInRange extends Error {}
+
+// ------------------------------------------------------------------------------------ helpers
+
+/** Every item of `kind` in `data`, with its block number. */
+export function itemsOf(data: FullBlock[], kind: Kind): { block: number; item: Obj }[] {
+  return data.flatMap((b) => (b[OUTPUT_KEY[kind]] as Obj[]).map((item) => ({ block: b.header.number, item })))
+}
+
+/** Values of a getter over items, most frequent first (nulls left out). */
+export function byFrequency<T>(values: T[]): T[] {
+  const counts = new Map<T, number>()
+  for (const v of values) if (v !== null && v !== undefined) counts.set(v, (counts.get(v) ?? 0) + 1)
+  return [...counts.entries()].sort((a, b) => b[1] - a[1]).map(([v]) => v)
+}
+
+/**
+ * First difference between two answers, as a readable message (or undefined when equal), so a
+ * failing comparison of large answers names the block, array and item.
+ */
+export function firstDifference(got: Obj[], expected: Obj[]): string | undefined {
+  const gn = got.map((b) => b?.header?.number)
+  const en = expected.map((b) => b.header.number)
+  if (JSON.stringify(gn) !== JSON.stringify(en)) {
+    const missing = en.filter((n) => !gn.includes(n))
+    const extra = gn.filter((n) => !en.includes(n))
+    return `blocks differ: ${got.length} returned, ${expected.length} expected; missing ${JSON.stringify(missing.slice(0, 10))}, extra ${JSON.stringify(extra.slice(0, 10))}`
+  }
+  for (let i = 0; i < got.length; i++) {
+    const g = got[i]
+    const e = expected[i]
+    const n = e.header.number
+    const gk = Object.keys(g)
+    if (gk[0] !== 'header') return `block ${n}: first key is ${gk[0]}, not header`
+    const ek = Object.keys(e)
+    if (JSON.stringify([...gk].sort()) !== JSON.stringify([...ek].sort())) return `block ${n}: keys ${JSON.stringify(gk)}, expected ${JSON.stringify(ek)}`
+    const d = diffValue(g.header, e.header)
+    if (d) return `block ${n} header: ${d}`
+    for (const k of ek.slice(1)) {
+      const ga: Obj[] = g[k]
+      const ea: Obj[] = e[k]
+      if (!Array.isArray(ga)) return `block ${n}: ${k} is not an array`
+      if (ga.length !== ea.length) {
+        const kind = KINDS.find((x) => OUTPUT_KEY[x] === k)!
+        const gks = ga.map((x) => itemKey(kind, x))
+        const eks = ea.map((x) => itemKey(kind, x))
+        return `block ${n}: ${ga.length} ${k}, expected ${ea.length}; missing ${JSON.stringify(eks.filter((x) => !gks.includes(x)).slice(0, 10))}, extra ${JSON.stringify(gks.filter((x) => !eks.includes(x)).slice(0, 10))}`
+      }
+      for (let j = 0; j < ea.length; j++) {
+        const d = diffValue(ga[j], ea[j])
+        if (d) return `block ${n} ${k}[${j}]: ${d}; got ${JSON.stringify(ga[j]).slice(0, 400)}, expected ${JSON.stringify(ea[j]).slice(0, 400)}`
+      }
+    }
+  }
+  return undefined
+}
+
+function diffValue(g: any, e: any, path = ''): string | undefined {
+  if (e === null || typeof e !== 'object') {
+    return Object.is(g, e) ? undefined : `${path || 'value'}: ${JSON.stringify(g)} ≠ expected ${JSON.stringify(e)}`
+  }
+  if (g === null || typeof g !== 'object' || Array.isArray(g) !== Array.isArray(e)) return `${path}: ${JSON.stringify(g)?.slice(0, 200)} ≠ expected ${JSON.stringify(e).slice(0, 200)}`
+  if (Array.isArray(e)) {
+    if (g.length !== e.length) return `${path}: length ${g.length} ≠ expected ${e.length}`
+    for (let i = 0; i < e.length; i++) {
+      const d = diffValue(g[i], e[i], `${path}[${i}]`)
+      if (d) return d
+    }
+    return undefined
+  }
+  for (const k of new Set([...Object.keys(g), ...Object.keys(e)])) {
+    if (!(k in e)) return `${path}.${k}: present (${JSON.stringify(g[k])?.slice(0, 100)}) but not expected`
+    if (!(k in g)) return `${path}.${k}: missing (expected ${JSON.stringify(e[k])?.slice(0, 100)})`
+    const d = diffValue(g[k], e[k], `${path}.${k}`)
+    if (d) return d
+  }
+  return undefined
+}
