@@ -36,10 +36,11 @@ export function loadRecordedChain(chain: RecordedChainName, fixtures = defaultFi
   const out = new Map<number, RecordedBlock>()
   for (const name of readdirSync(dir)) {
     if (!/^\d+$/.test(name)) continue
-    const n = Number(name)
     const files = readdirSync(path.join(dir, name))
     const f = (file: string) => path.join(dir, name, file)
-    const r: RecordedBlock = { number: n, block: readJson(f('block.json.gz')) }
+    const block = readJson(f('block.json.gz'))
+    const n = parseInt(block.number, 16) // folder names are not always the block's number
+    const r: RecordedBlock = { number: n, block }
     if (files.includes('receipts.json.gz')) r.receipts = readJson(f('receipts.json.gz'))
     const extra = files.filter((x) => /^tx-.*-receipt\.json\.gz$/.test(x)).map((x) => readJson(f(x)))
     if (extra.length) r.txReceipts = extra

@@ -79,9 +79,10 @@ class Template {
 
 const tok = (t: Token) => `@@BA_${t}@@`
 
-function withTokens(r: RecordedBlock) {
+/** Pre-serialised answers of a recorded block; with `tokens`, its identity fields are placeholders (repeat mode). */
+function withTokens(r: RecordedBlock, tokens: boolean) {
   const setBlockRef = (o: any, numberToken: Token = 'N') => {
-    if (!o || typeof o !== 'object') return o
+    if (!tokens || !o || typeof o !== 'object') return o
     const c = { ...o }
     if ('blockHash' in c) c.blockHash = tok('H')
     if ('blockNumber' in c) c.blockNumber = tok(numberToken)
@@ -93,9 +94,10 @@ function withTokens(r: RecordedBlock) {
     return c
   }
   const t = (v: unknown) => (v === undefined ? undefined : new Template(v))
+  const id = tokens ? { number: tok('N'), hash: tok('H'), parentHash: tok('P') } : {}
   return {
-    block: r.block && t({ ...r.block, number: tok('N'), hash: tok('H'), parentHash: tok('P'), transactions: r.block.transactions.map((x: any) => (typeof x === 'object' ? setBlockRef(x) : x)) }),
-    blockHashes: r.block && t({ ...r.block, number: tok('N'), hash: tok('H'), parentHash: tok('P'), transactions: r.block.transactions.map((x: any) => (typeof x === 'object' ? x.hash : x)) }),
+    block: r.block && t({ ...r.block, ...id, transactions: r.block.transactions.map((x: any) => (typeof x === 'object' ? setBlockRef(x) : x)) }),
+    blockHashes: r.block && t({ ...r.block, ...id, transactions: r.block.transactions.map((x: any) => (typeof x === 'object' ? x.hash : x)) }),
     receipts: t(r.receipts?.map(receipt)),
     txReceipts: new Map<string, Template>([...(r.receipts ?? []), ...(r.txReceipts ?? [])].map((x) => [String(x.transactionHash).toLowerCase(), new Template(receipt(x))])),
     traceBlock: t(r.traceBlock?.map((x) => setBlockRef(x, 'NI'))),
@@ -321,7 +323,7 @@ export class ReplayServer {
     if (!r) return undefined
     let p = this.prepared.get(r.number)
     if (!p) {
-      p = withTokens(r)
+      p = withTokens(r, this.opts.repeat != null)
       this.prepared.set(r.number, p)
     }
     return p

@@ -225,6 +225,10 @@ function logRows(blockNumber: number, receipts: any[]): Row[] {
       })
     }
   }
+  // logIndex is the position within the block; some chains (Stable) number logs per transaction,
+  // which would repeat indexes within a block: those blocks get their logs numbered by position.
+  const seen = new Set<unknown>()
+  if (rows.some((r) => seen.size === seen.add(r.log_index).size)) rows.forEach((r, i) => (r.log_index = i))
   return rows
 }
 
