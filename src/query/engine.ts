@@ -138,7 +138,8 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
       const tailWanted = wanted.length > 0 && wanted[wanted.length - 1] === tail
       const lastChunk = ci === chunks.length - 1
       let stop = false
-      for (let i = 0; i < wanted.length && !stop; ) {
+      let i = 0
+      while (i < wanted.length && !stop) {
         // A slice: consecutive wanted blocks whose estimated JSON fits the slice and the remaining budget.
         const room = Math.max(1, Math.min(SLICE_BYTES, budgets.sizeBytes - stats.bytes))
         let j = i
@@ -150,7 +151,10 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
           // One giant block: stream its items row by row instead of aggregating them.
           yield piece
           piece = ''
-          yield* giantBlock(run, lo, sep, kinds)
+          for await (const part of giantBlock(run, lo, sep, kinds)) {
+            stats.bytes += part.length
+            yield part
+          }
           sep = ','
           stats.blocks++
           stats.lastBlock = lo
@@ -185,8 +189,8 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
         stop = spent()
       }
       const more = !stop && !lastChunk && !spent()
-      if (!tailWanted && !more && stats.lastBlock < tail.number) {
-        // The answer ends in this chunk: its last scanned block is where the client continues.
+      if (i === wanted.length && !tailWanted && !more && stats.lastBlock < tail.number) {
+        // The answer ends after this whole chunk: its last block is where the client continues.
         add(tail.number, `{"header":${await run.header(tail.number)}${emptyArrays}}`)
       }
       if (piece.length >= PIECE_BYTES) {
