@@ -340,6 +340,6 @@ export class ReplayServer {
 
   private hashOf(n: number): string {
     const seed = this.opts.repeat?.seed ?? 'block-archive-replay'
-    return '0x' + createHash('sha256').update(`${seed}/${n >= this.forkFrom ? 'fork' : 'main'}/${n}`).digest('hex')
+    return '0x' + createHash('sha256').update(`${seed}/${n >= this.forkFrom ? `fork-${this.forkFrom}` : "main"}/${n}`).digest('hex')
   }
 }

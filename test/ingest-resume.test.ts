@@ -1,0 +1,199 @@
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { readdir, stat } from 'node:fs/promises'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { after, before, describe, it } from 'node:test'
+import { listLocalChunks, readChunkMeta } from '../src/chunks/layout.js'
+import { ReorgError, runIngest } from '../src/ingest/loop.js'
+import { loadRecordedChain } from '../src/ingest/recorded.js'
+import { ReplayServer } from '../src/ingest/replay.js'
+import { readTable } from './helpers/ingest-expect.js'
+import { tempDir } from './helpers/dataset.js'
+
+/*
+ * Resume, kill, reorg, follow and chunk bounds, on recorded mainnet blocks served as a long chain
+ * (replay server, repeat mode: real transactions and logs, renumbered and re-linked blocks).
+ */
+
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli.js')
+const eth = loadRecordedChain('ethereum')
+const light = eth.filter((b) => b.number === 1000000 || b.number === 4369999) // 2 and 22 transactions
+const heavy = eth.filter((b) => b.number === 18000000 || b.number === 18500000) // 94 and 157 transactions
+
+let tmp: { dir: string; cleanup: () => Promise<void> }
+before(async () => {
+  tmp = await tempDir('ba-ingest-resume-')
+})
+after(async () => {
+  await tmp.cleanup()
+})
+let n = 0
+const out = () => path.join(tmp.dir, `ds${++n}`)
+
+async function serve(recorded = light, opts: ConstructorParameters<typeof ReplayServer>[1] = {}): Promise<ReplayServer> {
+  const s = new ReplayServer(recorded, { repeat: { times: 200, seed: `t${n}` }, ...opts })
+  await s.start()
+  return s
+}
+
+/** Every block of the dataset exactly once, in order, each linked to the one before. */
+async function checkChain(dir: string, first: number, last: number): Promise<any[]> {
+  const blocks = (await readTable(dir, 'blocks')).sort((a, b) => Number(a.number) - Number(b.number))
+  assert.deepEqual(blocks.map((b) => Number(b.number)), Array.from({ length: last - first + 1 }, (_, i) => first + i))
+  for (let i = 1; i < blocks.length; i++) assert.equal(blocks[i].parent_hash, blocks[i - 1].hash, `block ${blocks[i].number} parent`)
+  const chunks = await listLocalChunks(dir)
+  for (let i = 1; i < chunks.length; i++) assert.equal(chunks[i].first, chunks[i - 1].last + 1, `gap before ${chunks[i].path}`)
+  const names = await readdir(dir)
+  assert.deepEqual(names.filter((x) => x.startsWith('.tmp-') || x === '.ingest.lock'), [], 'leftover temp folder or lock')
+  return blocks
+}
+
+describe('resume, kill, reorg, follow', () => {
+  it('killed at arbitrary moments, a restart resumes after the last complete chunk: no gap, no duplicate, no partial chunk', async () => {
+    const server = await serve()
+    const dir = out()
+    const args = ['ingest', '--rpc', server.url, '--dataset', 'kill', '--out', dir, '--from', '0', '--to', '299',
+      '--chunk-blocks', '7', '--batch-size', '5', '--concurrency', '2', '--progress', 'none']
+    const run = (killAfterMs?: number) => new Promise<{ code: number | null; signal: string | null; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+      let stderr = ''
+      child.stderr!.on('data', (d) => (stderr += d))
+      const t = killAfterMs == null ? undefined : setTimeout(() => child.kill('SIGKILL'), killAfterMs)
+      child.once('exit', (code, signal) => {
+        clearTimeout(t)
+        resolve({ code, signal, stderr })
+      })
+    })
+    try {
+      let killed = 0
+      let before = -1
+      for (const ms of [1500, 1900, 1300, 2300, 1700, 2100]) {
+        const r = await run(ms)
+        if (r.signal !== 'SIGKILL') {
+          assert.equal(r.code, 0, r.stderr)
+          break
+        }
+        killed++
+        // whatever is visible is complete: every listed chunk has all its files, chunks never overlap
+        const chunks = await listLocalChunks(dir)
+        for (const c of chunks) {
+          const files = (await readdir(path.join(dir, c.path))).sort()
+          assert.deepEqual(files, ['blocks.parquet', 'logs.parquet', 'meta.json', 'transactions.parquet'], c.path)
+          const meta = await readChunkMeta(dir, c)
+          assert.equal(meta.last - meta.first + 1, meta.blockCount)
+          assert.ok(meta.blockCount <= 7)
+        }
+        const last = chunks.length ? chunks[chunks.length - 1].last : -1
+        assert.ok(last >= before, 'the dataset never shrinks')
+        before = last
+      }
+      assert.ok(killed >= 2, `killed ${killed} times`)
+      const r = await run()
+      assert.equal(r.code, 0, r.stderr)
+      await checkChain(dir, 0, 299)
+      const txs = await readTable(dir, 'transactions')
+      assert.equal(txs.length, 150 * (2 + 22))
+      assert.equal(new Set(txs.map((t) => `${t.block_number}/${t.transaction_index}`)).size, txs.length)
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('a reorg deeper than the confirmations stops the ingest naming both blocks; a restart resumes on the new chain; a fork below the written chunks is reported', async () => {
+    const server = await serve(light, { head: 20 })
+    const dir = out()
+    const ac = new AbortController()
+    try {
+      const first = runIngest({ rpc: server.url, dataset: 'reorg', out: dir, follow: true, confirmations: 2, chunkBlocks: 5, pollMs: 20, progress: 'none', signal: ac.signal })
+      first.catch(() => undefined)
+      // caught up (0..18 fetched) once it polls the head again and again
+      while ((server.calls.get('eth_blockNumber') ?? 0) < 4) await new Promise((r) => setTimeout(r, 20))
+      const old18 = server.identity(18).hash
+      server.fork(16) // blocks 16.. get other hashes; the ingest holds the old 16..18 in its open chunk
+      server.head = 30
+      await assert.rejects(first, (e: any) => {
+        assert.ok(e instanceof ReorgError, e.message)
+        assert.match(e.message, new RegExp(`block 19 \\(${server.identity(19).hash}\\) has parent hash ${server.identity(18).hash}, but block 18 has hash ${old18}`))
+        return true
+      })
+      // nothing of the old fork above the last complete chunk was written
+      assert.deepEqual((await listLocalChunks(dir)).map((c) => [c.first, c.last]), [[0, 4], [5, 9], [10, 14]])
+      await checkChain(dir, 0, 14)
+
+      const second = await runIngest({ rpc: server.url, dataset: 'reorg', out: dir, to: 28, confirmations: 2, chunkBlocks: 5, progress: 'none' })
+      assert.equal(second.blocks, 14)
+      const blocks = await checkChain(dir, 0, 28)
+      assert.equal(blocks[16].hash, server.identity(16).hash)
+
+      server.fork(12) // below the written chunks (chunk 10-14 holds the old 12..14)
+      server.head = 40
+      await assert.rejects(runIngest({ rpc: server.url, dataset: 'reorg', out: dir, to: 35, confirmations: 2, chunkBlocks: 5, progress: 'none' }), (e: any) => {
+        assert.ok(e instanceof ReorgError)
+        assert.match(e.message, /block 29 \(0x\w+\) has parent hash 0x\w+, but block 28 has hash 0x\w+ \(chunk 0000000000\/0000000025-0000000028-\w+\)/)
+        return true
+      })
+      await checkChain(dir, 0, 28)
+    } finally {
+      ac.abort()
+      await server.close()
+    }
+  })
+
+  it('--follow keeps up with a moving head, never fetching above head − confirmations', async () => {
+    const fetchedAbove: string[] = []
+    let server: ReplayServer
+    const mutate = (method: string, params: any[], result: unknown) => {
+      if (method === 'eth_getBlockByNumber' && parseInt(params[0], 16) > server.head - 3) fetchedAbove.push(`${parseInt(params[0], 16)} at head ${server.head}`)
+      return result
+    }
+    server = await serve(light, { head: 5, mutate })
+    const dir = out()
+    const ac = new AbortController()
+    const grow = setInterval(() => {
+      if (server.head < 60) server.head++
+    }, 15)
+    try {
+      const seen: number[] = []
+      const r = await runIngest({
+        rpc: server.url, dataset: 'follow', out: dir, follow: true, confirmations: 3, chunkBlocks: 10, pollMs: 10, flushAfterMs: 50,
+        batchSize: 4, progress: 'none', signal: ac.signal,
+        onChunk: (c) => {
+          seen.push(c.last)
+          if (c.last >= 57) ac.abort()
+        },
+      })
+      assert.deepEqual(fetchedAbove, [])
+      assert.equal(r.last, 57)
+      assert.ok(seen.length >= 6)
+      await checkChain(dir, 0, 57)
+    } finally {
+      clearInterval(grow)
+      await server.close()
+    }
+  })
+
+  it('chunks are bounded by bytes and block count; a block bigger than the byte bound is a chunk of its own, never split', async () => {
+    const server = await serve(heavy)
+    const dir = out()
+    try {
+      // rows (as NDJSON) of 18000000 ≈ 0.92 MB, of 18500000 ≈ 0.65 MB: with a 1 MB bound a chunk closes after
+      // two blocks (0.92 MB is below the bound, 1.57 MB is not), before the count bound of 3 is reached
+      const r = await runIngest({ rpc: server.url, dataset: 'bytes', out: dir, from: 0, to: 19, chunkBlocks: 3, chunkBytes: 1_000_000, progress: 'none' })
+      assert.equal(r.blocks, 20)
+      const metas = await Promise.all((await listLocalChunks(dir)).map((c) => readChunkMeta(dir, c)))
+      assert.deepEqual(metas.map((m) => m.blockCount), Array(10).fill(2))
+      await checkChain(dir, 0, 19)
+      const txs = await readTable(dir, 'transactions')
+      assert.equal(txs.length, 10 * (94 + 157))
+      const small = out()
+      const r2 = await runIngest({ rpc: server.url, dataset: 'bytes', out: small, from: 0, to: 9, chunkBlocks: 4, chunkBytes: 1, progress: 'none' })
+      assert.equal(r2.chunks.length, 10) // one block per chunk: the bound never cuts a block
+      const r3 = await runIngest({ rpc: server.url, dataset: 'bytes', out: out(), from: 0, to: 9, chunkBlocks: 4, progress: 'none' })
+      assert.deepEqual(r3.chunks.map((c) => [c.first, c.last]), [[0, 3], [4, 7], [8, 9]])
+      assert.ok((await stat(path.join(small, r2.chunks[0].path, 'transactions.parquet'))).size > 0)
+    } finally {
+      await server.close()
+    }
+  })
+})
