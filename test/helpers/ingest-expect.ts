@@ -26,7 +26,7 @@ const sighash = (input: string | null) => (input && input.length >= 10 ? input.s
 export const NOT_STORED: Record<string, string[]> = {
   block: ['transactions', 'sendCount', 'sendRoot', 'timestampMillis', 'consensusContext'],
   transaction: ['blockHash', 'blockNumber', 'blockTimestamp', 'timeoutTimestamp'],
-  receipt: ['blockHash', 'blockNumber', 'from', 'to', 'transactionHash', 'transactionIndex', 'logs', 'root', 'gasUsedForL1', 'l1BlockNumber', 'feeToken', 'feePayer', 'type'],
+  receipt: ['blockHash', 'blockNumber', 'blockTimestamp', 'from', 'to', 'transactionHash', 'transactionIndex', 'logs', 'root', 'gasUsedForL1', 'l1BlockNumber', 'feeToken', 'feePayer', 'type'],
   log: ['blockHash', 'blockNumber', 'blockTimestamp', 'removed', 'transactionLogIndex'],
 }
 

@@ -1,0 +1,92 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import path from 'node:path'
+import { createInterface } from 'node:readline'
+import solc from 'solc'
+import { REPO_ROOT } from './dataset.js'
+
+/*
+ * A real anvil node (npm @foundry-rs/anvil) on 127.0.0.1 for end-to-end tests, and contracts
+ * compiled with solc-js.
+ */
+
+export interface Anvil {
+  url: string
+  rpc(method: string, params?: unknown[]): Promise<any>
+  stop(): Promise<void>
+}
+
+function anvilBinary(): string {
+  const direct = path.join(REPO_ROOT, 'node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil')
+  return existsSync(direct) ? direct : path.join(REPO_ROOT, 'node_modules/.bin/anvil')
+}
+
+export async function startAnvil(args: string[] = []): Promise<Anvil> {
+  const child: ChildProcess = spawn(anvilBinary(), ['--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`anvil did not start: ${output}`)), 30_000)
+    child.once('exit', (code) => reject(new Error(`anvil exited with ${code}: ${output}`)))
+    child.stderr!.on('data', (d) => (output += d))
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      output = (output + line + '\n').slice(-5000)
+      const m = /Listening on (\S+)/.exec(line)
+      if (m) {
+        clearTimeout(timer)
+        resolve(`http://${m[1]}`)
+      }
+    })
+  })
+  let id = 0
+  return {
+    url,
+    async rpc(method, params = []) {
+      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: ++id, method, params }) })
+      const j: any = await res.json()
+      if (j.error) throw new Error(`${method}: ${j.error.message}`)
+      return j.result
+    },
+    stop: () => new Promise<void>((resolve) => {
+      if (child.exitCode != null) return resolve()
+      child.once('exit', () => resolve())
+      child.kill('SIGTERM')
+    }),
+  }
+}
+
+export interface Compiled {
+  bytecode: string
+  /** `name(types)` → 4-byte selector hex (no 0x). */
+  methods: Record<string, string>
+}
+
+export function compile(source: string, evmVersion = 'cancun'): Record<string, Compiled> {
+  const input = {
+    language: 'Solidity',
+    sources: { 'test.sol': { content: source } },
+    settings: { evmVersion, optimizer: { enabled: true, runs: 200 }, outputSelection: { '*': { '*': ['evm.bytecode.object', 'evm.methodIdentifiers'] } } },
+  }
+  const out = JSON.parse(solc.compile(JSON.stringify(input)))
+  const errors = (out.errors ?? []).filter((e: any) => e.severity === 'error')
+  if (errors.length) throw new Error(errors.map((e: any) => e.formattedMessage).join('\n'))
+  const result: Record<string, Compiled> = {}
+  for (const [name, c] of Object.entries<any>(out.contracts['test.sol'])) {
+    result[name] = { bytecode: '0x' + c.evm.bytecode.object, methods: c.evm.methodIdentifiers }
+  }
+  return result
+}
+
+/** ABI words for static arguments (uint, address, bytes32, bool). */
+export function words(...args: (bigint | number | string | boolean)[]): string {
+  return args.map((a) => {
+    if (typeof a === 'boolean') return (a ? 1n : 0n).toString(16).padStart(64, '0')
+    if (typeof a === 'string') return a.replace(/^0x/, '').toLowerCase().padStart(64, '0')
+    return BigInt(a).toString(16).padStart(64, '0')
+  }).join('')
+}
+
+export function callData(c: Compiled, signature: string, ...args: (bigint | number | string | boolean)[]): string {
+  const sel = c.methods[signature]
+  if (!sel) throw new Error(`no method ${signature}`)
+  return '0x' + sel + words(...args)
+}
