@@ -197,13 +197,15 @@ describe('anvil end to end', () => {
     }
   })
 
-  it('the same chain through callTracer and prestateTracer diffs (debug_traceBlockByNumber) matches the node too', async () => {
+  it('the same chain through callTracer and prestateTracer diffs (debug_traceBlockByNumber) matches the node too', async (t) => {
     const dir = path.join(tmp.dir, 'geth')
     const r = await runIngest({
       rpc: anvil.url, dataset: 'anvil-geth', out: dir, to: followed.last, traces: 'callTracer', stateDiffs: 'prestateTracer',
       chunkBlocks: 100, batchSize: 10, progress: 'none',
     })
     assert.equal(r.last, followed.last)
+    const rows = Object.values(r.rows).reduce((a, b) => a + b, 0)
+    t.diagnostic(`rate: ${r.blocks} anvil blocks, ${rows} rows in ${(r.elapsedMs / 1000).toFixed(2)} s = ${(r.blocks / (r.elapsedMs / 1000)).toFixed(0)} blocks/s, ${(rows / (r.elapsedMs / 1000)).toFixed(0)} rows/s (callTracer + prestateTracer)`)
     await compareAll(dir, await nodeAnswers(followed.last, 'callTracer', 'prestateTracer'))
     // both trace sources give the same call trees (anvil's parity and geth tracers agree on these fields)
     const pick = async (d: string) => (await readTable(d, 'traces'))
