@@ -1,6 +1,7 @@
 import path from 'node:path'
 import { configureDb, connect } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
+import { prepareQuery } from '../src/query/engine.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { startWorker } from '../src/server/worker-http.js'
@@ -25,9 +26,6 @@ const UNCUT: QueryBudgets = { sizeBytes: 2 ** 40, timeMs: 10 * 60_000 }
  * engine's JSON output rate against JSON.stringify of the same answer held as JS objects.
  */
 export async function runWorker(o: WorkerBenchOptions): Promise<void> {
-  // Loaded by a computed name until src/query/engine.ts is committed, so the build does not fail.
-  const engineModule = '../src/query/engine.js'
-  const { prepareQuery } = await import(engineModule)
   configureDb({ threads: 1 })
   const { root, dir, meta } = await benchChunk()
   const range: Range = { dir, from: meta.first, to: meta.last }
