@@ -174,9 +174,13 @@ describe('response budgets', { timeout: 150_000 }, () => {
           assert.ok(a.text.length + 2 >= SMALL, `${name}: an answer of ${a.text.length} bytes stopped at ${a.blocks.at(-1)!.header.number} < ${end}`)
         }
         for (const a of answers) {
-          // ...and at the first block that reached it.
-          const before = a.text.length - JSON.stringify(a.blocks.at(-1)).length
-          assert.ok(before < SMALL, `${name}: ${before} bytes before the last block of an answer, budget ${SMALL}`)
+          // ...and soon after it reached it. (The engine cuts by estimated sizes, so it may overshoot
+          // by a few blocks; a header-only block may follow: the end of the scanned chunk, where the
+          // next request starts.)
+          let last = a.blocks.length - 1
+          while (last > 0 && isEmpty(a.blocks[last])) last--
+          const before = a.blocks.slice(0, last).reduce((n, b) => n + JSON.stringify(b).length + 1, 1)
+          assert.ok(before < 1.5 * SMALL, `${name}: ${before} bytes before block ${a.blocks[last].header.number} of an answer, budget ${SMALL}`)
         }
         assert.equal(answers.at(-1)!.blocks.at(-1)!.header.number, end, 'the last answer ends at the end of the range')
       }
