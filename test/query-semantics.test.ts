@@ -196,6 +196,9 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
       // An empty list matches nothing, other requests are unaffected; the kind is still involved.
       { logs: [{ topic0: [] }, { address: [a0], topic1: [] }], transactions: [{ from: [] , logs: true }] },
       { logs: [{ topic0: [] }], transactions: [{}] },
+      // A relation of a request that matches nothing still involves its kind.
+      { logs: [{ topic0: [], transaction: true, transactionTraces: true }] },
+      { traces: [{ callTo: [], subtraces: true }], stateDiffs: [{ kind: [], transaction: true }] },
       // {} matches everything, with and without includeAllBlocks.
       { logs: [{}], includeAllBlocks: false },
       { stateDiffs: [{}], traces: [{}] },
@@ -230,6 +233,21 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
     for (const trace of selections) {
       await check(ds, { fromBlock, toBlock, traces: [{}], fields: { trace } }, JSON.stringify(trace))
     }
+  })
+
+  it('identifier fields are present whatever the selection, also when set to false', async () => {
+    const ds = getDs()
+    const { fromBlock, toBlock } = ds.range
+    const fields = {
+      block: { number: false, hash: false, parentHash: false, timestamp: true },
+      transaction: { transactionIndex: false, hash: true },
+      log: { logIndex: false, transactionIndex: false },
+      trace: { traceAddress: false, type: false, transactionIndex: true },
+      stateDiff: { key: false, kind: false, address: false, transactionIndex: false, next: true },
+    }
+    await check(ds, { fromBlock, toBlock, transactions: [{}], logs: [{}], traces: [{}], stateDiffs: [{}], fields }, 'ids set to false')
+    const got = await check(ds, { fromBlock, toBlock, transactions: [{}], logs: [{}], fields }, 'ids set to false')
+    assert.ok(got.length > 0 && 'number' in got[0].header && 'logIndex' in got.find((b) => b.logs.length > 0)!.logs[0])
   })
 
   it('a 20,000-address IN list with a few real addresses, in mixed case', async () => {
