@@ -321,10 +321,12 @@ describe('query errors', { timeout: 110_000 }, () => {
 describe('query errors: a worker asked for blocks it does not hold', { timeout: 60_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
+  let records: AnvilRecord[]
 
   before(async () => {
     tmp = await tempDir('ba-errors-cluster-')
-    await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', await anvilRecords(), 16)
+    records = await anvilRecords()
+    await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
     cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100 })
   })
 
@@ -333,36 +335,65 @@ describe('query errors: a worker asked for blocks it does not hold', { timeout: 
     await tmp?.cleanup()
   })
 
-  it('fromBlock outside the worker\'s ranges → 400 naming the block; inside → 200 up to the end of its range', async () => {
-    const available = async (w: WorkerServer): Promise<[number, number][]> => JSON.parse((await request(`${w.url}/status`)).text).state?.available?.anvil ?? []
-    const deadline = Date.now() + 20_000
-    let ranges: [number, number][][] = []
-    for (;;) {
-      ranges = await Promise.all(cluster.workers.map(available))
-      const held = ranges.flat().reduce((n, [a, b]) => n + b - a + 1, 0)
-      if (ranges.every((r) => r.length > 0) && held === 128) break
-      assert.ok(Date.now() < deadline, `chunks were not assigned: ${JSON.stringify(ranges)}`)
+  it('fromBlock outside the worker\'s ranges → 400 naming the block; inside → 200 up to the end of its range; parent on the other worker still checked', async () => {
+    const held = async (w: WorkerServer): Promise<[number, number][]> => JSON.parse((await request(`${w.url}/status`)).text).state?.available?.anvil ?? []
+    // Wait until both workers hold a part.
+    const deadline = Date.now() + 30_000
+    while ((await Promise.all(cluster.workers.map(held))).some((r) => r.length === 0)) {
+      assert.ok(Date.now() < deadline, 'chunks were not assigned to both workers')
       await new Promise((r) => setTimeout(r, 100))
     }
-    for (const [i, w] of cluster.workers.entries()) {
-      const url = `${w.url}/datasets/anvil/query`
-      const mine = ranges[i]
-      const other = ranges[1 - i]
-      for (const [a, b] of other) {
-        for (const from of [a, b]) {
-          const res = await postJson(url, { fromBlock: from, toBlock: from })
-          assert.equal(res.status, 400, `worker ${i}, block ${from}: ${res.status} ${res.text.slice(0, 200)}`)
-          assert.equal(res.headers['content-type']?.split(';')[0], 'application/json')
-          const body = JSON.parse(res.text)
-          assert.ok(body.error && body.message.includes(String(from)), res.text)
-        }
-      }
-      for (const [a, b] of mine) {
-        // Without toBlock the answer stops at the end of the contiguous range the worker holds (§18).
-        const res = await postJson(url, { fromBlock: a, includeAllBlocks: true })
-        assert.equal(res.status, 200, res.text.slice(0, 200))
-        assert.deepEqual(JSON.parse(res.text).map((x: Obj) => x.header.number), range(a, b))
+    /**
+     * POST `q` to worker `w` and give `check` the answer with the ranges the worker held before and
+     * after it; retried while the router moves chunks in between (assignments may change at any time).
+     */
+    async function onStableHoldings(w: WorkerServer, q: Obj, check: (res: RawAnswer, ranges: [number, number][]) => void): Promise<void> {
+      for (let attempt = 0; ; attempt++) {
+        const before = await held(w)
+        const res = await postJson(`${w.url}/datasets/anvil/query`, q)
+        const after = await held(w)
+        if (JSON.stringify(before) === JSON.stringify(after) && before.length > 0) return check(res, before)
+        assert.ok(attempt < 50, 'the assignment never settled')
+        await new Promise((r) => setTimeout(r, 100))
       }
     }
+    const inRanges = (ranges: [number, number][], n: number) => ranges.find(([a, b]) => a <= n && n <= b)
+    let refused = 0
+    let forks = 0
+    for (const [i, w] of cluster.workers.entries()) {
+      for (const from of [0, 15, 16, 63, 64, 100, 127]) {
+        // Held: served up to the end of the contiguous range the worker holds (no toBlock, §18);
+        // not held: 400 naming the block (§19).
+        await onStableHoldings(w, { fromBlock: from, includeAllBlocks: true }, (res, ranges) => {
+          const r = inRanges(ranges, from)
+          if (r) {
+            assert.equal(res.status, 200, `worker ${i} holding ${JSON.stringify(ranges)}, block ${from}: ${res.text.slice(0, 200)}`)
+            assert.deepEqual(JSON.parse(res.text).map((x: Obj) => x.header.number), range(from, r[1]))
+          } else {
+            assert.equal(res.status, 400, `worker ${i} holding ${JSON.stringify(ranges)}, block ${from}: ${res.status} ${res.text.slice(0, 200)}`)
+            assert.equal(res.headers['content-type']?.split(';')[0], 'application/json')
+            const body = JSON.parse(res.text)
+            assert.ok(body.error && body.message.includes(String(from)), res.text)
+            refused++
+          }
+        })
+        if (from === 0) continue
+        // The parent of the first block it holds may be on the other worker: still checked (§5, §27).
+        const parent = records[from - 1].block.hash.toLowerCase()
+        await onStableHoldings(w, { fromBlock: from, toBlock: from, parentBlockHash: '0x' + 'ee'.repeat(32) }, (res, ranges) => {
+          if (!inRanges(ranges, from)) return
+          assert.equal(res.status, 409, `worker ${i} holding ${JSON.stringify(ranges)}, fork at ${from}: ${res.status} ${res.text.slice(0, 200)}`)
+          const body = JSON.parse(res.text)
+          assert.equal(body.error, 'fork')
+          assert.deepEqual(body.previousBlocks.at(-1), { number: from - 1, hash: parent })
+          if (!inRanges(ranges, from - 1)) forks++
+        })
+        await onStableHoldings(w, { fromBlock: from, toBlock: from, parentBlockHash: parent }, (res, ranges) => {
+          if (inRanges(ranges, from)) assert.equal(res.status, 200, res.text.slice(0, 200))
+        })
+      }
+    }
+    assert.ok(refused >= 3, `only ${refused} blocks were refused: the workers did not split the data`)
+    assert.ok(forks >= 1, 'no fork check with the parent on the other worker happened')
   })
 })
