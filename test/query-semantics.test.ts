@@ -190,6 +190,8 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
     const cases: Obj[] = [
       // Overlapping requests of one kind, and a relation pulling in items another request matched.
       { logs: [{ topic0: [t0] }, { address: [a0] }, { topic0: [t0], address: [a0] }, { topic0: [t1 ?? t0], transaction: true }], transactions: [{ logs: true }] },
+      // Repeated values (also in another letter case) select each item once.
+      { logs: [{ address: [a0, a0, mixedCase(a0)], topic0: [t0, mixedCase(t0), t0] }] },
       // null applies no condition.
       { logs: [{ address: null, topic0: [t0], topic1: null }] },
       { logs: [{ topic0: [t0], transaction: false }] },
