@@ -3,7 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import type { ChunkRef } from '../src/chunks/layout.js'
-import { rangesContain } from '../src/server/ranges.js'
+import { mergeRanges, rangesContain } from '../src/server/ranges.js'
 import { RouterServer } from '../src/server/router-http.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerNode } from '../src/server/worker.js'
@@ -248,6 +248,42 @@ describe('router with replication 2', { timeout: 30_000 }, () => {
       assert.equal(seen.size, 2)
     } finally {
       for (const n of nodes) await n.stop()
+      await router.stop()
+      await tmp.cleanup()
+    }
+  })
+})
+
+describe('router rebalancing', { timeout: 30_000 }, () => {
+  it('gives a worker back after missed heartbeats the chunks it still holds, not others', async () => {
+    const tmp = await tempDir()
+    const storage = new LocalStorage(path.join(tmp.dir, 'd'))
+    const chunks = await writeDataset(path.join(tmp.dir, 'd'), 'd', (await anvilRecords()).slice(0, 64), 16)
+    const router = new RouterServer({ storage, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: MISSED, relistMs: 1000 })
+    // Fake workers: each ping reports what they hold and returns what the router wants them to hold.
+    const ping = async (id: string, held: ChunkRef[]) => {
+      const res = await fetch(`${router.url}/ping`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ worker_id: id, worker_url: `http://${id}.invalid:1`, state: { d: mergeRanges(held) } }),
+      })
+      assert.equal(res.status, 200)
+      return ((await res.json()) as Record<string, [number, number][]>).d ?? []
+    }
+    const wanted = (desired: [number, number][]) => chunks.filter((c) => rangesContain(desired, c.first, c.last))
+    try {
+      await router.start('127.0.0.1', 0)
+      // `a` alone holds everything (while `b` was gone, its chunks moved to `a`).
+      await until('everything assigned to a', async () => (wanted(await ping('a', chunks)).length === chunks.length ? true : undefined))
+      // `b` comes back with the first half still on disk.
+      const bHolds = chunks.slice(0, chunks.length / 2)
+      const forB = await until('b assigned half', async () => {
+        await ping('a', chunks)
+        const got = wanted(await ping('b', bHolds))
+        return got.length === chunks.length / 2 ? got : undefined
+      })
+      assert.deepEqual(forB.map((c) => c.path), bHolds.map((c) => c.path))
+    } finally {
       await router.stop()
       await tmp.cleanup()
     }

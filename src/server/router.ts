@@ -305,14 +305,20 @@ export class RouterState {
     }
   }
 
-  /** Move the latest chunk `from` holds and `to` does not (earlier ranges stay where they are). */
+  /**
+   * Move one chunk assigned to `from` and not to `to`: preferably the latest one `to` already holds
+   * (a worker back after missing heartbeats gets its own chunks back instead of fetching others),
+   * else the latest one (earlier ranges stay where they are).
+   */
   private moveOne(ds: DatasetEntry, from: string, to: string): boolean {
-    for (let i = ds.chunks.length - 1; i >= 0; i--) {
-      const set = ds.assigned.get(ds.chunks[i].path)!
-      if (set.has(from) && !set.has(to)) {
-        set.delete(from)
-        set.add(to)
-        return true
+    for (const mustHold of [true, false]) {
+      for (let i = ds.chunks.length - 1; i >= 0; i--) {
+        const set = ds.assigned.get(ds.chunks[i].path)!
+        if (set.has(from) && !set.has(to) && (!mustHold || this.holdsId(to, ds, ds.chunks[i]))) {
+          set.delete(from)
+          set.add(to)
+          return true
+        }
       }
     }
     return false
