@@ -10,6 +10,7 @@ import { planQuery, planTables, type QueryPlan } from './plan.js'
 import type { DatasetView, HeldChunk, QueryBudgets, QueryStream } from './types.js'
 import { INLINE_LIST_MAX } from './sql.js'
 import { validateQuery } from './validate.js'
+import { chunkCannotMatch } from './summary.js'
 
 /*
  * The generic query engine: validate a query against the dataset's family declaration, find the
@@ -21,7 +22,7 @@ import { validateQuery } from './validate.js'
 export const DEFAULT_BUDGETS: QueryBudgets = { sizeBytes: 20 * 1024 * 1024, timeMs: 2000 }
 
 /** Largest estimated JSON aggregated in one statement: bounds a query's memory. */
-const SLICE_BYTES = 8 * 1024 * 1024
+const SLICE_BYTES = 32 * 1024 * 1024
 /** Output is handed to the HTTP layer in pieces of about this size. */
 const PIECE_BYTES = 64 * 1024
 /** Blocks listed in a fork answer (DECISIONS §5). */
@@ -128,6 +129,8 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
       } else {
         // A later chunk without a table the query needs ends the answer; the next query starts there and gets the 400.
         if (missingTable(plan, chunk)) break
+        // A chunk that its in-memory summary rules out adds nothing, unless the answer ends in it.
+        if (ci < chunks.length - 1 && !spent() && (await chunkCannotMatch(con, plan, chunk.dir))) continue
         run = new ChunkRun(con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), a.values)
         blocks = await run.prepare(plan.query.includeAllBlocks)
       }
