@@ -1,6 +1,9 @@
+import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
 import path from 'node:path'
-import { nextTop, type ChunkRef } from '../src/chunks/layout.js'
+import { listLocalChunks, nextTop, readChunkMeta, type ChunkRef } from '../src/chunks/layout.js'
 import { ChunkBuilder } from '../src/chunks/writer.js'
 import { evmFamily } from '../src/families/evm.js'
 import { bundleTables, normalizeEvmBlock } from '../src/ingest/evm/normalize.js'
@@ -15,6 +18,8 @@ export interface IngestBenchOptions {
   blocks: number
   chunkBlocks: number
   traces: boolean
+  /** Blocks for the end-to-end run through `block-archive replay-rpc` + `block-archive ingest` (0: none). */
+  replayBlocks: number
 }
 
 /**
@@ -84,4 +89,51 @@ export async function runIngest(o: IngestBenchOptions): Promise<void> {
     line('normalise + write', t.normalize + t.add + t.finish, inputBytes),
   ])
   console.log(`per block: normalise ${ms(t.normalize / o.blocks)} ms, addBlock ${ms(t.add / o.blocks)} ms, finish ${ms(t.finish / o.blocks)} ms`)
+  if (o.replayBlocks > 0) await replayIngest(o.replayBlocks, o.chunkBlocks)
+}
+
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli.js')
+
+/**
+ * End to end through the real ingest: `block-archive replay-rpc` serves the recorded mainnet
+ * blocks 18000000 and 18500000 (with receipts) over and over as one chain, and `block-archive
+ * ingest` (JSON-RPC client, batching, normalisation, chunk writer) writes them, each in its own
+ * process. Blocks, transactions and logs only (the recorded blocks have no state diffs).
+ */
+async function replayIngest(blocks: number, chunkBlocks: number): Promise<void> {
+  const out = path.join(benchRoot(), `ingest-replay-${process.pid}`)
+  await rm(out, { recursive: true, force: true })
+  const rpc = spawn(process.execPath, [CLI, 'replay-rpc', '--only', '18000000,18500000', '--repeat', String(Math.ceil(blocks / 2)), '--port', '0'],
+    { stdio: ['ignore', 'pipe', 'inherit'] })
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      rpc.once('exit', (code) => reject(new Error(`replay-rpc exited with ${code}`)))
+      createInterface({ input: rpc.stdout! }).on('line', (line) => {
+        const m = /^rpc: (\S+)/.exec(line)
+        if (m) resolve(m[1])
+      })
+    })
+    const t0 = performance.now()
+    await new Promise<void>((resolve, reject) => {
+      const child = spawn(process.execPath, [CLI, 'ingest', '--rpc', url, '--dataset', 'replay', '--out', out, '--from', '0', '--to', String(blocks - 1),
+        '--chunk-blocks', String(chunkBlocks), '--progress', 'none'], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+      let err = ''
+      child.stderr!.on('data', (x) => (err = (err + x).slice(-3000)))
+      child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`ingest exited with ${code}: ${err}`))))
+    })
+    const wall = performance.now() - t0
+    const rows: Record<string, number> = {}
+    for (const ref of await listLocalChunks(out)) {
+      const meta = await readChunkMeta(out, ref)
+      for (const [k, v] of Object.entries(meta.rows)) rows[k] = (rows[k] ?? 0) + v
+    }
+    const total = Object.values(rows).reduce((a, b) => a + b, 0)
+    printTable(`end to end: replay-rpc → block-archive ingest, ${blocks} mainnet blocks (18000000/18500000 alternating), chunks of ${chunkBlocks}`,
+      ['blocks', 'rows', 'time', 'blocks/s', 'rows/s', 'target'],
+      [[String(blocks), Object.entries(rows).map(([k, v]) => `${v} ${k}`).join(', '), `${(wall / 1000).toFixed(2)} s`, fmtRate(blocks, wall), fmtRate(total, wall),
+        `≥ 1,000 blocks/s${blocks / (wall / 1000) >= 1000 ? '' : ' ✗'}`]])
+  } finally {
+    rpc.kill('SIGTERM')
+    await rm(out, { recursive: true, force: true })
+  }
 }

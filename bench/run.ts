@@ -54,6 +54,7 @@ program
   .option('--blocks <n>', 'blocks to ingest', int, 600)
   .option('--chunk-blocks <n>', 'blocks per chunk', int, 200)
   .option('--no-traces', 'blocks, transactions and logs only')
+  .option('--replay-blocks <n>', 'blocks for the end-to-end run through replay-rpc + the ingest command (0: skip)', int, 1000)
   .action(async (o) => (await import('./ingest.js')).runIngest(o))
 
 program
@@ -93,6 +94,17 @@ program
   .option('--no-http', 'leave out the worker-over-HTTP column')
   .action(async (o) => (await import('./worker.js')).runWorker(o))
 
+program
+  .command('anvil')
+  .description('the alternative: logs + their transactions from an anvil node (paged eth_getLogs + look-ups) vs from the archive of that chain')
+  .option('--rounds <n>', 'blocks with token transfers', int, 500)
+  .option('--transfers <n>', 'token transfers per such block', int, 10)
+  .option('--empty <n>', 'empty blocks after each', int, 9)
+  .option('--page <n>', 'blocks per eth_getLogs call', int, 1000)
+  .option('--in-flight <n>', 'transaction look-ups in flight', int, 8)
+  .option('--runs <n>', 'interleaved runs', int, 3)
+  .action(async (o) => (await import('./anvil.js')).runAnvil(o))
+
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
 const ALL: string[][] = [
   ['generate', '--blocks', '1000', '--force'],
@@ -103,6 +115,7 @@ const ALL: string[][] = [
   ['sync'],
   ['memory'],
   ['scaling'],
+  ['anvil'],
 ]
 
 program
