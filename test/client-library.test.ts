@@ -203,3 +203,36 @@ describe('client retries', { timeout: 60_000 }, () => {
     }
   })
 })
+
+describe('client library over a sparse dataset', { timeout: 60_000 }, () => {
+  it('ends a range whose end lies in a gap, sequentially and in parallel segments', async () => {
+    const tmp = await tempDir()
+    const records = await anvilRecords()
+    // Blocks 5–9 and 20–29 only (DECISIONS §25), in chunks of 5.
+    const kept = records.filter((r) => (r.number >= 5 && r.number <= 9) || (r.number >= 20 && r.number <= 29))
+    await writeDataset(path.join(tmp.dir, 'sparse'), 'sparse', kept, 5)
+    const cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, heartbeatMs: 100 })
+    try {
+      const client = new ArchiveClient(cluster.datasets.get('sparse')!, FAST_RETRY)
+      await until(async () => (await client.getHeight()) === 29)
+      const q = { includeAllBlocks: true }
+      assert.deepEqual(numbers(await collect(client.blocks(q, { fromBlock: 0, toBlock: 15 }))), [5, 6, 7, 8, 9])
+      assert.deepEqual(numbers(await collect(client.blocks(q, { fromBlock: 12, toBlock: 29 }))), [20, 21, 22, 23, 24, 25, 26, 27, 28, 29])
+      const parallel = await collect(client.blocks(q, { fromBlock: 0, toBlock: 29, parallel: 3, segmentBlocks: 4 }))
+      assert.deepEqual(numbers(parallel), kept.map((r) => r.number))
+      // A range entirely in a gap is empty, not an error.
+      assert.deepEqual(await collect(client.blocks(q, { fromBlock: 11, toBlock: 18 })), [])
+    } finally {
+      await cluster.stop()
+      await tmp.cleanup()
+    }
+  })
+})
+
+async function until(probe: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error('timed out')
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}

@@ -155,7 +155,14 @@ export class ArchiveClient {
         height = await this.getHeight(range.signal)
       }
       const toBlock = Number.isFinite(end) ? end : undefined
-      const blocks = await this.query({ ...query, fromBlock: beg, ...(toBlock === undefined ? {} : { toBlock }) }, range.signal)
+      let blocks: Block[]
+      try {
+        blocks = await this.query({ ...query, fromBlock: beg, ...(toBlock === undefined ? {} : { toBlock }) }, range.signal)
+      } catch (e) {
+        // The rest of the range lies in a gap of a sparse dataset (DECISIONS §26): nothing more to get.
+        if (toBlock !== undefined && isNoBlocksInRange(e)) return
+        throw e
+      }
       checkAnswer(blocks, beg, toBlock)
       const last = blocks[blocks.length - 1].header.number
       yield { from: beg, last, blocks }
@@ -236,6 +243,15 @@ export class ArchiveClient {
       throw new ProtocolError(`${url} answered with content-type ${res.headers.get('content-type')}, expected application/json`)
     }
     return JSON.parse(text)
+  }
+}
+
+function isNoBlocksInRange(e: unknown): boolean {
+  if (!(e instanceof HttpError) || e.status !== 400) return false
+  try {
+    return JSON.parse(e.body).error === 'no-blocks-in-range'
+  } catch {
+    return false
   }
 }
 
