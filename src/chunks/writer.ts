@@ -1,9 +1,9 @@
-import { createWriteStream, type WriteStream } from 'node:fs'
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
+import { INTEGER, LIST, VARCHAR, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api'
 import { connect, ident, lit } from '../db.js'
-import type { FamilyDecl, TableDecl } from '../families/declaration.js'
+import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
 import { chunkPath, shortHash, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
 
 /** A row of one table: column name → value (JSON-serialisable; arrays for list columns). */
@@ -20,22 +20,42 @@ export interface WriteOptions {
   extraMeta?: Record<string, unknown>
 }
 
+/** Time spent in `finish`, per step (for measurements). */
+export interface FinishTimes {
+  /** Sorting the rows in JS. */
+  sortMs: number
+  /** Handing the rows to DuckDB (Appender). */
+  appendMs: number
+  /** DuckDB writing the zstd Parquet files. */
+  parquetMs: number
+}
+
 /**
- * Builds one chunk: rows are appended as NDJSON to temp files as blocks arrive (memory stays flat),
- * then `finish` converts each table to a sorted zstd Parquet file with DuckDB and renames the whole
- * folder into place, so a reader never sees a partial chunk.
+ * Builds one chunk: the rows of its blocks are kept as they arrive (the bound on a chunk's size,
+ * `bytes`, is also the bound on the memory it holds), then `finish` sorts each table in JS, hands the
+ * rows to DuckDB with its Appender (typed values, no text round trip), writes a zstd Parquet file per
+ * table into a temp folder and renames the whole folder into place, so a reader never sees a
+ * partial chunk.
  */
 export class ChunkBuilder {
   private readonly tmpDir: string
-  private readonly streams = new Map<string, WriteStream>()
+  /** Per table: the row lists of the blocks added, in block order. */
+  private readonly blockRows = new Map<string, Row[][]>()
   private readonly rowCounts = new Map<string, number>()
   private ready: Promise<void>
+  /**
+   * Size of the rows added so far: the length of their text as NDJSON (values, column names and
+   * punctuation), computed without building the text; escapes inside JSON-valued columns are not
+   * counted.
+   */
   bytes = 0
   blockCount = 0
   first = -1
   last = -1
   lastHash = ''
   firstParentHash = ''
+  /** Filled by `finish`. */
+  readonly times: FinishTimes = { sortMs: 0, appendMs: 0, parquetMs: 0 }
 
   constructor(
     private readonly family: FamilyDecl,
@@ -49,6 +69,7 @@ export class ChunkBuilder {
     for (const t of family.tables) {
       if (!t.optional && !tables.includes(t.name)) throw new Error(`table ${t.name} is required in every chunk`)
     }
+    for (const name of tables) if (!family.tables.some((t) => t.name === name)) throw new Error(`family ${family.name} has no table ${name}`)
   }
 
   async addBlock(number: number, hash: string, parentHash: string, rows: BlockRows): Promise<void> {
@@ -66,16 +87,11 @@ export class ChunkBuilder {
     for (const table of this.tables) {
       const list = rows[table]
       if (!list || list.length === 0) continue
-      let s = this.streams.get(table)
-      if (!s) {
-        s = createWriteStream(path.join(this.tmpDir, `${table}.ndjson`))
-        this.streams.set(table, s)
-      }
-      let text = ''
-      for (const r of list) text += JSON.stringify(r) + '\n'
-      this.bytes += text.length
+      let lists = this.blockRows.get(table)
+      if (!lists) this.blockRows.set(table, (lists = []))
+      lists.push(list)
+      this.bytes += textSize(this.decl(table), list)
       this.rowCounts.set(table, (this.rowCounts.get(table) ?? 0) + list.length)
-      if (!s.write(text)) await new Promise<void>((resolve) => s!.once('drain', () => resolve()))
     }
   }
 
@@ -83,14 +99,9 @@ export class ChunkBuilder {
   async finish(top: number): Promise<ChunkRef> {
     if (this.blockCount === 0) throw new Error('cannot write an empty chunk')
     await this.ready
-    for (const s of this.streams.values()) await new Promise<void>((resolve, reject) => s.end((e?: Error | null) => (e ? reject(e) : resolve())))
     const con = await connect()
     try {
-      for (const name of this.tables) {
-        const table = this.family.tables.find((t) => t.name === name)
-        if (!table) throw new Error(`family ${this.family.name} has no table ${name}`)
-        await this.writeTable(con, table)
-      }
+      for (const name of this.tables) await this.writeTable(con, this.decl(name))
     } finally {
       con.closeSync()
     }
@@ -114,34 +125,217 @@ export class ChunkBuilder {
   }
 
   async abort(): Promise<void> {
-    for (const s of this.streams.values()) s.destroy()
+    this.blockRows.clear()
+    await this.ready.catch(() => undefined)
     await rm(this.tmpDir, { recursive: true, force: true })
   }
 
-  private async writeTable(con: Awaited<ReturnType<typeof connect>>, table: TableDecl): Promise<void> {
-    const src = path.join(this.tmpDir, `${table.name}.ndjson`)
+  private decl(name: string): TableDecl {
+    const table = this.family.tables.find((t) => t.name === name)
+    if (!table) throw new Error(`family ${this.family.name} has no table ${name}`)
+    return table
+  }
+
+  private async writeTable(con: DuckDBConnection, table: TableDecl): Promise<void> {
     const out = path.join(this.tmpDir, `${table.name}.parquet`)
     const columns = table.columns.map((c) => `${ident(c.name)} ${c.type}`).join(', ')
-    const tmp = ident(`w_${table.name}_${randomBytes(3).toString('hex')}`)
-    await con.run(`CREATE TEMP TABLE ${tmp} (${columns})`)
+    const tmpName = `w_${table.name}_${randomBytes(3).toString('hex')}`
+    const tmp = `temp.main.${ident(tmpName)}`
+    let t0 = performance.now()
+    const rows = (this.blockRows.get(table.name) ?? []).flat()
+    this.blockRows.delete(table.name)
+    sortRows(rows, table.sortBy)
+    this.times.sortMs += performance.now() - t0
+    await con.run(`CREATE TEMP TABLE ${ident(tmpName)} (${columns})`)
     try {
-      if (this.rowCounts.get(table.name)) {
-        const spec = table.columns.map((c) => `${lit(c.name)}: ${lit(c.type)}`).join(', ')
-        await con.run(
-          `INSERT INTO ${tmp} SELECT * FROM read_json(${lit(src)}, format = 'newline_delimited', ` +
-            `columns = {${spec}}, maximum_object_size = 268435456)`,
-        )
+      if (rows.length) {
+        t0 = performance.now()
+        const appender = await con.createAppender(tmpName, 'main', 'temp')
+        try {
+          await appendRows(appender, table.columns, rows)
+        } finally {
+          appender.closeSync()
+        }
+        this.times.appendMs += performance.now() - t0
       }
+      rows.length = 0
+      t0 = performance.now()
       const groupSize = this.opts.rowGroupSize ?? 10_000
       const rowGroup = table.name === 'blocks' ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
-      const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
+      // rows are in sort order already; the table scan keeps insertion order (preserve_insertion_order)
       await con.run(
-        `COPY (SELECT * FROM ${tmp} ORDER BY ${order}) TO ${lit(out)} ` +
+        `COPY ${tmp} TO ${lit(out)} ` +
           `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`,
       )
+      this.times.parquetMs += performance.now() - t0
     } finally {
       await con.run(`DROP TABLE ${tmp}`)
     }
-    await rm(src, { force: true })
+  }
+}
+
+// ---------------------------------------------------------------- sizes
+
+/** NDJSON length of a value (strings without escapes). */
+function valueSize(v: unknown): number {
+  if (v == null) return 4
+  switch (typeof v) {
+    case 'string':
+      return v.length + 2
+    case 'number':
+      return v === 0 ? 1 : (v < 0 ? 1 : 0) + Math.floor(Math.log10(Math.abs(v))) + 1 + (Number.isInteger(v) ? 0 : 8)
+    case 'boolean':
+      return v ? 4 : 5
+    default:
+      if (Array.isArray(v)) {
+        let n = 2 + Math.max(0, v.length - 1)
+        for (const x of v) n += valueSize(x)
+        return n
+      }
+      return JSON.stringify(v).length
+  }
+}
+
+const overheadCache = new WeakMap<TableDecl, number>()
+
+/** NDJSON length of rows: `{"name":value,...}\n` per row. */
+function textSize(table: TableDecl, rows: Row[]): number {
+  let overhead = overheadCache.get(table)
+  if (overhead == null) {
+    overhead = 2 + table.columns.reduce((n, c) => n + c.name.length + 4, 0) // braces + newline - last comma; quotes, colon, comma
+    overheadCache.set(table, overhead)
+  }
+  const cols = table.columns
+  let n = overhead * rows.length
+  for (const r of rows) for (let i = 0; i < cols.length; i++) n += valueSize(r[cols[i].name])
+  return n
+}
+
+// ---------------------------------------------------------------- sorting
+
+/**
+ * Sort rows as DuckDB's `ORDER BY c1 NULLS FIRST, c2 NULLS FIRST, …` does: numbers by value, strings
+ * by code point (= UTF-8 byte order, DuckDB's default collation), lists element by element. The sort
+ * is stable, so rows equal on every key keep their block order.
+ */
+export function sortRows(rows: Row[], keys: string[]): void {
+  if (rows.length < 2) return
+  // the key values are read once into one array per key, and an index array is sorted
+  const cols = keys.map((k) => rows.map((r) => r[k]))
+  const order = Array.from({ length: rows.length }, (_, i) => i)
+  const ncols = cols.length
+  order.sort((i, j) => {
+    for (let c = 0; c < ncols; c++) {
+      const col = cols[c]
+      const a = col[i]
+      const b = col[j]
+      if (a === b) continue
+      const r = typeof a === 'string' && typeof b === 'string' ? compareStrings(a, b) : compareValues(a, b)
+      if (r !== 0) return r
+    }
+    return i - j
+  })
+  const copy = rows.slice()
+  for (let i = 0; i < order.length; i++) rows[i] = copy[order[i]]
+}
+
+function compareValues(a: unknown, b: unknown): number {
+  if (a === b) return 0
+  if (a == null) return b == null ? 0 : -1
+  if (b == null) return 1
+  if (typeof a === 'string' && typeof b === 'string') return compareStrings(a, b)
+  if (typeof a === 'number' && typeof b === 'number') return a < b ? -1 : a > b ? 1 : 0
+  if (Array.isArray(a) && Array.isArray(b)) {
+    const n = Math.min(a.length, b.length)
+    for (let i = 0; i < n; i++) {
+      const c = compareValues(a[i], b[i])
+      if (c !== 0) return c
+    }
+    return a.length - b.length
+  }
+  const x = String(a)
+  const y = String(b)
+  return x < y ? -1 : x > y ? 1 : 0
+}
+
+/** Code point order (UTF-16 code unit order differs only between surrogates and U+E000–U+FFFF). */
+function compareStrings(a: string, b: string): number {
+  // UTF-16 order is code point order unless the first difference is a surrogate against U+E000–U+FFFF
+  const n = Math.min(a.length, b.length)
+  let i = 0
+  while (i < n && a.charCodeAt(i) === b.charCodeAt(i)) i++
+  if (i === n) return a.length - b.length
+  let x = a.charCodeAt(i)
+  let y = b.charCodeAt(i)
+  if (x < 0xd800 || y < 0xd800) return x - y
+  x = x >= 0xe000 ? x - 0x800 : x + 0x2000
+  y = y >= 0xe000 ? y - 0x800 : y + 0x2000
+  return x - y
+}
+
+// ---------------------------------------------------------------- appending
+
+const LIST_TYPES = { 'VARCHAR[]': LIST(VARCHAR), 'INTEGER[]': LIST(INTEGER) } as const
+
+/** Text of a value that is not of its column's JS type, as DuckDB's JSON reader would see it (DuckDB casts it). */
+const asText = (v: unknown) => (typeof v === 'object' ? JSON.stringify(v) : String(v))
+
+/**
+ * Append rows column by column with the typed Appender calls (DuckDB casts where the JS type differs:
+ * decimal strings into UBIGINT, …). Yields to the event loop now and then, so that fetching goes on.
+ */
+async function appendRows(ap: DuckDBAppender, columns: ColumnDecl[], rows: Row[]): Promise<void> {
+  const names = columns.map((c) => c.name)
+  const types = columns.map((c) => c.type)
+  const width = columns.length
+  for (let start = 0; start < rows.length; start += 4096) {
+    if (start > 0) await new Promise<void>((resolve) => setImmediate(resolve))
+    const end = Math.min(rows.length, start + 4096)
+    for (let r = start; r < end; r++) {
+      const row = rows[r]
+      for (let i = 0; i < width; i++) {
+        const v = row[names[i]]
+        if (v == null) {
+          ap.appendNull()
+          continue
+        }
+        switch (types[i]) {
+          case 'VARCHAR':
+            ap.appendVarchar(typeof v === 'string' ? v : asText(v))
+            break
+          case 'BIGINT':
+          case 'UBIGINT':
+            if (typeof v === 'number' && Number.isSafeInteger(v) && (v >= 0 || types[i] === 'BIGINT')) ap.appendDouble(v)
+            else if (typeof v === 'bigint') ap.appendVarchar(v.toString())
+            else ap.appendVarchar(asText(v))
+            break
+          case 'INTEGER':
+            if (typeof v === 'number' && (v | 0) === v) ap.appendInteger(v)
+            else ap.appendVarchar(asText(v))
+            break
+          case 'DOUBLE':
+            if (typeof v === 'number') ap.appendDouble(v)
+            else ap.appendVarchar(asText(v))
+            break
+          case 'BOOLEAN':
+            if (typeof v === 'boolean') ap.appendBoolean(v)
+            else ap.appendVarchar(asText(v))
+            break
+          case 'VARCHAR[]':
+            if (!Array.isArray(v)) throw new Error(`column ${names[i]}: expected a list, got ${asText(v).slice(0, 100)}`)
+            ap.appendList(v.map((x) => (x == null ? null : typeof x === 'string' ? x : asText(x))), LIST_TYPES['VARCHAR[]'])
+            break
+          case 'INTEGER[]':
+            if (!Array.isArray(v) || v.some((x) => x != null && !(typeof x === 'number' && (x | 0) === x))) {
+              throw new Error(`column ${names[i]}: expected a list of integers, got ${asText(v).slice(0, 100)}`)
+            }
+            ap.appendList(v as (number | null)[], LIST_TYPES['INTEGER[]'])
+            break
+          default:
+            ap.appendVarchar(asText(v))
+        }
+      }
+      ap.endRow()
+    }
   }
 }

@@ -55,29 +55,41 @@ export interface ReplayOptions {
 type Token = 'N' | 'NI' | 'H' | 'P'
 const TOKEN_RE = /"@@BA_(N|NI|H|P)@@"/
 
-/** JSON text with block-identity placeholders, rendered per block number. */
+/** JSON text with block-identity placeholders, pre-encoded as UTF-8 and rendered per block number. */
 class Template {
-  private readonly parts: string[]
+  private readonly parts: Buffer[]
   private readonly tokens: Token[]
+  private readonly fixed: number
 
   constructor(value: unknown) {
     const text = JSON.stringify(value)
     const split = text.split(new RegExp(TOKEN_RE.source, 'g'))
-    this.parts = split.filter((_, i) => i % 2 === 0)
+    this.parts = split.filter((_, i) => i % 2 === 0).map((x) => Buffer.from(x, 'utf8'))
     this.tokens = split.filter((_, i) => i % 2 === 1) as Token[]
+    this.fixed = this.parts.reduce((n, b) => n + b.length, 0)
   }
 
-  render(v: { number: number; hash: string; parentHash: string }): string {
-    let out = this.parts[0]
+  /** The JSON bytes: the parts copied into one buffer, the identity values written in between. */
+  render(v: { number: number; hash: string; parentHash: string }): Buffer {
+    if (this.tokens.length === 0) return this.parts[0]
+    const values: Record<Token, string> = { N: `"0x${v.number.toString(16)}"`, NI: String(v.number), H: `"${v.hash}"`, P: `"${v.parentHash}"` }
+    let size = this.fixed
+    for (const t of this.tokens) size += values[t].length
+    const out = Buffer.allocUnsafe(size)
+    let o = this.parts[0].copy(out, 0)
     for (let i = 0; i < this.tokens.length; i++) {
-      const t = this.tokens[i]
-      out += (t === 'N' ? `"0x${v.number.toString(16)}"` : t === 'NI' ? String(v.number) : t === 'H' ? `"${v.hash}"` : `"${v.parentHash}"`) + this.parts[i + 1]
+      o += out.write(values[this.tokens[i]], o, 'latin1')
+      o += this.parts[i + 1].copy(out, o)
     }
     return out
   }
 }
 
 const tok = (t: Token) => `@@BA_${t}@@`
+const OPEN = Buffer.from('[')
+const COMMA = Buffer.from(',')
+const SHUT = Buffer.from(']')
+const CLOSE = Buffer.from('}')
 
 /** Pre-serialised answers of a recorded block; with `tokens`, its identity fields are placeholders (repeat mode). */
 function withTokens(r: RecordedBlock, tokens: boolean) {
@@ -196,29 +208,37 @@ export class ReplayServer {
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}')
       return
     }
+    const parts: Buffer[] = []
     const one = (c: any) => {
       const id = JSON.stringify(c?.id ?? null)
       try {
         const result = this.answer(String(c?.method), Array.isArray(c?.params) ? c.params : [])
-        return `{"jsonrpc":"2.0","id":${id},"result":${result}}`
+        parts.push(Buffer.from(`{"jsonrpc":"2.0","id":${id},"result":`), typeof result === 'string' ? Buffer.from(result, 'utf8') : result, CLOSE)
       } catch (e: any) {
         const code = e instanceof RpcError ? e.code : -32603
-        return `{"jsonrpc":"2.0","id":${id},"error":${JSON.stringify({ code, message: e?.message ?? String(e) })}}`
+        parts.push(Buffer.from(`{"jsonrpc":"2.0","id":${id},"error":${JSON.stringify({ code, message: e?.message ?? String(e) })}}`))
       }
     }
-    const text = Array.isArray(body) ? `[${body.map(one).join(',')}]` : one(body)
-    res.writeHead(200, { 'content-type': 'application/json' }).end(text)
+    if (Array.isArray(body)) {
+      parts.push(OPEN)
+      body.forEach((c, i) => {
+        if (i > 0) parts.push(COMMA)
+        one(c)
+      })
+      parts.push(SHUT)
+    } else one(body)
+    res.writeHead(200, { 'content-type': 'application/json' }).end(Buffer.concat(parts))
   }
 
-  /** JSON text of the result of one call. */
-  answer(method: string, params: any[]): string {
+  /** JSON of the result of one call (text, or UTF-8 bytes when rendered from a template). */
+  answer(method: string, params: any[]): string | Buffer {
     this.calls.set(method, (this.calls.get(method) ?? 0) + 1)
     const text = this.answerRaw(method, params)
     if (!this.opts.mutate) return text
-    return JSON.stringify(this.opts.mutate(method, params, JSON.parse(text)) ?? null)
+    return JSON.stringify(this.opts.mutate(method, params, JSON.parse(text.toString())) ?? null)
   }
 
-  private answerRaw(method: string, params: any[]): string {
+  private answerRaw(method: string, params: any[]): string | Buffer {
     switch (method) {
       case 'eth_chainId':
         return JSON.stringify(this.opts.chainId ?? this.chainId())

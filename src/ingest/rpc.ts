@@ -1,3 +1,5 @@
+import http from 'node:http'
+import https from 'node:https'
 import { log } from '../log.js'
 
 /*
@@ -70,6 +72,9 @@ export class RpcClient {
   private readonly backoffMs: number
   private readonly maxBackoffMs: number
   private readonly timeoutMs: number
+  private readonly target: URL
+  private readonly https: boolean
+  private readonly agent: http.Agent
   private active = 0
   private readonly waiting: (() => void)[] = []
   private nextId = 1
@@ -83,6 +88,10 @@ export class RpcClient {
     this.backoffMs = opts.backoffMs ?? 200
     this.maxBackoffMs = opts.maxBackoffMs ?? 10_000
     this.timeoutMs = opts.timeoutMs ?? 60_000
+    this.target = new URL(opts.url)
+    this.https = this.target.protocol === 'https:'
+    if (!this.https && this.target.protocol !== 'http:') throw new Error(`--rpc must be an http(s) URL, got ${opts.url}`)
+    this.agent = new (this.https ? https : http).Agent({ keepAlive: true, maxSockets: this.concurrency })
   }
 
   async call(method: string, params: unknown[] = []): Promise<any> {
@@ -130,14 +139,7 @@ export class RpcClient {
     this.stats.requests++
     this.stats.calls += calls.length
     try {
-      const res = await fetch(this.url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-        signal: AbortSignal.timeout(this.timeoutMs),
-      })
-      status = res.status
-      text = await res.text()
+      ;({ status, text } = await this.post(JSON.stringify(body)))
     } catch (e: any) {
       throw new Retryable(e?.cause?.message ?? e?.message ?? String(e))
     }
@@ -177,6 +179,34 @@ export class RpcClient {
       }
       if (!('result' in a)) throw new RpcProtocolError(`${c.method}(${describeParams(c.params)}) at ${this.url}: answer has neither result nor error`)
       return a.result
+    })
+  }
+
+  /**
+   * One POST over a kept-alive connection (node:http: the body arrives as Buffers and is decoded once,
+   * which costs less than fetch's streams for answers of many MB).
+   */
+  private post(body: string): Promise<{ status: number; text: string }> {
+    return new Promise((resolve, reject) => {
+      const req = (this.https ? https : http).request(this.target, {
+        method: 'POST',
+        agent: this.agent,
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        timeout: this.timeoutMs,
+      }, (res) => {
+        const chunks: Buffer[] = []
+        res.on('data', (c: Buffer) => chunks.push(c))
+        res.on('error', reject)
+        res.on('aborted', () => reject(new Error('the connection was closed before the answer was complete')))
+        res.on('end', () => {
+          if (!res.complete) return reject(new Error('the connection was closed before the answer was complete'))
+          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') })
+        })
+      })
+      const timer = setTimeout(() => req.destroy(new Error(`timed out after ${this.timeoutMs} ms`)), this.timeoutMs)
+      req.on('close', () => clearTimeout(timer))
+      req.on('error', reject)
+      req.end(body)
     })
   }
 
