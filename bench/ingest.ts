@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
+import { cpus, loadavg } from 'node:os'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import path from 'node:path'
@@ -23,15 +25,22 @@ export interface IngestBenchOptions {
 }
 
 /**
- * `bench ingest`: throughput of the write path, stage by stage and without overlap: RPC JSON →
- * rows (normalizeEvmBlock), rows → chunk temp files (ChunkBuilder.addBlock), temp files → sorted
- * zstd Parquet (ChunkBuilder.finish). The RPC JSON comes from the tiler (its time is shown apart).
+ * `bench ingest`: (1) throughput of the write path, stage by stage and without overlap: RPC JSON →
+ * rows (normalizeEvmBlock), rows → open chunk (ChunkBuilder.addBlock), rows → sorted zstd Parquet
+ * (ChunkBuilder.finish: JS sort, DuckDB Appender, Parquet). The RPC JSON comes from the tiler (its
+ * time is shown apart); `--blocks 0` skips this part. (2) With `--replay-blocks N` (default 1000),
+ * the full path replay-rpc → `block-archive ingest` end to end (see `replayIngest`).
  */
 export async function runIngest(o: IngestBenchOptions): Promise<void> {
+  if (o.blocks > 0) await writePathStages(o)
+  if (o.replayBlocks > 0) await replayIngest(o.replayBlocks)
+}
+
+async function writePathStages(o: IngestBenchOptions): Promise<void> {
   const out = path.join(benchRoot(), `ingest-${process.pid}`)
   await rm(out, { recursive: true, force: true })
   const templates = loadTemplates()
-  const t = { tile: 0, normalize: 0, add: 0, finish: 0 }
+  const t = { tile: 0, normalize: 0, add: 0, finish: 0, sort: 0, append: 0, parquet: 0 }
   const rowCount: Record<string, number> = {}
   let inputBytes = 0
   let rowBytes = 0
@@ -62,6 +71,9 @@ export async function runIngest(o: IngestBenchOptions): Promise<void> {
         t0 = performance.now()
         written.push(await builder.finish(nextTop(written, builder.first, 500)))
         t.finish += performance.now() - t0
+        t.sort += builder.times.sortMs
+        t.append += builder.times.appendMs
+        t.parquet += builder.times.parquetMs
         builder = undefined
       }
       bar.update(n + 1)
@@ -79,31 +91,107 @@ export async function runIngest(o: IngestBenchOptions): Promise<void> {
   console.log(`machine: ${machine()}`)
   console.log(`${o.blocks} blocks in ${written.length} chunks of ${o.chunkBlocks}; rows: ` +
     Object.entries(rowCount).map(([k, v]) => `${v} ${k}`).join(', ') +
-    `; RPC JSON ≈ ${mb(inputBytes)} MB, rows as NDJSON ${mb(rowBytes)} MB; DuckDB default threads`)
+    `; RPC JSON ≈ ${mb(inputBytes)} MB, rows ≈ ${mb(rowBytes)} MB as NDJSON; DuckDB default threads`)
   printTable('ingest stages (one process, no overlap)', ['stage', 'time', 'blocks/s', 'rows/s', 'MB/s'], [
     line('tile real blocks (benchmark input, not ingest)', t.tile),
     line('normalise: RPC JSON → rows', t.normalize, inputBytes),
-    line('ChunkBuilder.addBlock: rows → NDJSON temp files', t.add, rowBytes),
-    line('ChunkBuilder.finish: NDJSON → sorted zstd Parquet', t.finish, rowBytes),
+    line('ChunkBuilder.addBlock: rows → open chunk', t.add, rowBytes),
+    line('ChunkBuilder.finish: rows → sorted zstd Parquet', t.finish, rowBytes),
+    line('  finish: sort (JS)', t.sort, rowBytes),
+    line('  finish: rows → DuckDB (Appender)', t.append, rowBytes),
+    line('  finish: DuckDB → zstd Parquet', t.parquet, rowBytes),
     line('write path (addBlock + finish)', t.add + t.finish, rowBytes),
     line('normalise + write', t.normalize + t.add + t.finish, inputBytes),
   ])
   console.log(`per block: normalise ${ms(t.normalize / o.blocks)} ms, addBlock ${ms(t.add / o.blocks)} ms, finish ${ms(t.finish / o.blocks)} ms`)
-  if (o.replayBlocks > 0) await replayIngest(o.replayBlocks, o.chunkBlocks)
 }
 
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli.js')
+const TARGET = 1000
+
+interface E2eRun {
+  build: string
+  wallMs: number
+  blocks: number
+  rows: Record<string, number>
+  /** CPU seconds (user + system, all threads) of the ingest process and of the replay server. */
+  ingestCpuS?: number
+  serverCpuS?: number
+  /** The ingest's `ingest stages` log record (builds that have it). */
+  stages?: Record<string, number>
+}
+
+/** utime + stime of a process in seconds (Linux /proc; undefined elsewhere). */
+function cpuSeconds(pid: number | undefined): number | undefined {
+  if (!pid) return undefined
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / 100 // USER_HZ is 100 on Linux
+  } catch {
+    return undefined
+  }
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
+}
 
 /**
  * End to end through the real ingest: `block-archive replay-rpc` serves the recorded mainnet
  * blocks 18000000 and 18500000 (with receipts) over and over as one chain, and `block-archive
- * ingest` (JSON-RPC client, batching, normalisation, chunk writer) writes them, each in its own
- * process. Blocks, transactions and logs only (the recorded blocks have no state diffs).
+ * ingest` (JSON-RPC client, batching, normalisation, chunk writer) writes them with its default
+ * flags, each in its own process. Blocks, transactions and logs only. `BENCH_INGEST_RUNS` runs
+ * (default 3); with `BENCH_INGEST_BASELINE=<other build>/dist/src/cli.js` that build's replay
+ * server + ingest run too, alternating with this one, so both see the same machine load.
  */
-async function replayIngest(blocks: number, chunkBlocks: number): Promise<void> {
-  const out = path.join(benchRoot(), `ingest-replay-${process.pid}`)
+async function replayIngest(blocks: number): Promise<void> {
+  const runs = Math.max(1, Number(process.env.BENCH_INGEST_RUNS ?? 3))
+  const builds: [string, string][] = [['this build', CLI]]
+  if (process.env.BENCH_INGEST_BASELINE) builds.unshift(['baseline', path.resolve(process.env.BENCH_INGEST_BASELINE)])
+  const results: E2eRun[] = []
+  for (let r = 0; r < runs; r++) {
+    for (const [build, cli] of builds) results.push(await replayIngestOnce(build, cli, blocks, r))
+  }
+  const fmt = (x: number | undefined, d = 1) => (x == null ? '—' : x.toFixed(d))
+  const total = (x: E2eRun) => Object.values(x.rows).reduce((a, b) => a + b, 0)
+  printTable(`end to end: replay-rpc → block-archive ingest (default flags: batch 20, concurrency 4, chunks of ≤ 1000 blocks / 256 MiB), ${blocks} mainnet blocks (18000000/18500000 alternating), each run`,
+    ['build', 'wall', 'blocks/s', 'rows/s', 'ingest CPU s', 'replay server CPU s', 'CPU ms per block (both)'],
+    results.map((x) => [x.build, `${(x.wallMs / 1000).toFixed(2)} s`, fmtRate(x.blocks, x.wallMs), fmtRate(total(x), x.wallMs),
+      fmt(x.ingestCpuS), fmt(x.serverCpuS), x.ingestCpuS == null ? '—' : ((1000 * (x.ingestCpuS + (x.serverCpuS ?? 0))) / x.blocks).toFixed(1)]))
+  printTable(`medians of ${runs} runs (target ≥ ${TARGET.toLocaleString('en-US')} blocks/s)`, ['build', 'blocks/s', 'rows/s', 'of target', 'CPU ms per block (ingest + server)'],
+    builds.map(([build]) => {
+      const xs = results.filter((x) => x.build === build)
+      const bps = median(xs.map((x) => x.blocks / (x.wallMs / 1000)))
+      const rps = median(xs.map((x) => total(x) / (x.wallMs / 1000)))
+      const cpu = xs.every((x) => x.ingestCpuS != null) ? median(xs.map((x) => (1000 * (x.ingestCpuS! + (x.serverCpuS ?? 0))) / x.blocks)).toFixed(1) : '—'
+      return [build, bps.toFixed(1), rps.toFixed(0), `${((100 * bps) / TARGET).toFixed(1)} %`, cpu]
+    }))
+  const mine = results.filter((x) => x.build === 'this build' && x.stages).sort((a, b) => a.wallMs - b.wallMs)
+  const mid = mine[Math.floor((mine.length - 1) / 2)]
+  if (mid?.stages) {
+    const s = mid.stages
+    const wall = mid.wallMs
+    const row = (stage: string, v: number | undefined, note = '') => [stage, v == null ? '—' : `${(v / 1000).toFixed(2)} s`, v == null ? '' : `${((100 * v) / wall).toFixed(0)} %`, note]
+    printTable(`stages of the median run of this build (ingest wall ${(wall / 1000).toFixed(2)} s; the ingest's main thread unless noted; stages overlap)`, ['stage', 'time', 'share of wall', ''], [
+      row('waiting for fetched blocks (HTTP + JSON.parse below)', s.fetchWaitMs),
+      row('  of which JSON.parse of the answers (main thread)', s.parseMs),
+      row('normalise: RPC JSON → rows', s.normalizeMs),
+      row('ChunkBuilder.addBlock (keep rows, size them)', s.addBlockMs),
+      row('finish: sort rows (JS)', s.sortMs),
+      row('finish: rows → DuckDB (Appender)', s.appendMs),
+      row('finish: DuckDB → zstd Parquet', s.parquetMs, 'DuckDB threads, overlaps fetching'),
+      row('waiting for the previous chunk before closing the next', s.finishWaitMs),
+      row('ingest process CPU (all threads)', s.cpuMs),
+    ])
+  }
+  console.log(`machine load (1/5/15 min): ${loadavg().map((x) => x.toFixed(2)).join(' ')} on ${cpus().length} cores`)
+}
+
+async function replayIngestOnce(build: string, cli: string, blocks: number, run: number): Promise<E2eRun> {
+  const out = path.join(benchRoot(), `ingest-replay-${process.pid}-${run}`)
   await rm(out, { recursive: true, force: true })
-  const rpc = spawn(process.execPath, [CLI, 'replay-rpc', '--only', '18000000,18500000', '--repeat', String(Math.ceil(blocks / 2)), '--port', '0'],
+  const rpc = spawn(process.execPath, [cli, 'replay-rpc', '--only', '18000000,18500000', '--repeat', String(Math.ceil(blocks / 2)), '--port', '0'],
     { stdio: ['ignore', 'pipe', 'inherit'] })
   try {
     const url = await new Promise<string>((resolve, reject) => {
@@ -113,25 +201,38 @@ async function replayIngest(blocks: number, chunkBlocks: number): Promise<void> 
         if (m) resolve(m[1])
       })
     })
+    const server0 = cpuSeconds(rpc.pid) ?? 0
     const t0 = performance.now()
+    let ingestCpuS: number | undefined
+    let stages: Record<string, number> | undefined
     await new Promise<void>((resolve, reject) => {
-      const child = spawn(process.execPath, [CLI, 'ingest', '--rpc', url, '--dataset', 'replay', '--out', out, '--from', '0', '--to', String(blocks - 1),
-        '--chunk-blocks', String(chunkBlocks), '--progress', 'none'], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+      const child = spawn(process.execPath, [cli, 'ingest', '--rpc', url, '--dataset', 'replay', '--out', out, '--from', '0', '--to', String(blocks - 1),
+        '--progress', 'none'], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } })
+      const poll = setInterval(() => (ingestCpuS = cpuSeconds(child.pid) ?? ingestCpuS), 100)
       let err = ''
-      child.stderr!.on('data', (x) => (err = (err + x).slice(-3000)))
-      child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`ingest exited with ${code}: ${err}`))))
+      createInterface({ input: child.stderr! }).on('line', (line) => {
+        err = (err + line + '\n').slice(-3000)
+        if (line.includes('"ingest stages"')) {
+          const rec = JSON.parse(line)
+          stages = Object.fromEntries(Object.entries(rec).filter(([, v]) => typeof v === 'number')) as Record<string, number>
+        }
+      })
+      child.on('exit', (code) => {
+        clearInterval(poll)
+        if (code === 0) resolve()
+        else reject(new Error(`ingest exited with ${code}: ${err}`))
+      })
     })
-    const wall = performance.now() - t0
+    const wallMs = performance.now() - t0
+    const serverCpuS = cpuSeconds(rpc.pid)
+    if (stages?.cpuMs != null) ingestCpuS = stages.cpuMs / 1000 // exact, measured by the process itself
     const rows: Record<string, number> = {}
     for (const ref of await listLocalChunks(out)) {
       const meta = await readChunkMeta(out, ref)
       for (const [k, v] of Object.entries(meta.rows)) rows[k] = (rows[k] ?? 0) + v
     }
-    const total = Object.values(rows).reduce((a, b) => a + b, 0)
-    printTable(`end to end: replay-rpc → block-archive ingest, ${blocks} mainnet blocks (18000000/18500000 alternating), chunks of ${chunkBlocks}`,
-      ['blocks', 'rows', 'time', 'blocks/s', 'rows/s', 'target'],
-      [[String(blocks), Object.entries(rows).map(([k, v]) => `${v} ${k}`).join(', '), `${(wall / 1000).toFixed(2)} s`, fmtRate(blocks, wall), fmtRate(total, wall),
-        `≥ 1,000 blocks/s${blocks / (wall / 1000) >= 1000 ? '' : ' ✗'}`]])
+    console.log(`${build} run ${run + 1}: ${blocks} blocks in ${(wallMs / 1000).toFixed(2)} s = ${(blocks / (wallMs / 1000)).toFixed(1)} blocks/s`)
+    return { build, wallMs, blocks, rows, ingestCpuS, serverCpuS: serverCpuS == null ? undefined : serverCpuS - server0, stages }
   } finally {
     rpc.kill('SIGTERM')
     await rm(out, { recursive: true, force: true })

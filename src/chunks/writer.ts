@@ -183,7 +183,7 @@ function valueSize(v: unknown): number {
     case 'string':
       return v.length + 2
     case 'number':
-      return v === 0 ? 1 : (v < 0 ? 1 : 0) + Math.floor(Math.log10(Math.abs(v))) + 1 + (Number.isInteger(v) ? 0 : 8)
+      return v >= 0 && v < 1e6 && Number.isInteger(v) ? (v < 10 ? 1 : v < 100 ? 2 : v < 1000 ? 3 : v < 1e4 ? 4 : v < 1e5 ? 5 : 6) : String(v).length
     case 'boolean':
       return v ? 4 : 5
     default:
@@ -205,9 +205,8 @@ function textSize(table: TableDecl, rows: Row[]): number {
     overhead = 2 + table.columns.reduce((n, c) => n + c.name.length + 4, 0) // braces + newline - last comma; quotes, colon, comma
     overheadCache.set(table, overhead)
   }
-  const cols = table.columns
   let n = overhead * rows.length
-  for (const r of rows) for (let i = 0; i < cols.length; i++) n += valueSize(r[cols[i].name])
+  for (const r of rows) for (const v of Object.values(r)) n += valueSize(v) // column names and punctuation are in `overhead`
   return n
 }
 

@@ -75,7 +75,26 @@ export interface IngestResult {
   /** Last block in the dataset after this run (-1 if none). */
   last: number
   elapsedMs: number
-  rpc: { requests: number; calls: number; retries: number; bytes: number }
+  rpc: { requests: number; calls: number; retries: number; bytes: number; parseMs: number }
+  /** Where the time went (ms; stages overlap: chunks are encoded while the next blocks are fetched). */
+  stages: IngestStages
+}
+
+export interface IngestStages {
+  /** The loop waiting for fetched blocks (HTTP, and JSON parsing: `rpc.parseMs`). */
+  fetchWaitMs: number
+  /** RPC JSON → rows. */
+  normalizeMs: number
+  /** Rows into the open chunk (`ChunkBuilder.addBlock`). */
+  addBlockMs: number
+  /** The loop waiting for the previous chunk's encoding before starting another. */
+  finishWaitMs: number
+  /** Inside the chunks' `finish`: sorting in JS, handing rows to DuckDB, DuckDB writing Parquet. */
+  sortMs: number
+  appendMs: number
+  parquetMs: number
+  /** CPU time of the ingest process (user + system, all threads). */
+  cpuMs: number
 }
 
 /** The chain does not continue where we are: a reorg deeper than the confirmation depth, or a wrong dataset. */
@@ -133,7 +152,9 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     else if (prev) log.info({ resumeAt: prev.number + 1, lastChunk: lastChunk!.path }, 'resuming after the last complete chunk')
 
     const progress = new IngestProgress(o.progress ?? 'auto')
-    const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: rpc.stats }
+    const stages: IngestStages = { fetchWaitMs: 0, normalizeMs: 0, addBlockMs: 0, finishWaitMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0, cpuMs: 0 }
+    const cpu0 = process.cpuUsage()
+    const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: rpc.stats, stages }
     let rowTotal = 0
     const tables = bundleTables({ block: null, traces: o.traces && o.traces !== 'none' ? [] : undefined, stateDiffs: o.stateDiffs && o.stateDiffs !== 'none' ? [] : undefined })
     const extraMeta = { dataset: o.dataset, sources: source.describe() }
@@ -145,9 +166,14 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       const b = builder
       if (!b) return
       builder = undefined
+      const t0 = performance.now()
       if (pending) await pending // one chunk encodes while the next one fills
+      stages.finishWaitMs += performance.now() - t0
       const top = nextTop(written, b.first, topDirSize)
       pending = b.finish(top).then((ref) => {
+        stages.sortMs += b.times.sortMs
+        stages.appendMs += b.times.appendMs
+        stages.parquetMs += b.times.parquetMs
         written.push(ref)
         result.chunks.push(ref)
         log.info({ chunk: ref.path, blocks: b.blockCount }, 'chunk written')
@@ -157,39 +183,54 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     }
 
     try {
-      for await (const batch of fetchInOrder(source, plan, concurrency)) {
-        for (const f of batch) {
-          if (prev && prev.number === f.number - 1 && prev.hash !== f.parentHash) {
-            throw new ReorgError(
-              `chain mismatch below the confirmation depth (${confirmations}): block ${f.number} (${f.hash}) has parent hash ` +
-                `${f.parentHash}, but block ${prev.number} has hash ${prev.hash} (${prev.where}). The chain was reorganised ` +
-                `deeper than --confirmations, or the node serves another chain. Nothing of block ${f.number} was written; ` +
-                `if the dataset's blocks are on the abandoned fork, delete the chunks from block ${prev.number} on and ingest again.`,
-            )
+      const batches = fetchInOrder(source, plan, concurrency)
+      try {
+        for (;;) {
+          let t0 = performance.now()
+          const next = await batches.next()
+          stages.fetchWaitMs += performance.now() - t0
+          if (next.done) break
+          const batch = next.value
+          for (const f of batch) {
+            if (prev && prev.number === f.number - 1 && prev.hash !== f.parentHash) {
+              throw new ReorgError(
+                `chain mismatch below the confirmation depth (${confirmations}): block ${f.number} (${f.hash}) has parent hash ` +
+                  `${f.parentHash}, but block ${prev.number} has hash ${prev.hash} (${prev.where}). The chain was reorganised ` +
+                  `deeper than --confirmations, or the node serves another chain. Nothing of block ${f.number} was written; ` +
+                  `if the dataset's blocks are on the abandoned fork, delete the chunks from block ${prev.number} on and ingest again.`,
+              )
+            }
+            let rows: BlockRows
+            t0 = performance.now()
+            try {
+              rows = normalizeEvmBlock(f.bundle)
+            } catch (e) {
+              if (e instanceof MalformedRpcData) throw new BadRpcAnswer(f.number, methodOf(e.message, source), e.message)
+              throw e
+            }
+            f.bundle = undefined as any // the RPC answers are no longer needed
+            stages.normalizeMs += performance.now() - t0
+            if (!builder) {
+              builder = new ChunkBuilder(evmFamily, o.out, tables, { extraMeta })
+              openedAt = performance.now()
+            }
+            t0 = performance.now()
+            await builder.addBlock(f.number, f.hash, f.parentHash, rows)
+            stages.addBlockMs += performance.now() - t0
+            for (const [t, list] of Object.entries(rows)) {
+              result.rows[t] = (result.rows[t] ?? 0) + list.length
+              rowTotal += list.length
+            }
+            result.blocks++
+            result.last = f.number
+            prev = { number: f.number, hash: f.hash, where: 'fetched earlier in this run' }
+            if (builder.blockCount >= chunkBlocks || builder.bytes >= chunkBytes) await flush()
           }
-          let rows: BlockRows
-          try {
-            rows = normalizeEvmBlock(f.bundle)
-          } catch (e) {
-            if (e instanceof MalformedRpcData) throw new BadRpcAnswer(f.number, methodOf(e.message, source), e.message)
-            throw e
-          }
-          if (!builder) {
-            builder = new ChunkBuilder(evmFamily, o.out, tables, { extraMeta })
-            openedAt = performance.now()
-          }
-          await builder.addBlock(f.number, f.hash, f.parentHash, rows)
-          for (const [t, list] of Object.entries(rows)) {
-            result.rows[t] = (result.rows[t] ?? 0) + list.length
-            rowTotal += list.length
-          }
-          result.blocks++
-          result.last = f.number
-          prev = { number: f.number, hash: f.hash, where: 'fetched earlier in this run' }
-          if (builder.blockCount >= chunkBlocks || builder.bytes >= chunkBytes) await flush()
+          if (batch.length === 0 && builder && performance.now() - openedAt >= flushAfterMs) await flush() // caught up: don't sit on blocks forever
+          progress.update({ block: result.last, blocks: result.blocks, rows: rowTotal, target: plan.target, start: plan.start })
         }
-        if (batch.length === 0 && builder && performance.now() - openedAt >= flushAfterMs) await flush() // caught up: don't sit on blocks forever
-        progress.update({ block: result.last, blocks: result.blocks, rows: rowTotal, target: plan.target, start: plan.start })
+      } finally {
+        await batches.return(undefined) // stops fetching (the generator waits for requests in flight)
       }
       await flush()
       await pending
@@ -201,6 +242,9 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       progress.stop()
     }
     result.elapsedMs = performance.now() - started
+    const cpu = process.cpuUsage(cpu0)
+    stages.cpuMs = (cpu.user + cpu.system) / 1000
+    log.info({ blocks: result.blocks, elapsedMs: Math.round(result.elapsedMs), parseMs: Math.round(rpc.stats.parseMs), ...Object.fromEntries(Object.entries(stages).map(([k, v]) => [k, Math.round(v)])) }, 'ingest stages')
     return result
   } finally {
     await unlock()

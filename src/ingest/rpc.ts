@@ -1,3 +1,4 @@
+import { isAscii } from 'node:buffer'
 import http from 'node:http'
 import https from 'node:https'
 import { log } from '../log.js'
@@ -79,7 +80,7 @@ export class RpcClient {
   private readonly waiting: (() => void)[] = []
   private nextId = 1
   /** Counters for progress and measurements. */
-  readonly stats = { requests: 0, calls: 0, retries: 0, bytes: 0 }
+  readonly stats = { requests: 0, calls: 0, retries: 0, bytes: 0, /** time spent decoding and parsing answers (ms) */ parseMs: 0 }
 
   constructor(opts: RpcClientOptions) {
     this.url = opts.url
@@ -146,8 +147,10 @@ export class RpcClient {
     this.stats.bytes += text.length
     if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text.slice(0, 200)}`)
     let json: any
+    const t0 = performance.now()
     try {
       json = JSON.parse(text)
+      this.stats.parseMs += performance.now() - t0
     } catch {
       // a cut-off body is a transport failure; an HTML error page with 200 is not worth retrying forever either
       throw new Retryable(`HTTP ${status}: the answer is not JSON: ${text.slice(0, 200)}`)
@@ -200,7 +203,9 @@ export class RpcClient {
         res.on('aborted', () => reject(new Error('the connection was closed before the answer was complete')))
         res.on('end', () => {
           if (!res.complete) return reject(new Error('the connection was closed before the answer was complete'))
-          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') })
+          const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)
+          // JSON from nodes is ASCII nearly always: latin1 decoding is then a plain copy
+          resolve({ status: res.statusCode ?? 0, text: isAscii(body) ? body.toString('latin1') : body.toString('utf8') })
         })
       })
       const timer = setTimeout(() => req.destroy(new Error(`timed out after ${this.timeoutMs} ms`)), this.timeoutMs)
