@@ -143,15 +143,17 @@ const median = (xs: number[]) => {
  * ingest` (JSON-RPC client, batching, normalisation, chunk writer) writes them with its default
  * flags, each in its own process. Blocks, transactions and logs only. `BENCH_INGEST_RUNS` runs
  * (default 3); with `BENCH_INGEST_BASELINE=<other build>/dist/src/cli.js` that build's replay
- * server + ingest run too, alternating with this one, so both see the same machine load.
+ * server + ingest run too, alternating with this one, so both see the same machine load;
+ * `BENCH_INGEST_WORKERS0=1` adds this build with `--workers 0` (no fetch workers).
  */
 async function replayIngest(blocks: number): Promise<void> {
   const runs = Math.max(1, Number(process.env.BENCH_INGEST_RUNS ?? 3))
-  const builds: [string, string][] = [['this build', CLI]]
-  if (process.env.BENCH_INGEST_BASELINE) builds.unshift(['baseline', path.resolve(process.env.BENCH_INGEST_BASELINE)])
+  const builds: [string, string, string[]][] = [['this build', CLI, []]]
+  if (process.env.BENCH_INGEST_WORKERS0) builds.unshift(['this build, --workers 0', CLI, ['--workers', '0']])
+  if (process.env.BENCH_INGEST_BASELINE) builds.unshift(['baseline', path.resolve(process.env.BENCH_INGEST_BASELINE), []])
   const results: E2eRun[] = []
   for (let r = 0; r < runs; r++) {
-    for (const [build, cli] of builds) results.push(await replayIngestOnce(build, cli, blocks, r))
+    for (const [build, cli, args] of builds) results.push(await replayIngestOnce(build, cli, args, blocks, r))
   }
   const fmt = (x: number | undefined, d = 1) => (x == null ? '—' : x.toFixed(d))
   const total = (x: E2eRun) => Object.values(x.rows).reduce((a, b) => a + b, 0)
@@ -188,7 +190,7 @@ async function replayIngest(blocks: number): Promise<void> {
   console.log(`machine load (1/5/15 min): ${loadavg().map((x) => x.toFixed(2)).join(' ')} on ${cpus().length} cores`)
 }
 
-async function replayIngestOnce(build: string, cli: string, blocks: number, run: number): Promise<E2eRun> {
+async function replayIngestOnce(build: string, cli: string, args: string[], blocks: number, run: number): Promise<E2eRun> {
   const out = path.join(benchRoot(), `ingest-replay-${process.pid}-${run}`)
   await rm(out, { recursive: true, force: true })
   const rpc = spawn(process.execPath, [cli, 'replay-rpc', '--only', '18000000,18500000', '--repeat', String(Math.ceil(blocks / 2)), '--port', '0'],
@@ -207,7 +209,7 @@ async function replayIngestOnce(build: string, cli: string, blocks: number, run:
     let stages: Record<string, number> | undefined
     await new Promise<void>((resolve, reject) => {
       const child = spawn(process.execPath, [cli, 'ingest', '--rpc', url, '--dataset', 'replay', '--out', out, '--from', '0', '--to', String(blocks - 1),
-        '--progress', 'none'], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } })
+        '--progress', 'none', ...args], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } })
       const poll = setInterval(() => (ingestCpuS = cpuSeconds(child.pid) ?? ingestCpuS), 100)
       let err = ''
       createInterface({ input: child.stderr! }).on('line', (line) => {

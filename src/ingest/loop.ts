@@ -4,10 +4,12 @@ import { listLocalChunks, nextTop, readChunkMeta, readDatasetMeta, type ChunkRef
 import { ChunkBuilder, type BlockRows } from '../chunks/writer.js'
 import { evmFamily } from '../families/evm.js'
 import { log } from '../log.js'
-import { bundleTables, MalformedRpcData, normalizeEvmBlock } from './evm/normalize.js'
+import { availableParallelism } from 'node:os'
+import { Worker } from 'node:worker_threads'
+import { FetchPool, fetchRows, type RowsBatch } from './evm/fetch.js'
+import { bundleTables } from './evm/normalize.js'
 import {
-  BadRpcAnswer, BlockChanged, BlockNotAvailable, EvmRpcSource, type FetchedBlock, type MissingReceipts, type ReceiptsMode,
-  type StateDiffsMode, type TracesMode,
+  BlockNotAvailable, EvmRpcSource, type MissingReceipts, type ReceiptsMode, type StateDiffsMode, type TracesMode,
 } from './evm/source.js'
 import { IngestProgress, type ProgressMode } from './progress.js'
 import { RpcClient } from './rpc.js'
@@ -52,6 +54,11 @@ export interface IngestOptions {
   batchSize?: number
   /** Fetches (and HTTP requests) in flight, default 4. */
   concurrency?: number
+  /**
+   * Worker threads that fetch, parse and normalise blocks; 0: the loop's own thread does it. Default:
+   * one per core beyond the first, at most 4 (at least 1). The `concurrency` fetches are spread over them.
+   */
+  workers?: number
   /** RPC retries per request and back-off. */
   attempts?: number
   backoffMs?: number
@@ -81,9 +88,9 @@ export interface IngestResult {
 }
 
 export interface IngestStages {
-  /** The loop waiting for fetched blocks (HTTP, and JSON parsing: `rpc.parseMs`). */
+  /** The loop waiting for fetched blocks (HTTP, JSON parsing: `rpc.parseMs`, and normalising them). */
   fetchWaitMs: number
-  /** RPC JSON → rows. */
+  /** RPC JSON → rows (summed over the fetch workers when there are some). */
   normalizeMs: number
   /** Rows into the open chunk (`ChunkBuilder.addBlock`). */
   addBlockMs: number
@@ -95,6 +102,11 @@ export interface IngestStages {
   parquetMs: number
   /** CPU time of the ingest process (user + system, all threads). */
   cpuMs: number
+}
+
+/** Fetch workers when not given: one per core beyond the first (the loop, the Appender and DuckDB use it), 1–4. */
+export function defaultWorkers(): number {
+  return Math.min(4, Math.max(1, availableParallelism() - 1))
 }
 
 /** The chain does not continue where we are: a reorg deeper than the confirmation depth, or a wrong dataset. */
@@ -115,6 +127,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const pollMs = o.pollMs ?? 2000
   const batchSize = Math.max(1, o.batchSize ?? 20)
   const concurrency = Math.max(1, o.concurrency ?? 4)
+  const workers = Math.max(0, o.workers ?? defaultWorkers())
   if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new Error('a block list cannot be combined with --from, --to or --follow')
   if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
 
@@ -182,8 +195,26 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       pending.catch(() => undefined)
     }
 
+    const continuing = (f: { number: number; hash: string; parentHash: string }) => {
+      if (prev && prev.number === f.number - 1 && prev.hash !== f.parentHash) {
+        throw new ReorgError(
+          `chain mismatch below the confirmation depth (${confirmations}): block ${f.number} (${f.hash}) has parent hash ` +
+            `${f.parentHash}, but block ${prev.number} has hash ${prev.hash} (${prev.where}). The chain was reorganised ` +
+            `deeper than --confirmations, or the node serves another chain. Nothing of block ${f.number} was written; ` +
+            `if the dataset's blocks are on the abandoned fork, delete the chunks from block ${prev.number} on and ingest again.`,
+        )
+      }
+    }
+    const pool = workers > 0
+      ? new FetchPool(workers, {
+        rpc: { url: o.rpc, concurrency: Math.ceil(concurrency / workers), attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs },
+        source: { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, batchSize },
+      }, Worker, rpc.stats)
+      : undefined
+    const fetcher = pool ? (nums: number[]) => pool.fetch(nums) : (nums: number[]) => fetchRows(source, nums)
+
     try {
-      const batches = fetchInOrder(source, plan, concurrency)
+      const batches = fetchInOrder(plan, concurrency, fetcher)
       try {
         for (;;) {
           let t0 = performance.now()
@@ -191,25 +222,10 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
           stages.fetchWaitMs += performance.now() - t0
           if (next.done) break
           const batch = next.value
-          for (const f of batch) {
-            if (prev && prev.number === f.number - 1 && prev.hash !== f.parentHash) {
-              throw new ReorgError(
-                `chain mismatch below the confirmation depth (${confirmations}): block ${f.number} (${f.hash}) has parent hash ` +
-                  `${f.parentHash}, but block ${prev.number} has hash ${prev.hash} (${prev.where}). The chain was reorganised ` +
-                  `deeper than --confirmations, or the node serves another chain. Nothing of block ${f.number} was written; ` +
-                  `if the dataset's blocks are on the abandoned fork, delete the chunks from block ${prev.number} on and ingest again.`,
-              )
-            }
-            let rows: BlockRows
-            t0 = performance.now()
-            try {
-              rows = normalizeEvmBlock(f.bundle)
-            } catch (e) {
-              if (e instanceof MalformedRpcData) throw new BadRpcAnswer(f.number, methodOf(e.message, source), e.message)
-              throw e
-            }
-            f.bundle = undefined as any // the RPC answers are no longer needed
-            stages.normalizeMs += performance.now() - t0
+          stages.normalizeMs += batch.normalizeMs
+          for (const f of batch.blocks) {
+            continuing(f)
+            const rows = f.rows
             if (!builder) {
               builder = new ChunkBuilder(evmFamily, o.out, tables, { extraMeta })
               openedAt = performance.now()
@@ -226,11 +242,16 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
             prev = { number: f.number, hash: f.hash, where: 'fetched earlier in this run' }
             if (builder.blockCount >= chunkBlocks || builder.bytes >= chunkBytes) await flush()
           }
-          if (batch.length === 0 && builder && performance.now() - openedAt >= flushAfterMs) await flush() // caught up: don't sit on blocks forever
+          if (batch.error) {
+            if (batch.error.block) continuing(batch.error.block)
+            throw batch.error.error
+          }
+          if (batch.blocks.length === 0 && builder && performance.now() - openedAt >= flushAfterMs) await flush() // caught up: don't sit on blocks forever
           progress.update({ block: result.last, blocks: result.blocks, rows: rowTotal, target: plan.target, start: plan.start })
         }
       } finally {
         await batches.return(undefined) // stops fetching (the generator waits for requests in flight)
+        await pool?.close()
       }
       await flush()
       await pending
@@ -249,14 +270,6 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   } finally {
     await unlock()
   }
-}
-
-/** Which RPC method a normaliser complaint is about. */
-function methodOf(message: string, s: EvmRpcSource): string {
-  if (/receipt|log/i.test(message)) return s.describe().logs
-  if (/stateDiff|state diff|prestate/i.test(message)) return s.describe().statediffs ?? 'state diffs'
-  if (/trace|callTracer/i.test(message)) return s.describe().traces ?? 'traces'
-  return 'eth_getBlockByNumber'
 }
 
 interface PlannerOptions {
@@ -330,15 +343,15 @@ class Planner {
  * Fetch batches concurrently and yield them in block order. Yields an empty batch whenever it
  * had to wait for the head (so the caller can write a chunk that has been open for long).
  */
-async function* fetchInOrder(source: EvmRpcSource, plan: Planner, concurrency: number): AsyncGenerator<FetchedBlock[]> {
-  const inflight: Promise<FetchedBlock[]>[] = []
+async function* fetchInOrder(plan: Planner, concurrency: number, fetch: (nums: number[]) => Promise<RowsBatch>): AsyncGenerator<RowsBatch> {
+  const inflight: Promise<RowsBatch>[] = []
   let first = true
   try {
     for (;;) {
       while (inflight.length < concurrency) {
         const nums = plan.take()
         if (!nums) break
-        const p = fetchWithRetry(source, nums)
+        const p = fetch(nums)
         p.catch(() => undefined)
         inflight.push(p)
       }
@@ -349,24 +362,11 @@ async function* fetchInOrder(source: EvmRpcSource, plan: Planner, concurrency: n
       if (plan.done) return
       const more = await plan.refresh(first)
       if (!more) return
-      if (!first) yield []
+      if (!first) yield { blocks: [], normalizeMs: 0 }
       first = false
     }
   } finally {
     await Promise.allSettled(inflight)
-  }
-}
-
-/** A block that changed between calls, or is briefly missing below the head, is fetched again. */
-async function fetchWithRetry(source: EvmRpcSource, nums: number[]): Promise<FetchedBlock[]> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await source.fetch(nums)
-    } catch (e) {
-      if (!(e instanceof BlockChanged || e instanceof BlockNotAvailable) || attempt >= 5) throw e
-      log.warn({ blocks: `${nums[0]}-${nums[nums.length - 1]}`, attempt, err: e.message }, 'inconsistent answers, fetching the blocks again')
-      await sleep(250 * 2 ** attempt)
-    }
   }
 }
 

@@ -1,0 +1,41 @@
+import { parentPort, workerData } from 'node:worker_threads'
+import { RpcClient, type RpcClientOptions } from '../rpc.js'
+import { errorToPlain, fetchRows } from './fetch.js'
+import { EvmRpcSource, type EvmSourceOptions } from './source.js'
+
+/*
+ * A fetch worker (`--workers`): fetches batches of blocks from the node, parses and normalises them
+ * in its own thread and posts the rows back to the ingest loop, which checks continuity and writes
+ * chunks. Each worker has its own connections.
+ */
+
+export interface FetchWorkerData {
+  rpc: RpcClientOptions
+  source: EvmSourceOptions
+}
+
+export type FetchWorkerReply = {
+  id: number
+  blocks: import('./fetch.js').BlockOfRows[]
+  error?: { error: Record<string, unknown>; block?: { number: number; hash: string; parentHash: string } }
+  normalizeMs: number
+  /** RPC counters since the previous reply. */
+  stats: { requests: number; calls: number; retries: number; bytes: number; parseMs: number }
+}
+
+const data = workerData as FetchWorkerData
+const rpc = new RpcClient(data.rpc)
+const source = new EvmRpcSource(rpc, data.source)
+let reported = { ...rpc.stats }
+
+parentPort!.on('message', async (m: { id: number; numbers: number[] }) => {
+  const r = await fetchRows(source, m.numbers)
+  const s = rpc.stats
+  const stats = { requests: s.requests - reported.requests, calls: s.calls - reported.calls, retries: s.retries - reported.retries, bytes: s.bytes - reported.bytes, parseMs: s.parseMs - reported.parseMs }
+  reported = { ...s }
+  const reply: FetchWorkerReply = {
+    id: m.id, blocks: r.blocks, normalizeMs: r.normalizeMs, stats,
+    error: r.error && { error: errorToPlain(r.error.error), block: r.error.block },
+  }
+  parentPort!.postMessage(reply)
+})
