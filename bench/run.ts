@@ -62,7 +62,7 @@ program
   .description('full-range sync through router + worker processes with our client (and the real SDK with --sdk)')
   .option('--blocks <n>', 'dataset size in blocks (generated once, cached)', int, 1000)
   .option('--workers <n>', 'worker processes', int, 2)
-  .option('--shape <name...>', 'queries', ['logs+tx', 'all tx+logs'])
+  .option('--shape <name...>', 'queries', ['logs+tx', 'logs, no match', 'all tx+logs'])
   .option('--parallel <n...>', 'requests in flight for our client', intList)
   .option('--sdk', 'also sync with @subsquid/evm-processor 1.27.3')
   .action(async (o) => (await import('./sync.js')).runSync({ ...o, parallel: o.parallel ?? [1, 2], sdk: !!o.sdk }))
@@ -103,6 +103,7 @@ program
   .option('--page <n>', 'blocks per eth_getLogs call', int, 1000)
   .option('--in-flight <n>', 'transaction look-ups in flight', int, 8)
   .option('--runs <n>', 'interleaved runs', int, 3)
+  .option('--keep', 'leave the archive folder in place')
   .action(async (o) => (await import('./anvil.js')).runAnvil(o))
 
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
