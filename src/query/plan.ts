@@ -49,10 +49,38 @@ export function planQuery(family: FamilyDecl, query: ValidQuery): QueryPlan {
   return {
     family,
     query,
-    scans,
+    scans: simplify(scans),
     kinds: family.items.filter((i) => involved.has(i.selector)),
     fields: query.fields,
   }
+}
+
+/** A request with no condition at all (`{}`, or only `*NonZero: false`) selects every item of its kind. */
+function unfiltered(scan: ScanPlan): boolean {
+  return Object.entries(scan.filters).every(([name, value]) => scan.item.filters[name].kind === 'nonZero' && value !== true)
+}
+
+/**
+ * When a kind is selected whole by an unfiltered request, relations into it add nothing and its
+ * other requests matter only for their relations into other kinds: drop what is redundant (a
+ * `traces: [{}]` with `subtraces` would otherwise join every trace with every trace of its
+ * transaction).
+ */
+function simplify(scans: ScanPlan[]): ScanPlan[] {
+  const whole = new Set(scans.filter(unfiltered).map((s) => s.item.selector))
+  if (whole.size === 0) return scans
+  const kept: ScanPlan[] = []
+  const firstWhole = new Set<string>()
+  for (const scan of scans) {
+    const relations = scan.relations.filter((r) => !whole.has(r.target.selector))
+    const isWhole = unfiltered(scan)
+    const redundant = whole.has(scan.item.selector) && (isWhole ? firstWhole.has(scan.item.selector) : true)
+    if (isWhole) firstWhole.add(scan.item.selector)
+    // A redundant request still matters for its relations into other kinds.
+    if (redundant && relations.length === 0) continue
+    kept.push({ ...scan, id: kept.length, relations })
+  }
+  return kept
 }
 
 /** Tables a plan reads (the header table included). */
