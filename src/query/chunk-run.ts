@@ -118,15 +118,19 @@ export class ChunkRun {
           .join(' UNION ALL ')}) GROUP BY block_number) s ON s.block_number = b.${blockCol}`
       : ''
     const iw = this.kinds.length ? 's.iw' : 'NULL'
+    // Read straight into JS (one statement, no temp table): slices name the blocks they need.
     const sql =
-      `CREATE OR REPLACE TEMP TABLE selb AS WITH b AS (SELECT * FROM ${this.file(header.table)} b WHERE ${this.range('b', this.blockCol)}), ` +
+      `WITH b AS (SELECT * FROM ${this.file(header.table)} b WHERE ${this.range('b', this.blockCol)}), ` +
       `x AS (SELECT b.${blockCol} AS number, ${weightSql(header, this.selected(header), 'b')} + coalesce(${iw}, 0) AS w, ` +
       `${includeAllBlocks ? 'TRUE' : `${iw} IS NOT NULL`} AS items FROM b ${items}) ` +
-      `SELECT * FROM x WHERE items OR number = (SELECT min(number) FROM x) OR number = (SELECT max(number) FROM x)`
-    await this.con.run(sql)
-    const res = await this.con.runAndReadAll('SELECT number, w, items FROM selb ORDER BY number')
-    return res.getRows().map((r) => ({ number: Number(r[0]), weight: Number(r[1]), items: r[2] as boolean }))
+      `SELECT number, w, items FROM x WHERE items OR number = (SELECT min(number) FROM x) OR number = (SELECT max(number) FROM x) ORDER BY number`
+    const res = await this.con.runAndReadAll(sql)
+    this.candidates = res.getRows().map((r) => ({ number: Number(r[0]), weight: Number(r[1]), items: r[2] as boolean }))
+    return this.candidates
   }
+
+  /** Candidate blocks from `prepare`, ascending. */
+  private candidates: SelectedBlock[] = []
 
   /**
    * Step 4 for blocks `lo..hi` (of the candidates): yields `[blockNumber, kindIndex, json]` where
@@ -138,7 +142,7 @@ export class ChunkRun {
     const blockCol = ident(this.blockCol)
     const parts = [
       `SELECT src.${blockCol} AS b, 0 AS k, ${itemJsonSql(header, this.selected(header), 'src')}::VARCHAR AS j ` +
-        `FROM ${this.file(header.table)} src WHERE src.${blockCol} IN (SELECT number FROM selb WHERE number BETWEEN ${lo} AND ${hi})`,
+        `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi} AND src.${blockCol} IN (${this.candidatesIn(lo, hi)})`,
     ]
     this.kinds.forEach((kind, i) => {
       parts.push(
@@ -171,6 +175,12 @@ export class ChunkRun {
       `SELECT ${itemJsonSql(header, this.selected(header), 'src')}::VARCHAR FROM ${this.file(header.table)} src WHERE src.${blockCol} = ${block}`,
     )
     return res.getRows()[0][0] as string
+  }
+
+  /** Candidate block numbers in `lo..hi` as an SQL list (`NULL` when there are none). */
+  private candidatesIn(lo: number, hi: number): string {
+    const list = this.candidates.filter((b) => b.number >= lo && b.number <= hi).map((b) => b.number)
+    return list.length ? list.join(', ') : 'NULL'
   }
 
   private itemJson(kind: ItemDecl): string {
