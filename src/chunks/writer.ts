@@ -275,6 +275,7 @@ function compareStrings(a: string, b: string): number {
 // ---------------------------------------------------------------- appending
 
 const LIST_TYPES = { 'VARCHAR[]': LIST(VARCHAR), 'INTEGER[]': LIST(INTEGER) } as const
+const HEX = /^0x[0-9a-fA-F]*$/
 
 /** Text of a value that is not of its column's JS type, as DuckDB's JSON reader would see it (DuckDB casts it). */
 const asText = (v: unknown) => (typeof v === 'object' ? JSON.stringify(v) : String(v))
@@ -322,13 +323,19 @@ async function appendRows(ap: DuckDBAppender, columns: ColumnDecl[], rows: Row[]
             break
           case 'VARCHAR[]':
             if (!Array.isArray(v)) throw new Error(`column ${names[i]}: expected a list, got ${asText(v).slice(0, 100)}`)
-            ap.appendList(v.map((x) => (x == null ? null : typeof x === 'string' ? x : asText(x))), LIST_TYPES['VARCHAR[]'])
+            // hex elements as list text (DuckDB casts it, ~3× faster than building a list value); others as a list value
+            if (v.every((x) => typeof x === 'string' && HEX.test(x))) ap.appendVarchar(`[${v.join(',')}]`)
+            else ap.appendList(v.map((x) => (x == null ? null : typeof x === 'string' ? x : asText(x))), LIST_TYPES['VARCHAR[]'])
             break
           case 'INTEGER[]':
-            if (!Array.isArray(v) || v.some((x) => x != null && !(typeof x === 'number' && (x | 0) === x))) {
+            if (!Array.isArray(v) || v.some((x) => !(typeof x === 'number' && (x | 0) === x))) {
+              if (Array.isArray(v) && v.every((x) => x == null || (typeof x === 'number' && (x | 0) === x))) {
+                ap.appendList(v as (number | null)[], LIST_TYPES['INTEGER[]'])
+                break
+              }
               throw new Error(`column ${names[i]}: expected a list of integers, got ${asText(v).slice(0, 100)}`)
             }
-            ap.appendList(v as (number | null)[], LIST_TYPES['INTEGER[]'])
+            ap.appendVarchar(`[${v.join(',')}]`) // list text: DuckDB casts it
             break
           default:
             ap.appendVarchar(asText(v))
