@@ -175,15 +175,15 @@ async function replayIngest(blocks: number): Promise<void> {
     const s = mid.stages
     const wall = mid.wallMs
     const row = (stage: string, v: number | undefined, note = '') => [stage, v == null ? '—' : `${(v / 1000).toFixed(2)} s`, v == null ? '' : `${((100 * v) / wall).toFixed(0)} %`, note]
-    printTable(`stages of the median run of this build (ingest wall ${(wall / 1000).toFixed(2)} s; the ingest's main thread unless noted; stages overlap)`, ['stage', 'time', 'share of wall', ''], [
-      row('waiting for fetched blocks (HTTP + JSON.parse below)', s.fetchWaitMs),
-      row('  of which JSON.parse of the answers (main thread)', s.parseMs),
-      row('normalise: RPC JSON → rows', s.normalizeMs),
-      row('ChunkBuilder.addBlock (keep rows, size them)', s.addBlockMs),
-      row('finish: sort rows (JS)', s.sortMs),
-      row('finish: rows → DuckDB (Appender)', s.appendMs),
+    printTable(`stages of the median run of this build (ingest wall ${(wall / 1000).toFixed(2)} s; stages run in parallel threads and overlap)`, ['stage', 'time', 'share of wall', ''], [
+      row('main thread: waiting for fetched blocks', s.fetchWaitMs, 'fetch workers: HTTP, parse, normalise'),
+      row('JSON.parse of the answers', s.parseMs, 'fetch workers (summed)'),
+      row('normalise: RPC JSON → rows', s.normalizeMs, 'fetch workers (summed)'),
+      row('ChunkBuilder.addBlock (keep rows, size them)', s.addBlockMs, 'main thread'),
+      row('finish: sort rows (JS)', s.sortMs, 'main thread'),
+      row('finish: rows → DuckDB (Appender)', s.appendMs, 'main thread, interleaved with taking fetched blocks'),
       row('finish: DuckDB → zstd Parquet', s.parquetMs, 'DuckDB threads, overlaps fetching'),
-      row('waiting for the previous chunk before closing the next', s.finishWaitMs),
+      row('main thread: waiting for the previous chunk before closing the next', s.finishWaitMs),
       row('ingest process CPU (all threads)', s.cpuMs),
     ])
   }
