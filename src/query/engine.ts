@@ -149,7 +149,10 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
         let weight = wanted[i].weight
         while (j + 1 < wanted.length && weight + wanted[j + 1].weight <= room) weight += wanted[++j].weight
         const lo = wanted[i].number
-        const hi = wanted[j].number
+        // The last slice of the last chunk also reads the chunk's last block when the answer ends
+        // there (one statement less than reading its header apart, below).
+        const withTail = lastChunk && !tailWanted && j === wanted.length - 1
+        const hi = withTail ? tail.number : wanted[j].number
         if (i === j && weight > SLICE_BYTES) {
           // One giant block: stream its items row by row instead of aggregating them.
           yield piece
@@ -163,6 +166,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
           stats.lastBlock = lo
         } else {
           const want = new Set(wanted.slice(i, j + 1).map((b) => b.number))
+          if (withTail) want.add(tail.number)
           let cur = -1
           let header = ''
           let items: string[] = []
