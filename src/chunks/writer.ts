@@ -1,3 +1,4 @@
+import { createWriteStream, type WriteStream } from 'node:fs'
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
@@ -18,6 +19,21 @@ export interface WriteOptions {
   compressionLevel?: number
   /** Extra members of meta.json (e.g. which RPC methods filled each table). */
   extraMeta?: Record<string, unknown>
+  /**
+   * Tables written the other way: rows appended as NDJSON to a temp file as blocks arrive, then
+   * DuckDB `read_json` + `ORDER BY` (default: traces and statediffs, whose many null columns make
+   * the Appender slower than DuckDB's parallel JSON reader and sort).
+   */
+  ndjsonTables?: string[]
+}
+
+/** Tables written through NDJSON unless `ndjsonTables` says otherwise. */
+export const NDJSON_TABLES = ['traces', 'statediffs']
+
+/** Rows of a table already as NDJSON text (built by a fetch worker). */
+export interface RowsText {
+  text: string
+  rows: number
 }
 
 /** Time spent in `finish`, per step (for measurements). */
@@ -41,6 +57,8 @@ export class ChunkBuilder {
   private readonly tmpDir: string
   /** Per table: the row lists of the blocks added, in block order. */
   private readonly blockRows = new Map<string, Row[][]>()
+  private readonly ndjson: Set<string>
+  private readonly streams = new Map<string, WriteStream>()
   private readonly rowCounts = new Map<string, number>()
   private ready: Promise<void>
   /**
@@ -70,9 +88,14 @@ export class ChunkBuilder {
       if (!t.optional && !tables.includes(t.name)) throw new Error(`table ${t.name} is required in every chunk`)
     }
     for (const name of tables) if (!family.tables.some((t) => t.name === name)) throw new Error(`family ${family.name} has no table ${name}`)
+    this.ndjson = new Set(opts.ndjsonTables ?? NDJSON_TABLES)
   }
 
-  async addBlock(number: number, hash: string, parentHash: string, rows: BlockRows): Promise<void> {
+  /**
+   * `bytes`: the size of `rows` and `texts` as `blockRowsSize` gives it, when the caller (a fetch
+   * worker) computed it already. `texts`: rows of NDJSON tables already as text.
+   */
+  async addBlock(number: number, hash: string, parentHash: string, rows: BlockRows, bytes?: number, texts?: Record<string, RowsText>): Promise<void> {
     await this.ready
     if (this.blockCount > 0 && number <= this.last) {
       throw new Error(`block ${number} does not follow ${this.last} in the chunk being built`)
@@ -84,13 +107,24 @@ export class ChunkBuilder {
     this.last = number
     this.lastHash = hash
     this.blockCount++
+    if (bytes != null) this.bytes += bytes
     for (const table of this.tables) {
       const list = rows[table]
+      const given = texts?.[table]
+      if (given) {
+        if (!this.ndjson.has(table) || list?.length) throw new Error(`table ${table}: rows as text are taken for NDJSON tables only, and instead of rows`)
+        if (given.rows > 0) await this.writeText(table, given.text, given.rows, bytes == null)
+        continue
+      }
       if (!list || list.length === 0) continue
+      if (this.ndjson.has(table)) {
+        await this.writeText(table, ndjsonText(list), list.length, bytes == null)
+        continue
+      }
       let lists = this.blockRows.get(table)
       if (!lists) this.blockRows.set(table, (lists = []))
       lists.push(list)
-      this.bytes += textSize(this.decl(table), list)
+      if (bytes == null) this.bytes += textSize(this.decl(table), list)
       this.rowCounts.set(table, (this.rowCounts.get(table) ?? 0) + list.length)
     }
   }
@@ -99,9 +133,13 @@ export class ChunkBuilder {
   async finish(top: number): Promise<ChunkRef> {
     if (this.blockCount === 0) throw new Error('cannot write an empty chunk')
     await this.ready
+    for (const s of this.streams.values()) await new Promise<void>((resolve, reject) => s.end((e?: Error | null) => (e ? reject(e) : resolve())))
     const con = await connect()
     try {
-      for (const name of this.tables) await this.writeTable(con, this.decl(name))
+      for (const name of this.tables) {
+        if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
+        else await this.writeTable(con, this.decl(name))
+      }
     } finally {
       con.closeSync()
     }
@@ -126,8 +164,20 @@ export class ChunkBuilder {
 
   async abort(): Promise<void> {
     this.blockRows.clear()
+    for (const s of this.streams.values()) s.destroy()
     await this.ready.catch(() => undefined)
     await rm(this.tmpDir, { recursive: true, force: true })
+  }
+
+  private async writeText(table: string, text: string, rows: number, count: boolean): Promise<void> {
+    let s = this.streams.get(table)
+    if (!s) {
+      s = createWriteStream(path.join(this.tmpDir, `${table}.ndjson`))
+      this.streams.set(table, s)
+    }
+    if (count) this.bytes += text.length
+    this.rowCounts.set(table, (this.rowCounts.get(table) ?? 0) + rows)
+    if (!s.write(text)) await new Promise<void>((resolve) => s!.once('drain', () => resolve()))
   }
 
   private decl(name: string): TableDecl {
@@ -172,9 +222,40 @@ export class ChunkBuilder {
       await con.run(`DROP TABLE ${tmp}`)
     }
   }
+
+  /** The NDJSON way: DuckDB reads the temp file with explicit columns, sorts and writes Parquet. */
+  private async writeTableFromNdjson(con: DuckDBConnection, table: TableDecl): Promise<void> {
+    const src = path.join(this.tmpDir, `${table.name}.ndjson`)
+    const out = path.join(this.tmpDir, `${table.name}.parquet`)
+    const columns = table.columns.map((c) => `${ident(c.name)} ${c.type}`).join(', ')
+    const tmpName = `w_${table.name}_${randomBytes(3).toString('hex')}`
+    const t0 = performance.now()
+    await con.run(`CREATE TEMP TABLE ${ident(tmpName)} (${columns})`)
+    try {
+      if (this.rowCounts.get(table.name)) {
+        const spec = table.columns.map((c) => `${lit(c.name)}: ${lit(c.type)}`).join(', ')
+        await con.run(
+          `INSERT INTO temp.main.${ident(tmpName)} SELECT * FROM read_json(${lit(src)}, format = 'newline_delimited', ` +
+            `columns = {${spec}}, maximum_object_size = 268435456)`,
+        )
+      }
+      const groupSize = this.opts.rowGroupSize ?? 10_000
+      const rowGroup = table.name === 'blocks' ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
+      const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
+      await con.run(
+        `COPY (SELECT * FROM temp.main.${ident(tmpName)} ORDER BY ${order}) TO ${lit(out)} ` +
+          `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`,
+      )
+    } finally {
+      await con.run(`DROP TABLE temp.main.${ident(tmpName)}`)
+    }
+    await rm(src, { force: true })
+    this.times.parquetMs += performance.now() - t0
+  }
 }
 
 // ---------------------------------------------------------------- sizes
+
 
 /** NDJSON length of a value (strings without escapes). */
 function valueSize(v: unknown): number {
@@ -197,6 +278,24 @@ function valueSize(v: unknown): number {
 }
 
 const overheadCache = new WeakMap<TableDecl, number>()
+
+/** Rows as NDJSON text. */
+export function ndjsonText(rows: Row[]): string {
+  let text = ''
+  for (const r of rows) text += JSON.stringify(r) + '\n'
+  return text
+}
+
+/** NDJSON length of the rows of the given tables of a block (what `ChunkBuilder.bytes` counts). */
+export function blockRowsSize(family: FamilyDecl, tables: string[], rows: BlockRows): number {
+  let n = 0
+  for (const name of tables) {
+    const list = rows[name]
+    const table = family.tables.find((t) => t.name === name)
+    if (list?.length && table) n += textSize(table, list)
+  }
+  return n
+}
 
 /** NDJSON length of rows: `{"name":value,...}\n` per row. */
 function textSize(table: TableDecl, rows: Row[]): number {

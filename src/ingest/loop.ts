@@ -231,11 +231,11 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
               openedAt = performance.now()
             }
             t0 = performance.now()
-            await builder.addBlock(f.number, f.hash, f.parentHash, rows)
+            await builder.addBlock(f.number, f.hash, f.parentHash, rows, f.bytes, f.texts)
             stages.addBlockMs += performance.now() - t0
-            for (const [t, list] of Object.entries(rows)) {
-              result.rows[t] = (result.rows[t] ?? 0) + list.length
-              rowTotal += list.length
+            for (const [t, n] of [...Object.entries(rows).map(([t, list]) => [t, list.length] as const), ...Object.entries(f.texts).map(([t, x]) => [t, x.rows] as const)]) {
+              result.rows[t] = (result.rows[t] ?? 0) + n
+              rowTotal += n
             }
             result.blocks++
             result.last = f.number

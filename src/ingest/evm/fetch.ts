@@ -1,4 +1,5 @@
-import type { BlockRows } from '../../chunks/writer.js'
+import { blockRowsSize, NDJSON_TABLES, ndjsonText, type BlockRows, type RowsText } from '../../chunks/writer.js'
+import { evmFamily } from '../../families/evm.js'
 import { log } from '../../log.js'
 import { RpcError, RpcProtocolError, RpcUnavailable } from '../rpc.js'
 import { MalformedRpcData, normalizeEvmBlock } from './normalize.js'
@@ -15,6 +16,10 @@ export interface BlockOfRows {
   hash: string
   parentHash: string
   rows: BlockRows
+  /** Size of the rows as the chunk writer counts it (computed here, off the loop's thread). */
+  bytes: number
+  /** Rows of the chunk writer's NDJSON tables (traces, statediffs), already as text. */
+  texts: Record<string, RowsText>
 }
 
 export interface RowsBatch {
@@ -59,7 +64,18 @@ export async function fetchRows(source: EvmRpcSource, nums: number[]): Promise<R
   const blocks: BlockOfRows[] = []
   for (const f of fetched) {
     try {
-      blocks.push({ number: f.number, hash: f.hash, parentHash: f.parentHash, rows: normalizeEvmBlock(f.bundle) })
+      const rows = normalizeEvmBlock(f.bundle)
+      const texts: Record<string, RowsText> = {}
+      let bytes = 0
+      for (const t of NDJSON_TABLES) {
+        const list = rows[t]
+        if (!list) continue
+        texts[t] = { text: ndjsonText(list), rows: list.length }
+        bytes += texts[t].text.length
+        delete rows[t]
+      }
+      bytes += blockRowsSize(evmFamily, Object.keys(rows), rows)
+      blocks.push({ number: f.number, hash: f.hash, parentHash: f.parentHash, rows, bytes, texts })
     } catch (e) {
       const error = e instanceof MalformedRpcData ? new BadRpcAnswer(f.number, methodOf(e.message, source), e.message) : e
       return { blocks, error: { error, block: { number: f.number, hash: f.hash, parentHash: f.parentHash } }, normalizeMs: performance.now() - t0 }
