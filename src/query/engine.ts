@@ -21,8 +21,8 @@ import { chunkCannotMatch } from './summary.js'
 
 export const DEFAULT_BUDGETS: QueryBudgets = { sizeBytes: 20 * 1024 * 1024, timeMs: 2000 }
 
-/** Largest estimated JSON aggregated in one statement: bounds a query's memory. */
-const SLICE_BYTES = 32 * 1024 * 1024
+/** Default of `QueryBudgets.sliceBytes`: largest estimated JSON aggregated in one statement. */
+export const SLICE_BYTES = 16 * 1024 * 1024
 /** Output is handed to the HTTP layer in pieces of about this size. */
 const PIECE_BYTES = 64 * 1024
 /** Blocks listed in a fork answer (DECISIONS §5). */
@@ -105,6 +105,7 @@ interface AnswerArgs {
 
 async function* answer(a: AnswerArgs): AsyncGenerator<string> {
   const { con, plan, chunks, budgets, stats } = a
+  const sliceBytes = budgets.sliceBytes ?? SLICE_BYTES
   const started = performance.now()
   const kinds = plan.kinds.map((k) => k.output)
   const emptyArrays = kinds.map((k) => `,"${k}":[]`).join('')
@@ -144,7 +145,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
       let i = 0
       while (i < wanted.length && !stop) {
         // A slice: consecutive wanted blocks whose estimated JSON fits the slice and the remaining budget.
-        const room = Math.max(1, Math.min(SLICE_BYTES, budgets.sizeBytes - stats.bytes))
+        const room = Math.max(1, Math.min(sliceBytes, budgets.sizeBytes - stats.bytes))
         let j = i
         let weight = wanted[i].weight
         while (j + 1 < wanted.length && weight + wanted[j + 1].weight <= room) weight += wanted[++j].weight
@@ -153,7 +154,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
         // there (one statement less than reading its header apart, below).
         const withTail = lastChunk && !tailWanted && j === wanted.length - 1
         const hi = withTail ? tail.number : wanted[j].number
-        if (i === j && weight > SLICE_BYTES) {
+        if (i === j && weight > sliceBytes) {
           // One giant block: stream its items row by row instead of aggregating them.
           yield piece
           piece = ''

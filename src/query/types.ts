@@ -28,6 +28,11 @@ export interface QueryBudgets {
   sizeBytes: number
   /** Stop at a block boundary once this many ms passed since the first chunk (default 2000). */
   timeMs: number
+  /**
+   * Largest estimated JSON built in one DuckDB statement (default 16 MiB): bigger slices read a
+   * chunk fewer times, smaller ones hold less memory per running query.
+   */
+  sliceBytes?: number
 }
 
 /** A validated, planned query ready to stream. Errors (ApiError) are thrown before this exists. */
