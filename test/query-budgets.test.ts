@@ -6,7 +6,7 @@ import type { ChunkRef } from '../src/chunks/layout.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
-import { anvilRecords, tempDir, writeChunk, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+import { anvilRecords, tempDir, writeChunk, writeDataset, type AnvilRecord, startStandaloneWorker } from './helpers/dataset.js'
 import { postJson, request } from './helpers/http.js'
 import { fetchFull } from './helpers/reference-data.js'
 import { KINDS, REQUEST_KEY, evaluate, firstDifference, type FullBlock, type Obj } from './helpers/reference-evm.js'
@@ -256,16 +256,7 @@ describe('response budgets through the router and the client library', { timeout
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
     cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100, budgets: { sizeBytes: 15_000 } })
     base = cluster.datasets.get('anvil')!
-    uncutWorker = new WorkerServer({
-      storage: new LocalStorage(tmp.dir),
-      heartbeatMs: 1000,
-      dropGraceMs: 2000,
-      concurrency: 2,
-      queue: 8,
-      queueTimeoutMs: 60_000,
-      budgets: { sizeBytes: 1 << 30, timeMs: 600_000 },
-    })
-    await uncutWorker.start('127.0.0.1', 0)
+    uncutWorker = await startStandaloneWorker(tmp.dir)
     full = await fetchFull(`${uncutWorker.url}/datasets/anvil/query`, 0)
     // Wait until the router serves the whole dataset.
     const deadline = Date.now() + 20_000

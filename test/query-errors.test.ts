@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
-import { anvilRecords, tempDir, writeChunk, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+import { anvilRecords, tempDir, writeChunk, writeDataset, type AnvilRecord, startStandaloneWorker } from './helpers/dataset.js'
 import { postJson, request, type RawAnswer } from './helpers/http.js'
 import { FILTERS, KINDS, REQUEST_KEY, type Obj } from './helpers/reference-evm.js'
 
@@ -38,15 +38,7 @@ describe('query errors', { timeout: 110_000 }, () => {
     const existing = await writeDataset(sparseDir, 'sparse', SPARSE_CHUNKS[0].map((n) => records[n]), SPARSE_CHUNKS[0].length)
     for (const c of SPARSE_CHUNKS.slice(1)) await writeChunk(sparseDir, c.map((n) => records[n]), existing)
     // Default body limit (8 MiB) on purpose.
-    worker = new WorkerServer({
-      storage: new LocalStorage(tmp.dir),
-      heartbeatMs: 1000,
-      dropGraceMs: 2000,
-      concurrency: 2,
-      queue: 8,
-      queueTimeoutMs: 30_000,
-    })
-    await worker.start('127.0.0.1', 0)
+    worker = await startStandaloneWorker(tmp.dir, { queueTimeoutMs: 30_000, budgets: undefined })
     dense = `${worker.url}/datasets/anvil/query`
     sparse = `${worker.url}/datasets/sparse/query`
   })

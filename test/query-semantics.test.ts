@@ -2,10 +2,9 @@ import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import type { EvmBlockBundle } from '../src/ingest/evm/normalize.js'
-import { anvilBundle, anvilRecords, REPO_ROOT, tempDir, writeDataset } from './helpers/dataset.js'
+import { anvilBundle, anvilRecords, REPO_ROOT, tempDir, writeDataset, startStandaloneWorker } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
 import { checkFullAgainstSource, fetchFull, mainnetBundles, writeBundleDataset } from './helpers/reference-data.js'
 import {
@@ -286,16 +285,7 @@ describe('query semantics over the recorded anvil chain', { timeout: 150_000 }, 
     bundles = records.map(anvilBundle)
     // Chunks of 16 blocks: queries cross chunk boundaries, first/last blocks fall inside chunks.
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
-    worker = new WorkerServer({
-      storage: new LocalStorage(tmp.dir),
-      heartbeatMs: 1000,
-      dropGraceMs: 2000,
-      concurrency: 2,
-      queue: 8,
-      queueTimeoutMs: 60_000,
-      budgets: { sizeBytes: 1 << 30, timeMs: 600_000 },
-    })
-    await worker.start('127.0.0.1', 0)
+    worker = await startStandaloneWorker(tmp.dir)
     const url = `${worker.url}/datasets/anvil/query`
     ds = { url, data: await fetchFull(url, 0), range: { fromBlock: 3, toBlock: 120 }, availableFrom: {} }
   })
@@ -341,16 +331,7 @@ describe('query semantics over recorded mainnet blocks (sparse dataset)', { time
     // Two chunks: 18000000 without a traces table, 18500000 with its traces. Blocks below, between
     // and above do not exist.
     await writeBundleDataset(path.join(tmp.dir, 'mainnet'), 'mainnet', [[bundles[0]], [bundles[1]]])
-    worker = new WorkerServer({
-      storage: new LocalStorage(tmp.dir),
-      heartbeatMs: 1000,
-      dropGraceMs: 2000,
-      concurrency: 2,
-      queue: 8,
-      queueTimeoutMs: 60_000,
-      budgets: { sizeBytes: 1 << 30, timeMs: 600_000 },
-    })
-    await worker.start('127.0.0.1', 0)
+    worker = await startStandaloneWorker(tmp.dir)
     const url = `${worker.url}/datasets/mainnet/query`
     // fromBlock in the gap below the first chunk: the answer starts at the first existing block.
     const b1 = parseInt(bundles[0].block.number, 16)

@@ -6,6 +6,8 @@ import { fileURLToPath } from 'node:url'
 import { nextTop, type ChunkRef, type DatasetMeta } from '../../src/chunks/layout.js'
 import { ChunkBuilder } from '../../src/chunks/writer.js'
 import { evmFamily } from '../../src/families/evm.js'
+import { LocalStorage } from '../../src/server/storage.js'
+import { WorkerServer, type WorkerServerOptions } from '../../src/server/worker-http.js'
 import { bundleTables, normalizeEvmBlock, type EvmBlockBundle } from '../../src/ingest/evm/normalize.js'
 
 /*
@@ -73,6 +75,25 @@ export async function writeChunk(dir: string, records: AnvilRecord[], existing: 
 export async function tempDir(prefix = 'ba-server-'): Promise<{ dir: string; cleanup: () => Promise<void> }> {
   const dir = await mkdtemp(path.join(os.tmpdir(), prefix))
   return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) }
+}
+
+/**
+ * A standalone worker (no router: it serves every chunk under `root`) on a free port; by default its
+ * budgets are far above what the fixtures need, so one answer covers the whole requested range.
+ */
+export async function startStandaloneWorker(root: string, opts: Partial<WorkerServerOptions> = {}): Promise<WorkerServer> {
+  const worker = new WorkerServer({
+    storage: new LocalStorage(root),
+    heartbeatMs: 1000,
+    dropGraceMs: 2000,
+    concurrency: 2,
+    queue: 8,
+    queueTimeoutMs: 60_000,
+    budgets: { sizeBytes: 1 << 30, timeMs: 600_000 },
+    ...opts,
+  })
+  await worker.start('127.0.0.1', 0)
+  return worker
 }
 
 export const REPO_ROOT = REPO
