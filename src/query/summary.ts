@@ -87,7 +87,8 @@ function summary(con: DuckDBConnection, dir: string, table: string, column: stri
  * contributes nothing but (possibly) boundary headers. Never true for includeAllBlocks queries.
  */
 export async function chunkCannotMatch(con: DuckDBConnection, plan: QueryPlan, dir: string): Promise<boolean> {
-  if (plan.query.includeAllBlocks || plan.scans.length === 0) return false
+  // Without requests a chunk inside the range adds nothing (no items, no boundary): the loop below says so.
+  if (plan.query.includeAllBlocks) return false
   for (const scan of plan.scans) {
     let ruledOut = false
     for (const [name, value] of Object.entries(scan.filters)) {
