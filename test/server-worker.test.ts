@@ -143,6 +143,15 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
     const above = await postJson(queryUrl, { fromBlock: chunks.at(-1)!.last + 1 })
     assert.equal(above.status, 400)
     assert.match(JSON.parse(above.text).message, new RegExp(String(chunks.at(-1)!.last + 1)))
+    // Integers past 2^53 − 1 cannot be represented exactly: refused, not silently rounded.
+    for (const [body, path] of [
+      ['{"fromBlock":0,"transactions":[{"firstNonce":18446744073709551615}]}', 'transactions[0].firstNonce'],
+      ['{"fromBlock":0,"transactions":[{"type":[-1]}]}', 'transactions[0].type[0]'],
+    ]) {
+      const r = await postJson(queryUrl, body)
+      assert.equal(r.status, 400, body)
+      assert.equal(JSON.parse(r.text).path, path)
+    }
   })
 
   it('answers 404 for unknown datasets and routes', async () => {

@@ -36,13 +36,13 @@ function filterSchema(f: FilterDecl): object {
         case 'felt':
           return { type: ['array', 'null'], items: { type: 'string', pattern: HEX } }
         case 'integer':
-          return { type: ['array', 'null'], items: { type: 'integer' } }
+          return { type: ['array', 'null'], items: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } }
         default:
           return { type: ['array', 'null'], items: { type: 'string' } }
       }
     case 'min':
     case 'max':
-      return { type: ['integer', 'null'], minimum: 0 }
+      return { type: ['integer', 'null'], minimum: 0, maximum: Number.MAX_SAFE_INTEGER }
     case 'nonZero':
       return { type: ['boolean', 'null'] }
   }
