@@ -333,3 +333,28 @@ describe('response budgets through the router and the client library', { timeout
     }
   })
 })
+
+describe('blocks bigger than a slice', { timeout: 60_000 }, () => {
+  it('are streamed row by row, to the same answer as aggregated slices', async () => {
+    const tmp = await tempDir()
+    const workers: WorkerServer[] = []
+    try {
+      await writeDataset(path.join(tmp.dir, 'd'), 'd', await anvilRecords(), 16)
+      const q = {
+        fromBlock: 0, toBlock: 127, transactions: [{}], logs: [{}], traces: [{}], stateDiffs: [{ kind: ['*'] }],
+        fields: { transaction: { input: true }, log: { data: true }, trace: { callInput: true, createInit: true }, stateDiff: { prev: true, next: true } },
+      }
+      workers.push(await startStandaloneWorker(path.join(tmp.dir, 'd')))
+      // Every block's estimate is above a 1,000-byte slice: each one takes the row-by-row path.
+      workers.push(await startStandaloneWorker(path.join(tmp.dir, 'd'), { budgets: { sizeBytes: 1 << 30, timeMs: 600_000, sliceBytes: 1000 } }))
+      const [aggregated, streamed] = await Promise.all(workers.map((w) => postJson(`${w.url}/datasets/d/query`, q)))
+      assert.equal(aggregated.status, 200)
+      assert.equal(streamed.status, 200)
+      assert.ok(JSON.parse(aggregated.text).length > 100)
+      assert.equal(streamed.text, aggregated.text)
+    } finally {
+      for (const w of workers) await w.stop()
+      await tmp.cleanup()
+    }
+  })
+})
