@@ -73,10 +73,18 @@ export class ChunkRun {
     return ident(`sel_${item.selector}`)
   }
 
-  /** Steps 1–3. Returns the candidate blocks, ascending. */
-  async prepare(includeAllBlocks: boolean): Promise<SelectedBlock[]> {
+  /** The chunk summaries say no request can match here: only boundary headers are read. */
+  private ruledOut = false
+
+  /**
+   * Steps 1–3. Returns the candidate blocks, ascending. With `ruledOut` (from the chunk summaries)
+   * steps 1–2 are skipped and no item is read.
+   */
+  async prepare(includeAllBlocks: boolean, ruledOut = false): Promise<SelectedBlock[]> {
+    this.ruledOut = ruledOut
+    const kinds = ruledOut ? [] : this.kinds
     // 1. matched rows of requests that pull related items
-    for (const scan of this.plan.scans) {
+    for (const scan of ruledOut ? [] : this.plan.scans) {
       if (scan.relations.length === 0) continue
       const cols = new Set([...this.keyColumns(scan.item), ...scan.relations.flatMap((r) => relationSourceColumns(r.decl))])
       const select = [...cols].map((c) => `src.${ident(c)}`).join(', ')
@@ -86,7 +94,7 @@ export class ChunkRun {
       )
     }
     // 2. selected keys per kind
-    for (const kind of this.kinds) {
+    for (const kind of kinds) {
       const keys = this.keyColumns(kind)
       const keyList = (alias: string) => keys.map((c) => `${alias}.${ident(c)}`).join(', ')
       const w = weightSql(kind, this.selected(kind), 't')
@@ -112,22 +120,31 @@ export class ChunkRun {
     // 3. blocks: with items, the range boundaries, or all of them
     const header = this.plan.family.header
     const blockCol = ident(this.blockCol)
-    const items = this.kinds.length
-      ? `LEFT JOIN (SELECT block_number, sum(w) AS iw FROM (${this.kinds
+    const items = kinds.length
+      ? `LEFT JOIN (SELECT block_number, sum(w) AS iw FROM (${kinds
           .map((k) => `SELECT block_number, w FROM ${this.selName(k)}`)
           .join(' UNION ALL ')}) GROUP BY block_number) s ON s.block_number = b.${blockCol}`
       : ''
-    const iw = this.kinds.length ? 's.iw' : 'NULL'
-    // Read straight into JS (one statement, no temp table): slices name the blocks they need.
+    const iw = kinds.length ? 's.iw' : 'NULL'
+    // Read straight into JS (one statement, no temp table): slices name the blocks they need. When
+    // no item is read, the headers' JSON comes along and the slices need no statement at all.
+    const headersOnly = kinds.length === 0
     const sql =
       `WITH b AS (SELECT * FROM ${this.file(header.table)} b WHERE ${this.range('b', this.blockCol)}), ` +
       `x AS (SELECT b.${blockCol} AS number, ${weightSql(header, this.selected(header), 'b')} + coalesce(${iw}, 0) AS w, ` +
-      `${includeAllBlocks ? 'TRUE' : `${iw} IS NOT NULL`} AS items FROM b ${items}) ` +
-      `SELECT number, w, items FROM x WHERE items OR number = (SELECT min(number) FROM x) OR number = (SELECT max(number) FROM x) ORDER BY number`
+      `${includeAllBlocks ? 'TRUE' : `${iw} IS NOT NULL`} AS items` +
+      `${headersOnly ? `, ${itemJsonSql(header, this.selected(header), 'b')}::VARCHAR AS j` : ''} FROM b ${items}) ` +
+      `SELECT number, w, items${headersOnly ? ', j' : ''} FROM x ` +
+      `WHERE items OR number = (SELECT min(number) FROM x) OR number = (SELECT max(number) FROM x) ORDER BY number`
     const res = await this.con.runAndReadAll(sql)
-    this.candidates = res.getRows().map((r) => ({ number: Number(r[0]), weight: Number(r[1]), items: r[2] as boolean }))
+    const rows = res.getRows()
+    this.candidates = rows.map((r) => ({ number: Number(r[0]), weight: Number(r[1]), items: r[2] as boolean }))
+    this.headerJson = headersOnly ? new Map(rows.map((r) => [Number(r[0]), r[3] as string])) : undefined
     return this.candidates
   }
+
+  /** Header JSON of the candidate blocks, when `prepare` read it (no item kinds to read). */
+  private headerJson?: Map<number, string>
 
   /** Candidate blocks from `prepare`, ascending. */
   private candidates: SelectedBlock[] = []
@@ -138,13 +155,17 @@ export class ChunkRun {
    * then kind.
    */
   async *slice(lo: number, hi: number): AsyncGenerator<[number, number, string]> {
+    if (this.headerJson) {
+      for (const b of this.candidates) if (b.number >= lo && b.number <= hi) yield [b.number, 0, this.headerJson.get(b.number)!]
+      return
+    }
     const header = this.plan.family.header
     const blockCol = ident(this.blockCol)
     const parts = [
       `SELECT src.${blockCol} AS b, 0 AS k, ${itemJsonSql(header, this.selected(header), 'src')}::VARCHAR AS j ` +
         `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi} AND src.${blockCol} IN (${this.candidatesIn(lo, hi)})`,
     ]
-    this.kinds.forEach((kind, i) => {
+    if (!this.ruledOut) this.kinds.forEach((kind, i) => {
       parts.push(
         `SELECT src.block_number AS b, ${i + 1} AS k, string_agg(${this.itemJson(kind)}::VARCHAR, ',' ORDER BY ${this.orderBy(kind)}) AS j ` +
           `FROM ${this.source(kind, lo, hi)} GROUP BY src.block_number`,
@@ -158,6 +179,7 @@ export class ChunkRun {
 
   /** The items of one kind in one block, one JSON text per row (for blocks too big to aggregate). */
   async *rows(kindIndex: number, block: number): AsyncGenerator<string> {
+    if (this.ruledOut) return
     const kind = this.kinds[kindIndex]
     const result = await this.con.stream(
       `SELECT ${this.itemJson(kind)}::VARCHAR FROM ${this.source(kind, block, block)} ORDER BY ${this.orderBy(kind)}`,
@@ -169,6 +191,8 @@ export class ChunkRun {
 
   /** The header JSON of one block. */
   async header(block: number): Promise<string> {
+    const known = this.headerJson?.get(block)
+    if (known !== undefined) return known
     const header = this.plan.family.header
     const blockCol = ident(this.blockCol)
     const res = await this.con.runAndReadAll(

@@ -78,7 +78,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   try {
     const values = await createValueTables(con, plan)
     const first = new ChunkRun(con, plan, chunks[0].dir, Math.max(from, chunks[0].first), Math.min(to, chunks[0].last), values)
-    const firstBlocks = await first.prepare(query.includeAllBlocks)
+    const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, chunks[0].dir))
     if (firstBlocks.length === 0) throw noBlocks(from, query.toBlock)
     if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
     const stats = { chunksRead: 0, blocks: 0, bytes: 0, lastBlock: -1 }
@@ -130,10 +130,12 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
       } else {
         // A later chunk without a table the query needs ends the answer; the next query starts there and gets the 400.
         if (missingTable(plan, chunk)) break
-        // A chunk that its in-memory summary rules out adds nothing, unless the answer ends in it.
-        if (ci < chunks.length - 1 && !spent() && (await chunkCannotMatch(con, plan, chunk.dir))) continue
+        // A chunk that its in-memory summary rules out adds nothing, unless the answer ends in it
+        // (then only its last block is read).
+        const ruledOut = await chunkCannotMatch(con, plan, chunk.dir)
+        if (ruledOut && ci < chunks.length - 1 && !spent()) continue
         run = new ChunkRun(con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), a.values)
-        blocks = await run.prepare(plan.query.includeAllBlocks)
+        blocks = await run.prepare(plan.query.includeAllBlocks, ruledOut)
       }
       stats.chunksRead++
       if (blocks.length === 0) continue
