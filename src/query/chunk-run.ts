@@ -171,10 +171,14 @@ export class ChunkRun {
           `FROM ${this.source(kind, lo, hi)} GROUP BY src.block_number`,
       )
     })
-    const result = await this.con.stream(`${parts.join(' UNION ALL ')} ORDER BY b, k`)
+    // Ordered here rather than by DuckDB: an ORDER BY would copy the whole slice's JSON once more.
+    const result = await this.con.stream(parts.join(' UNION ALL '))
+    const rows: [number, number, string][] = []
     for await (const chunk of result) {
-      for (const row of chunk.getRows()) yield [Number(row[0]), row[1] as number, row[2] as string]
+      for (const row of chunk.getRows()) rows.push([Number(row[0]), row[1] as number, row[2] as string])
     }
+    rows.sort((x, y) => x[0] - y[0] || x[1] - y[1])
+    yield* rows
   }
 
   /** The items of one kind in one block, one JSON text per row (for blocks too big to aggregate). */
