@@ -239,12 +239,4 @@ export class ChunkRun {
       `ON src.file_row_number = s.r WHERE ${range}`
     )
   }
-
-  kindOutput(i: number): string {
-    return this.kinds[i].output
-  }
-
-  get kindCount(): number {
-    return this.kinds.length
-  }
 }

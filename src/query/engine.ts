@@ -108,7 +108,9 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
   const sliceBytes = budgets.sliceBytes ?? SLICE_BYTES
   const started = performance.now()
   const kinds = plan.kinds.map((k) => k.output)
-  const emptyArrays = kinds.map((k) => `,"${k}":[]`).join('')
+  /** `items[i]`: the comma-joined JSON of `kinds[i]` in the block (none: an empty array). */
+  const blockJson = (header: string, items: string[] = []) =>
+    `{"header":${header}${kinds.map((k, x) => `,"${k}":[${items[x] ?? ''}]`).join('')}}`
   let piece = '['
   let sep = ''
   const add = (block: number, text: string) => {
@@ -175,7 +177,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
           let items: string[] = []
           const flush = () => {
             if (cur < 0) return
-            add(cur, `{"header":${header}${kinds.map((k, x) => `,"${k}":[${items[x]}]`).join('')}}`)
+            add(cur, blockJson(header, items))
             cur = -1
           }
           for await (const [b, k, json] of run.slice(lo, hi)) {
@@ -201,7 +203,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
       const more = !stop && !lastChunk && !spent()
       if (i === wanted.length && !tailWanted && !more && stats.lastBlock < tail.number) {
         // The answer ends after this whole chunk: its last block is where the client continues.
-        add(tail.number, `{"header":${await run.header(tail.number)}${emptyArrays}}`)
+        add(tail.number, blockJson(await run.header(tail.number)))
       }
       if (piece.length >= PIECE_BYTES) {
         yield piece
