@@ -96,16 +96,6 @@ export function weightSql(item: ItemDecl, selected: string[], alias = ''): strin
   return [String(fixed), ...columns].join(' + ')
 }
 
-/** Columns the weight estimate reads. */
-export function weightColumns(item: ItemDecl, selected: string[]): string[] {
-  const out: string[] = []
-  for (const name of outputFields(item, selected)) {
-    const w = item.fields[name].weight
-    if (w !== undefined && typeof w !== 'number') out.push(w.column)
-  }
-  return out
-}
-
 /** Lists longer than this are matched through a temp table instead of an inline `IN (…)`. */
 export const INLINE_LIST_MAX = 64
 
