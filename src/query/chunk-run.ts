@@ -4,15 +4,18 @@ import { ident, lit } from '../db.js'
 import type { ItemDecl } from '../families/declaration.js'
 import { tableOf } from '../families/declaration.js'
 import type { QueryPlan, ScanPlan } from './plan.js'
+import { bigintNumbers, integerNumbers, varcharBytes } from './raw-rows.js'
 import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightSql } from './sql.js'
 
 /*
  * One query over one chunk, in DuckDB, in separate short statements (measured: a semi join per
  * step is ~10× faster than one statement of CTEs, see shared/notes/duckdb-figures.md):
  *   1. rows matched by requests with relation flags → temp table m<scan>;
- *   2. per item kind, keys (+ output weight) of the selected rows → temp table sel_<kind>;
+ *   2. per item kind, keys, output weight, Parquet row number and output ordinal (block, key
+ *      order) of the selected rows → temp table sel_<kind>;
  *   3. the blocks to return with their estimated weight → read into JS;
- *   4. per slice of blocks, JSON text built inside DuckDB, one row per (block, kind).
+ *   4. per slice of blocks, each row's JSON text built inside DuckDB, ordered by block, kind and
+ *      ordinal, streamed to JS as raw bytes.
  */
 
 export interface SelectedBlock {
@@ -21,6 +24,13 @@ export interface SelectedBlock {
   weight: number
   /** Has items (or is returned for includeAllBlocks): not merely a range boundary. */
   items: boolean
+}
+
+/** Rows of a slice: block number, kind (0 = header, i > 0 = the plan's kinds[i-1]) and JSON text. */
+export interface SliceRows {
+  block: number[]
+  kind: number[]
+  json: (Uint8Array | string)[]
 }
 
 /** Values of long filter lists live in per-query temp tables; this creates them once. */
@@ -115,7 +125,10 @@ export class ChunkRun {
           )
         }
       }
-      await this.con.run(`CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS ${parts.join(' UNION ')}`)
+      await this.con.run(
+        `CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS SELECT *, row_number() OVER (ORDER BY ${keyList('u')}) AS o ` +
+          `FROM (${parts.join(' UNION ')}) u`,
+      )
     }
     // 3. blocks: with items, the range boundaries, or all of them
     const header = this.plan.family.header
@@ -150,46 +163,49 @@ export class ChunkRun {
   private candidates: SelectedBlock[] = []
 
   /**
-   * Step 4 for blocks `lo..hi` (of the candidates): yields `[blockNumber, kindIndex, json]` where
-   * kindIndex 0 is the header and i > 0 the comma-joined items of `kinds[i-1]`, ordered by block
-   * then kind.
+   * Step 4 for blocks `lo..hi` (of the candidates): header and item rows ordered by block, then kind
+   * (0 = header, i > 0 = `kinds[i-1]`), then key, as they come from DuckDB (2,048 rows at a time).
+   * Ordering the rows in DuckDB costs next to nothing; aggregating them per block cost 20–40 %.
    */
-  async *slice(lo: number, hi: number): AsyncGenerator<[number, number, string]> {
+  async *slice(lo: number, hi: number): AsyncGenerator<SliceRows> {
     if (this.headerJson) {
-      for (const b of this.candidates) if (b.number >= lo && b.number <= hi) yield [b.number, 0, this.headerJson.get(b.number)!]
+      const rows: SliceRows = { block: [], kind: [], json: [] }
+      for (const b of this.candidates) {
+        if (b.number < lo || b.number > hi) continue
+        rows.block.push(b.number)
+        rows.kind.push(0)
+        rows.json.push(this.headerJson.get(b.number)!)
+      }
+      yield rows
       return
     }
     const header = this.plan.family.header
     const blockCol = ident(this.blockCol)
     const parts = [
-      `SELECT src.${blockCol} AS b, 0 AS k, ${itemJsonSql(header, this.selected(header), 'src')}::VARCHAR AS j ` +
+      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, 0::BIGINT AS o, ${itemJsonSql(header, this.selected(header), 'src')} AS j ` +
         `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi} AND src.${blockCol} IN (${this.candidatesIn(lo, hi)})`,
     ]
     if (!this.ruledOut) this.kinds.forEach((kind, i) => {
-      parts.push(
-        `SELECT src.block_number AS b, ${i + 1} AS k, string_agg(${this.itemJson(kind)}::VARCHAR, ',' ORDER BY ${this.orderBy(kind)}) AS j ` +
-          `FROM ${this.source(kind, lo, hi)} GROUP BY src.block_number`,
-      )
+      parts.push(`SELECT src.block_number::BIGINT AS b, ${i + 1} AS k, s.o AS o, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
     })
-    // Ordered here rather than by DuckDB: an ORDER BY would copy the whole slice's JSON once more.
-    const result = await this.con.stream(parts.join(' UNION ALL '))
-    const rows: [number, number, string][] = []
-    for await (const chunk of result) {
-      for (const row of chunk.getRows()) rows.push([Number(row[0]), row[1] as number, row[2] as string])
+    for await (const chunk of await this.con.stream(`${parts.join(' UNION ALL ')} ORDER BY b, k, o`)) {
+      const rows: SliceRows = { block: [], kind: [], json: [] }
+      bigintNumbers(chunk, 0, rows.block)
+      integerNumbers(chunk, 1, rows.kind)
+      varcharBytes(chunk, 3, rows.json as Uint8Array[])
+      yield rows
     }
-    rows.sort((x, y) => x[0] - y[0] || x[1] - y[1])
-    yield* rows
   }
 
   /** The items of one kind in one block, one JSON text per row (for blocks too big to aggregate). */
-  async *rows(kindIndex: number, block: number): AsyncGenerator<string> {
+  async *rows(kindIndex: number, block: number): AsyncGenerator<Uint8Array> {
     if (this.ruledOut) return
     const kind = this.kinds[kindIndex]
-    const result = await this.con.stream(
-      `SELECT ${this.itemJson(kind)}::VARCHAR FROM ${this.source(kind, block, block)} ORDER BY ${this.orderBy(kind)}`,
-    )
+    const result = await this.con.stream(`SELECT ${this.itemJson(kind)} FROM ${this.source(kind, block, block)} ORDER BY s.o`)
     for await (const chunk of result) {
-      for (const row of chunk.getRows()) yield row[0] as string
+      const rows: Uint8Array[] = []
+      varcharBytes(chunk, 0, rows)
+      yield* rows
     }
   }
 
@@ -215,28 +231,21 @@ export class ChunkRun {
     return itemJsonSql(kind, this.selected(kind), 'src')
   }
 
-  private orderBy(kind: ItemDecl): string {
-    return kind.key.map((c) => `src.${ident(c)}`).join(', ')
-  }
-
   /**
-   * `FROM … WHERE …` of the selected rows of a kind in blocks `lo..hi`. A kind selected only by
-   * its own requests repeats their filters (pushed into the Parquet scan, which then decodes the
-   * other columns of matching rows only); a kind pulled in by a relation is read by Parquet row
-   * number, where the min/max of the semi join's build side prune row groups (a join on
-   * (block, key) decodes every row of the file first: measured 4–7× slower for transactions).
+   * `FROM … WHERE …` of the selected rows of a kind in blocks `lo..hi`, joined by Parquet row
+   * number to sel_<kind> for their ordinal (`s.o`); the min/max of the join's build side prune row
+   * groups (a join on (block, key) decodes every row of the file first: measured 4–7× slower for
+   * transactions). A kind selected only by its own requests also repeats their filters, which the
+   * Parquet scan evaluates first so that it decodes the other columns of matching rows only.
    */
   private source(kind: ItemDecl, lo: number, hi: number): string {
     const range = `src.block_number BETWEEN ${lo} AND ${hi}`
     const scans = this.plan.scans.filter((s) => s.item === kind)
     const related = this.plan.scans.some((s) => s.relations.some((r) => r.target === kind))
-    if (!related && scans.length > 0) {
-      const conds = scans.map((scan) => `(${this.where(scan, 'src')})`)
-      return `${this.file(kind.table)} src WHERE ${range} AND (${conds.join(' OR ')})`
-    }
+    const own = !related && scans.length > 0 ? ` AND (${scans.map((scan) => `(${this.where(scan, 'src')})`).join(' OR ')})` : ''
     return (
-      `${this.file(kind.table, true)} src SEMI JOIN (SELECT r FROM ${this.selName(kind)} WHERE block_number BETWEEN ${lo} AND ${hi}) s ` +
-      `ON src.file_row_number = s.r WHERE ${range}`
+      `${this.file(kind.table, true)} src JOIN (SELECT r, o FROM ${this.selName(kind)} WHERE block_number BETWEEN ${lo} AND ${hi}) s ` +
+      `ON src.file_row_number = s.r WHERE ${range}${own}`
     )
   }
 }

@@ -5,12 +5,13 @@ import { listValue, LIST, BIGINT, VARCHAR } from '@duckdb/node-api'
 import { connect, ident, lit } from '../db.js'
 import { ApiError, badRequest } from '../errors.js'
 import { tableOf } from '../families/declaration.js'
-import { ChunkRun, type SelectedBlock } from './chunk-run.js'
+import { ChunkRun, type SelectedBlock, type SliceRows } from './chunk-run.js'
 import { planQuery, planTables, type QueryPlan } from './plan.js'
 import type { DatasetView, HeldChunk, QueryBudgets, QueryStream } from './types.js'
 import { INLINE_LIST_MAX } from './sql.js'
 import { validateQuery } from './validate.js'
 import { chunkCannotMatch } from './summary.js'
+import { JsonOut } from './json-out.js'
 
 /*
  * The generic query engine: validate a query against the dataset's family declaration, find the
@@ -23,6 +24,8 @@ export const DEFAULT_BUDGETS: QueryBudgets = { sizeBytes: 20 * 1024 * 1024, time
 
 /** Default of `QueryBudgets.sliceBytes`: largest estimated JSON aggregated in one statement. */
 export const SLICE_BYTES = 16 * 1024 * 1024
+/** A slice reads blocks estimated up to this factor of the remaining size budget (estimates run 0.8–1.3× the JSON). */
+const BUDGET_REACH = 1.25
 /** Output is handed to the HTTP layer in pieces of about this size. */
 const PIECE_BYTES = 64 * 1024
 /** Blocks listed in a fork answer (DECISIONS §5). */
@@ -103,24 +106,85 @@ interface AnswerArgs {
   values: (values: unknown[]) => string
 }
 
-async function* answer(a: AnswerArgs): AsyncGenerator<string> {
+async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const { con, plan, chunks, budgets, stats } = a
   const sliceBytes = budgets.sliceBytes ?? SLICE_BYTES
   const started = performance.now()
-  const kinds = plan.kinds.map((k) => k.output)
-  /** `items[i]`: the comma-joined JSON of `kinds[i]` in the block (none: an empty array). */
-  const blockJson = (header: string, items: string[] = []) =>
-    `{"header":${header}${kinds.map((k, x) => `,"${k}":[${items[x] ?? ''}]`).join('')}}`
-  let piece = '['
-  let sep = ''
-  const add = (block: number, text: string) => {
-    piece += sep + text
-    sep = ','
+  const opens = plan.kinds.map((k) => `,"${k.output}":[`)
+  const out = new JsonOut(PIECE_BYTES)
+  out.put('[')
+  const startBlock = (header: string | Uint8Array) => {
+    out.put(stats.blocks > 0 ? ',{"header":' : '{"header":')
+    out.put(header)
+  }
+  const endBlock = (block: number, before: number) => {
+    out.put('}')
     stats.blocks++
-    stats.bytes += text.length + 1
+    stats.bytes += out.total - before
     stats.lastBlock = block
   }
-  const spent = () => stats.bytes >= budgets.sizeBytes || performance.now() - started >= budgets.timeMs
+  /** A block without items: its header and empty item lists. */
+  const bareBlock = (block: number, header: string | Uint8Array) => {
+    const before = out.total
+    startBlock(header)
+    for (const open of opens) out.put(open + ']')
+    endBlock(block, before)
+  }
+  const sizeSpent = () => stats.bytes >= budgets.sizeBytes
+  const spent = () => sizeSpent() || performance.now() - started >= budgets.timeMs
+  /**
+   * Writes the wanted blocks of a slice as its ordered rows come. Returns true when a budget ran
+   * out before a block: the answer ends at the block before it (it has at least one block).
+   */
+  async function* writeSlice(rows: AsyncIterable<SliceRows>, want: Set<number>, firstChunk: boolean): AsyncGenerator<Uint8Array, boolean> {
+    // The time budget counts after the first chunk (DECISIONS §17).
+    const over = firstChunk ? sizeSpent : spent
+    let cur = -1
+    let before = 0
+    /** Kind whose list is open (0: none yet). */
+    let open = 0
+    let first = true
+    const closeLists = (upTo: number) => {
+      if (open > 0) out.put(']')
+      for (let x = open + 1; x <= upTo; x++) out.put(opens[x - 1] + ']')
+    }
+    for await (const r of rows) {
+      for (let n = 0; n < r.kind.length; n++) {
+        const b = r.block[n]
+        const k = r.kind[n]
+        if (k === 0) {
+          if (cur >= 0) {
+            closeLists(opens.length)
+            endBlock(cur, before)
+            cur = -1
+          }
+          if (!want.has(b)) continue
+          if (stats.blocks > 0 && over()) return true
+          before = out.total
+          startBlock(r.json[n])
+          cur = b
+          open = 0
+          continue
+        }
+        if (b !== cur) continue
+        if (k !== open) {
+          closeLists(k - 1)
+          out.put(opens[k - 1])
+          open = k
+          first = true
+        }
+        if (!first) out.put(',')
+        out.put(r.json[n])
+        first = false
+      }
+      if (out.full) yield* out.take()
+    }
+    if (cur >= 0) {
+      closeLists(opens.length)
+      endBlock(cur, before)
+    }
+    return false
+  }
   try {
     for (let ci = 0; ci < chunks.length; ci++) {
       const chunk = chunks[ci]
@@ -148,91 +212,57 @@ async function* answer(a: AnswerArgs): AsyncGenerator<string> {
       let stop = false
       let i = 0
       while (i < wanted.length && !stop) {
-        // A slice: consecutive wanted blocks whose estimated JSON fits the slice and the remaining budget.
-        const room = Math.max(1, Math.min(sliceBytes, budgets.sizeBytes - stats.bytes))
+        // A slice: consecutive wanted blocks whose estimated JSON fits the slice and reaches past
+        // the remaining budget (writing stops at the budget; each slice reads the chunk's files
+        // again, so one slice too many costs more than a few blocks read in vain).
+        const left = (budgets.sizeBytes - stats.bytes) * BUDGET_REACH
         let j = i
         let weight = wanted[i].weight
-        while (j + 1 < wanted.length && weight + wanted[j + 1].weight <= room) weight += wanted[++j].weight
+        while (j + 1 < wanted.length && weight < left && weight + wanted[j + 1].weight <= sliceBytes) weight += wanted[++j].weight
         const lo = wanted[i].number
         // The last slice of the last chunk also reads the chunk's last block when the answer ends
         // there (one statement less than reading its header apart, below).
         const withTail = lastChunk && !tailWanted && j === wanted.length - 1
         const hi = withTail ? tail.number : wanted[j].number
         if (i === j && weight > sliceBytes) {
-          // One giant block: stream its items row by row instead of aggregating them.
-          yield piece
-          piece = ''
-          for await (const part of giantBlock(run, lo, sep, kinds)) {
-            stats.bytes += part.length
-            yield part
+          // One giant block: stream its items row by row instead of reading them all at once.
+          const before = out.total
+          startBlock(await run.header(lo))
+          for (let k = 0; k < opens.length; k++) {
+            out.put(opens[k])
+            let first = true
+            for await (const row of run.rows(k, lo)) {
+              if (!first) out.put(',')
+              out.put(row)
+              first = false
+              if (out.full) yield* out.take()
+            }
+            out.put(']')
           }
-          sep = ','
-          stats.blocks++
-          stats.lastBlock = lo
+          endBlock(lo, before)
         } else {
           const want = new Set(wanted.slice(i, j + 1).map((b) => b.number))
           if (withTail) want.add(tail.number)
-          let cur = -1
-          let header = ''
-          let items: string[] = []
-          const flush = () => {
-            if (cur < 0) return
-            add(cur, blockJson(header, items))
-            cur = -1
-          }
-          for await (const [b, k, json] of run.slice(lo, hi)) {
-            if (k === 0) {
-              flush()
-              if (!want.has(b)) continue
-              cur = b
-              header = json
-              items = kinds.map(() => '')
-            } else if (b === cur) {
-              items[k - 1] = json
-            }
-            if (piece.length >= PIECE_BYTES) {
-              yield piece
-              piece = ''
-            }
-          }
-          flush()
+          stop = yield* writeSlice(run.slice(lo, hi), want, ci === 0)
+          if (stop) break
         }
         i = j + 1
-        stop = spent()
+        stop = ci === 0 ? sizeSpent() : spent()
+        if (out.full) yield* out.take()
       }
       const more = !stop && !lastChunk && !spent()
       if (i === wanted.length && !tailWanted && !more && stats.lastBlock < tail.number) {
         // The answer ends after this whole chunk: its last block is where the client continues.
-        add(tail.number, blockJson(await run.header(tail.number)))
+        bareBlock(tail.number, await run.header(tail.number))
       }
-      if (piece.length >= PIECE_BYTES) {
-        yield piece
-        piece = ''
-      }
+      if (out.full) yield* out.take()
       if (!more) break
     }
-    yield piece + ']'
+    out.put(']')
+    yield* out.take()
   } finally {
     con.closeSync()
   }
-}
-
-async function* giantBlock(run: ChunkRun, block: number, sep: string, kinds: string[]): AsyncGenerator<string> {
-  let piece = `${sep}{"header":${await run.header(block)}`
-  for (let k = 0; k < kinds.length; k++) {
-    piece += `,"${kinds[k]}":[`
-    let first = true
-    for await (const json of run.rows(k, block)) {
-      piece += (first ? '' : ',') + json
-      first = false
-      if (piece.length >= PIECE_BYTES) {
-        yield piece
-        piece = ''
-      }
-    }
-    piece += ']'
-  }
-  yield piece + '}'
 }
 
 /**

@@ -37,8 +37,8 @@ export interface QueryBudgets {
 
 /** A validated, planned query ready to stream. Errors (ApiError) are thrown before this exists. */
 export interface QueryStream {
-  /** JSON text pieces that concatenate to the response array. */
-  body: AsyncIterable<string>
+  /** Pieces of UTF-8 JSON that concatenate to the response array. */
+  body: AsyncIterable<Uint8Array>
   /** Filled in while streaming. */
   stats: { chunksRead: number; blocks: number; bytes: number; lastBlock: number }
 }
