@@ -11,8 +11,8 @@ import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightS
  * One query over one chunk, in DuckDB, in separate short statements (measured: a semi join per
  * step is ~10× faster than one statement of CTEs, see shared/notes/duckdb-figures.md):
  *   1. rows matched by requests with relation flags → temp table m<scan>;
- *   2. per item kind, keys, output weight, Parquet row number and output ordinal (block, key
- *      order) of the selected rows → temp table sel_<kind>;
+ *   2. per item kind, keys, output weight and Parquet row number of the selected rows (and, for a
+ *      key of several columns, their ordinal in block, key order) → temp table sel_<kind>;
  *   3. the blocks to return with their estimated weight → read into JS;
  *   4. per slice of blocks, each row's JSON text built inside DuckDB, ordered by block, kind and
  *      ordinal, streamed to JS as raw bytes.
@@ -26,11 +26,14 @@ export interface SelectedBlock {
   items: boolean
 }
 
+/** Estimated JSON size below which a slice is read as a materialised result. */
+const SMALL_SLICE = 1024 * 1024
+
 /** Rows of a slice: block number, kind (0 = header, i > 0 = the plan's kinds[i-1]) and JSON text. */
 export interface SliceRows {
   block: number[]
   kind: number[]
-  json: (Uint8Array | string)[]
+  json: Uint8Array[]
 }
 
 /** Values of long filter lists live in per-query temp tables; this creates them once. */
@@ -126,8 +129,8 @@ export class ChunkRun {
         }
       }
       await this.con.run(
-        `CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS SELECT *, row_number() OVER (ORDER BY ${keyList('u')}) AS o ` +
-          `FROM (${parts.join(' UNION ')}) u`,
+        `CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS SELECT *` +
+          `${this.keyOrdinal(kind) ? '' : `, row_number() OVER (ORDER BY ${keyList('u')}) AS o`} FROM (${parts.join(' UNION ')}) u`,
       )
     }
     // 3. blocks: with items, the range boundaries, or all of them
@@ -147,17 +150,26 @@ export class ChunkRun {
       `x AS (SELECT b.${blockCol} AS number, ${weightSql(header, this.selected(header), 'b')} + coalesce(${iw}, 0) AS w, ` +
       `${includeAllBlocks ? 'TRUE' : `${iw} IS NOT NULL`} AS items` +
       `${headersOnly ? `, ${itemJsonSql(header, this.selected(header), 'b')}::VARCHAR AS j` : ''} FROM b ${items}) ` +
-      `SELECT number, w, items${headersOnly ? ', j' : ''} FROM x ` +
+      `SELECT number::BIGINT, w::BIGINT, items::INTEGER${headersOnly ? ', j' : ''} FROM x ` +
       `WHERE items OR number = (SELECT min(number) FROM x) OR number = (SELECT max(number) FROM x) ORDER BY number`
-    const res = await this.con.runAndReadAll(sql)
-    const rows = res.getRows()
-    this.candidates = rows.map((r) => ({ number: Number(r[0]), weight: Number(r[1]), items: r[2] as boolean }))
-    this.headerJson = headersOnly ? new Map(rows.map((r) => [Number(r[0]), r[3] as string])) : undefined
+    const numbers: number[] = []
+    const weights: number[] = []
+    const hasItems: number[] = []
+    const json: Uint8Array[] = []
+    // Materialised (`run`): for a few hundred rows a streaming result costs milliseconds more.
+    for (const chunk of await (await this.con.run(sql)).fetchAllChunks()) {
+      bigintNumbers(chunk, 0, numbers)
+      bigintNumbers(chunk, 1, weights)
+      integerNumbers(chunk, 2, hasItems)
+      if (headersOnly) varcharBytes(chunk, 3, json)
+    }
+    this.candidates = numbers.map((number, i) => ({ number, weight: weights[i], items: hasItems[i] === 1 }))
+    this.headerJson = headersOnly ? new Map(numbers.map((n, i) => [n, json[i]])) : undefined
     return this.candidates
   }
 
   /** Header JSON of the candidate blocks, when `prepare` read it (no item kinds to read). */
-  private headerJson?: Map<number, string>
+  private headerJson?: Map<number, Uint8Array>
 
   /** Candidate blocks from `prepare`, ascending. */
   private candidates: SelectedBlock[] = []
@@ -167,7 +179,7 @@ export class ChunkRun {
    * (0 = header, i > 0 = `kinds[i-1]`), then key, as they come from DuckDB (2,048 rows at a time).
    * Ordering the rows in DuckDB costs next to nothing; aggregating them per block cost 20–40 %.
    */
-  async *slice(lo: number, hi: number): AsyncGenerator<SliceRows> {
+  async *slice(lo: number, hi: number, weight: number): AsyncGenerator<SliceRows> {
     if (this.headerJson) {
       const rows: SliceRows = { block: [], kind: [], json: [] }
       for (const b of this.candidates) {
@@ -186,13 +198,16 @@ export class ChunkRun {
         `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi} AND src.${blockCol} IN (${this.candidatesIn(lo, hi)})`,
     ]
     if (!this.ruledOut) this.kinds.forEach((kind, i) => {
-      parts.push(`SELECT src.block_number::BIGINT AS b, ${i + 1} AS k, s.o AS o, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
+      parts.push(`SELECT src.block_number::BIGINT AS b, ${i + 1} AS k, ${this.ordinal(kind)} AS o, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
     })
-    for await (const chunk of await this.con.stream(`${parts.join(' UNION ALL ')} ORDER BY b, k, o`)) {
+    const sql = `${parts.join(' UNION ALL ')} ORDER BY b, k, o`
+    // A streaming result costs a few ms more than a materialised one; only big slices need it.
+    const chunks = weight > SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
+    for await (const chunk of chunks) {
       const rows: SliceRows = { block: [], kind: [], json: [] }
       bigintNumbers(chunk, 0, rows.block)
       integerNumbers(chunk, 1, rows.kind)
-      varcharBytes(chunk, 3, rows.json as Uint8Array[])
+      varcharBytes(chunk, 3, rows.json)
       yield rows
     }
   }
@@ -201,7 +216,7 @@ export class ChunkRun {
   async *rows(kindIndex: number, block: number): AsyncGenerator<Uint8Array> {
     if (this.ruledOut) return
     const kind = this.kinds[kindIndex]
-    const result = await this.con.stream(`SELECT ${this.itemJson(kind)} FROM ${this.source(kind, block, block)} ORDER BY s.o`)
+    const result = await this.con.stream(`SELECT ${this.itemJson(kind)} FROM ${this.source(kind, block, block)} ORDER BY ${this.ordinal(kind)}`)
     for await (const chunk of result) {
       const rows: Uint8Array[] = []
       varcharBytes(chunk, 0, rows)
@@ -210,7 +225,7 @@ export class ChunkRun {
   }
 
   /** The header JSON of one block. */
-  async header(block: number): Promise<string> {
+  async header(block: number): Promise<string | Uint8Array> {
     const known = this.headerJson?.get(block)
     if (known !== undefined) return known
     const header = this.plan.family.header
@@ -231,21 +246,37 @@ export class ChunkRun {
     return itemJsonSql(kind, this.selected(kind), 'src')
   }
 
+  /** The item key when it is one integer column: it orders items in a block by itself. */
+  private keyOrdinal(kind: ItemDecl): string | undefined {
+    if (kind.key.length !== 1) return undefined
+    const type = tableOf(this.plan.family, kind.table).columns.find((c) => c.name === kind.key[0])?.type
+    return type && /^(U?(TINY|SMALL|BIG)?INT|INTEGER)$/.test(type) ? kind.key[0] : undefined
+  }
+
+  /** Order of a kind's rows within a block: its integer key, or the ordinal sel_<kind> numbered its rows with. */
+  private ordinal(kind: ItemDecl): string {
+    const key = this.keyOrdinal(kind)
+    return key ? `src.${ident(key)}::BIGINT` : 's.o'
+  }
+
   /**
-   * `FROM … WHERE …` of the selected rows of a kind in blocks `lo..hi`, joined by Parquet row
-   * number to sel_<kind> for their ordinal (`s.o`); the min/max of the join's build side prune row
-   * groups (a join on (block, key) decodes every row of the file first: measured 4–7× slower for
-   * transactions). A kind selected only by its own requests also repeats their filters, which the
-   * Parquet scan evaluates first so that it decodes the other columns of matching rows only.
+   * `FROM … WHERE …` of the selected rows of a kind in blocks `lo..hi`. Rows pulled in by a
+   * relation, or needing sel_<kind>'s ordinal, are read by Parquet row number (a join to sel_<kind>,
+   * whose min/max prune row groups; a join on (block, key) decodes every row of the file first:
+   * measured 4–7× slower for transactions). A kind selected only by its own requests repeats their
+   * filters, which the Parquet scan evaluates first so that it decodes the other columns of
+   * matching rows only.
    */
   private source(kind: ItemDecl, lo: number, hi: number): string {
     const range = `src.block_number BETWEEN ${lo} AND ${hi}`
     const scans = this.plan.scans.filter((s) => s.item === kind)
     const related = this.plan.scans.some((s) => s.relations.some((r) => r.target === kind))
     const own = !related && scans.length > 0 ? ` AND (${scans.map((scan) => `(${this.where(scan, 'src')})`).join(' OR ')})` : ''
+    if (own && this.keyOrdinal(kind)) return `${this.file(kind.table)} src WHERE ${range}${own}`
+    const join = this.keyOrdinal(kind) ? 'SEMI JOIN' : 'JOIN'
     return (
-      `${this.file(kind.table, true)} src JOIN (SELECT r, o FROM ${this.selName(kind)} WHERE block_number BETWEEN ${lo} AND ${hi}) s ` +
-      `ON src.file_row_number = s.r WHERE ${range}${own}`
+      `${this.file(kind.table, true)} src ${join} (SELECT r${this.keyOrdinal(kind) ? '' : ', o'} FROM ${this.selName(kind)} ` +
+      `WHERE block_number BETWEEN ${lo} AND ${hi}) s ON src.file_row_number = s.r WHERE ${range}${own}`
     )
   }
 }

@@ -22,8 +22,12 @@ import { JsonOut } from './json-out.js'
 
 export const DEFAULT_BUDGETS: QueryBudgets = { sizeBytes: 20 * 1024 * 1024, timeMs: 2000 }
 
-/** Default of `QueryBudgets.sliceBytes`: largest estimated JSON aggregated in one statement. */
-export const SLICE_BYTES = 16 * 1024 * 1024
+/**
+ * Default of `QueryBudgets.sliceBytes`: largest estimated JSON read in one statement. DuckDB sorts a
+ * slice's rows before they stream out, so this bounds its sort memory per query; each slice reads
+ * the chunk's files again (they are sorted by filter keys, not by block).
+ */
+export const SLICE_BYTES = 64 * 1024 * 1024
 /** A slice reads blocks estimated up to this factor of the remaining size budget (estimates run 0.8–1.3× the JSON). */
 const BUDGET_REACH = 1.25
 /** Output is handed to the HTTP layer in pieces of about this size. */
@@ -243,7 +247,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
         } else {
           const want = new Set(wanted.slice(i, j + 1).map((b) => b.number))
           if (withTail) want.add(tail.number)
-          stop = yield* writeSlice(run.slice(lo, hi), want, ci === 0)
+          stop = yield* writeSlice(run.slice(lo, hi, weight), want, ci === 0)
           if (stop) break
         }
         i = j + 1
