@@ -145,13 +145,14 @@ export class ChunkRun {
     // Read straight into JS (one statement, no temp table): slices name the blocks they need. When
     // no item is read, the headers' JSON comes along and the slices need no statement at all.
     const headersOnly = kinds.length === 0
-    const sql =
-      `WITH b AS (SELECT * FROM ${this.file(header.table)} b WHERE ${this.range('b', this.blockCol)}), ` +
-      `x AS (SELECT b.${blockCol} AS number, ${weightSql(header, this.selected(header), 'b')} + coalesce(${iw}, 0) AS w, ` +
-      `${includeAllBlocks ? 'TRUE' : `${iw} IS NOT NULL`} AS items` +
-      `${headersOnly ? `, ${itemJsonSql(header, this.selected(header), 'b')}::VARCHAR AS j` : ''} FROM b ${items}) ` +
-      `SELECT number::BIGINT, w::BIGINT, items::INTEGER${headersOnly ? ', j' : ''} FROM x ` +
-      `WHERE items OR number = (SELECT min(number) FROM x) OR number = (SELECT max(number) FROM x) ORDER BY number`
+    const x =
+      `SELECT b.${blockCol}::BIGINT AS number, (${weightSql(header, this.selected(header), 'b')} + coalesce(${iw}, 0))::BIGINT AS w, ` +
+      `(${includeAllBlocks ? 'TRUE' : `${iw} IS NOT NULL`})::INTEGER AS items` +
+      `${headersOnly ? `, ${itemJsonSql(header, this.selected(header), 'b')} AS j` : ''} ` +
+      `FROM ${this.file(header.table)} b ${items} WHERE ${this.range('b', this.blockCol)}`
+    const sql = includeAllBlocks
+      ? `${x} ORDER BY number`
+      : `WITH x AS (${x}) SELECT * FROM x WHERE items = 1 OR number = (SELECT min(number) FROM x) OR number = (SELECT max(number) FROM x) ORDER BY number`
     const numbers: number[] = []
     const weights: number[] = []
     const hasItems: number[] = []
