@@ -45,7 +45,7 @@ function workerOptions(cmd: Command): Command {
   return cmd
     .addOption(opt('--max-response-bytes <n>', 'stop an answer at a block boundary after this much JSON (default 20 MiB)', 'BLOCK_ARCHIVE_MAX_RESPONSE_BYTES', int(1)))
     .addOption(opt('--max-response-ms <ms>', 'stop an answer at a block boundary this long after the first chunk (default 2000)', 'BLOCK_ARCHIVE_MAX_RESPONSE_MS', int(1)))
-    .addOption(opt('--slice-mb <n>', 'largest estimated JSON read in one DuckDB statement: bigger re-reads chunks less for big answers, smaller bounds DuckDB sort memory per query (default 64)', 'BLOCK_ARCHIVE_SLICE_MB', int(1)))
+    .addOption(opt('--slice-mb <n>', 'largest estimated JSON read in one DuckDB statement: bigger re-reads chunks less for big answers, smaller bounds DuckDB sort memory per query (default 16)', 'BLOCK_ARCHIVE_SLICE_MB', int(1)))
     .addOption(opt('--body-limit <bytes>', 'largest accepted query body', 'BLOCK_ARCHIVE_BODY_LIMIT', int(1), DEFAULT_WORKER_LIMITS.bodyLimit))
     .addOption(opt('--concurrency <n>', 'queries executed at once per worker', 'BLOCK_ARCHIVE_CONCURRENCY', int(1), DEFAULT_WORKER_LIMITS.concurrency))
     .addOption(opt('--queue <n>', 'queries waiting per worker before answering 503', 'BLOCK_ARCHIVE_QUEUE', int(0), DEFAULT_WORKER_LIMITS.queue))

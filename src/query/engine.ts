@@ -27,7 +27,7 @@ export const DEFAULT_BUDGETS: QueryBudgets = { sizeBytes: 20 * 1024 * 1024, time
  * slice's rows before they stream out, so this bounds its sort memory per query; each slice reads
  * the chunk's files again (they are sorted by filter keys, not by block).
  */
-export const SLICE_BYTES = 64 * 1024 * 1024
+export const SLICE_BYTES = 16 * 1024 * 1024
 /** A slice reads blocks estimated up to this factor of the remaining size budget (estimates run 0.8–1.3× the JSON). */
 const BUDGET_REACH = 1.25
 /** Output is handed to the HTTP layer in pieces of about this size. */

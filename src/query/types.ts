@@ -29,7 +29,7 @@ export interface QueryBudgets {
   /** Stop at a block boundary once this many ms passed since the first chunk (default 2000). */
   timeMs: number
   /**
-   * Largest estimated JSON read in one DuckDB statement (default 64 MiB): bigger slices read a
+   * Largest estimated JSON read in one DuckDB statement (default 16 MiB): bigger slices read a
    * chunk fewer times, smaller ones bound DuckDB's sort memory per running query.
    */
   sliceBytes?: number
