@@ -189,6 +189,26 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
     }
     return false
   }
+  // While a chunk is written, the next one is prepared on a second connection (its temp tables
+  // are per connection): DuckDB runs the two in parallel (BENCHMARKS.md, step 11).
+  let second: Promise<Connection> | undefined
+  const connection = (ci: number): Promise<Connection> =>
+    ci % 2 === 0 ? Promise.resolve({ con, values: a.values }) : (second ??= secondConnection(plan))
+  const prepareChunk = async (ci: number): Promise<Prepared> => {
+    const chunk = chunks[ci]
+    if (missingTable(plan, chunk)) return { missing: true }
+    const c = await connection(ci)
+    const ruledOut = await chunkCannotMatch(c.con, plan, chunk.dir)
+    // A ruled-out chunk is passed over unless the answer ends in it; then only its last block is read.
+    if (ruledOut && ci < chunks.length - 1) return { ruledOut }
+    const run = new ChunkRun(c.con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), c.values)
+    return { ruledOut, run, blocks: await run.prepare(plan.query.includeAllBlocks, ruledOut) }
+  }
+  let ahead: { ci: number; done: Promise<Prepared> } | undefined
+  const settle = async () => {
+    await ahead?.done.catch(() => undefined)
+    ahead = undefined
+  }
   try {
     for (let ci = 0; ci < chunks.length; ci++) {
       const chunk = chunks[ci]
@@ -198,14 +218,31 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
         run = a.first
         blocks = a.firstBlocks
       } else {
+        let pre: Prepared
+        if (ahead?.ci === ci) {
+          pre = await ahead.done
+          ahead = undefined
+        } else {
+          await settle()
+          pre = await prepareChunk(ci)
+        }
         // A later chunk without a table the query needs ends the answer; the next query starts there and gets the 400.
-        if (missingTable(plan, chunk)) break
-        // A chunk that its in-memory summary rules out adds nothing, unless the answer ends in it
-        // (then only its last block is read).
-        const ruledOut = await chunkCannotMatch(con, plan, chunk.dir)
-        if (ruledOut && ci < chunks.length - 1 && !spent()) continue
-        run = new ChunkRun(con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), a.values)
-        blocks = await run.prepare(plan.query.includeAllBlocks, ruledOut)
+        if (pre.missing) break
+        if (pre.ruledOut && ci < chunks.length - 1 && !spent()) continue
+        if (!pre.run) {
+          const c = await connection(ci)
+          pre.run = new ChunkRun(c.con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), c.values)
+          pre.blocks = await pre.run.prepare(plan.query.includeAllBlocks, true)
+        }
+        run = pre.run
+        blocks = pre.blocks!
+      }
+      // Prepare the next chunk meanwhile when this one is not expected to fill the size budget.
+      const weight = blocks.reduce((sum, b) => sum + b.weight, 0)
+      if (ci + 1 < chunks.length && !ahead && stats.bytes + weight < budgets.sizeBytes) {
+        const next = ci + 1
+        ahead = { ci: next, done: prepareChunk(next) }
+        ahead.done.catch(() => undefined)
       }
       stats.chunksRead++
       if (blocks.length === 0) continue
@@ -265,7 +302,32 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
     out.put(']')
     yield* out.take()
   } finally {
+    await settle()
     con.closeSync()
+    if (second) (await second.catch(() => undefined))?.con.closeSync()
+  }
+}
+
+interface Connection {
+  con: DuckDBConnection
+  values: (values: unknown[]) => string
+}
+
+/** A chunk prepared ahead: `missing` a table, `ruledOut` by its summary, or its candidate blocks. */
+interface Prepared {
+  missing?: boolean
+  ruledOut?: boolean
+  run?: ChunkRun
+  blocks?: SelectedBlock[]
+}
+
+async function secondConnection(plan: QueryPlan): Promise<Connection> {
+  const con = await connect()
+  try {
+    return { con, values: await createValueTables(con, plan) }
+  } catch (e) {
+    con.closeSync()
+    throw e
   }
 }
 
