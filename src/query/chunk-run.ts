@@ -213,7 +213,7 @@ export class ChunkRun {
     }
   }
 
-  /** The items of one kind in one block, one JSON text per row (for blocks too big to aggregate). */
+  /** The items of one kind in one block, one `,{…}` text per row (for blocks too big for a slice). */
   async *rows(kindIndex: number, block: number): AsyncGenerator<Uint8Array> {
     if (this.ruledOut) return
     const kind = this.kinds[kindIndex]
@@ -243,8 +243,9 @@ export class ChunkRun {
     return list.length ? list.join(', ') : 'NULL'
   }
 
+  /** An item row's JSON after a comma: `,{…}` (the engine drops the comma of a block's first item). */
   private itemJson(kind: ItemDecl): string {
-    return itemJsonSql(kind, this.selected(kind), 'src')
+    return itemJsonSql(kind, this.selected(kind), 'src', ',')
   }
 
   /** The item key when it is one integer column: it orders items in a block by itself. */

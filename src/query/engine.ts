@@ -177,8 +177,8 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
           open = k
           first = true
         }
-        if (!first) out.put(',')
-        out.put(r.json[n])
+        // Item rows come as `,{…}`: the first of an array drops its comma.
+        out.put(first ? r.json[n].subarray(1) : r.json[n])
         first = false
       }
       if (out.full) yield* out.take()
@@ -273,8 +273,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
             out.put(opens[k])
             let first = true
             for await (const row of run.rows(k, lo)) {
-              if (!first) out.put(',')
-              out.put(row)
+              out.put(first ? row.subarray(1) : row)
               first = false
               if (out.full) yield* out.take()
             }

@@ -1,62 +1,58 @@
 /*
- * The answer's bytes, gathered into pieces of about `pieceBytes` for the HTTP layer. Row JSON comes
- * from DuckDB as bytes and is copied once, into a piece; framing text is written next to it.
+ * The answer's bytes as a list of parts for the HTTP layer, without copying row JSON: rows are
+ * views into the buffers taken from DuckDB, and rows lying back to back there (most of them, and
+ * they carry their separating comma) merge into one part. Framing text goes into small buffers.
  */
+
+const TEXT_BYTES = 16 * 1024
+
 export class JsonOut {
-  private buf: Buffer
-  private len = 0
-  private ready: Uint8Array[] = []
-  private readyBytes = 0
+  private parts: Buffer[] = []
+  private pending = 0
+  private text = Buffer.allocUnsafe(TEXT_BYTES)
+  private textAt = 0
   /** Bytes written so far. */
   total = 0
 
-  constructor(private readonly pieceBytes: number) {
-    this.buf = Buffer.allocUnsafe(pieceBytes)
-  }
+  constructor(private readonly pieceBytes: number) {}
 
   put(part: string | Uint8Array): void {
     if (typeof part === 'string') {
       const n = Buffer.byteLength(part)
-      if (n > this.buf.length - this.len) this.close(n)
-      this.len += this.buf.write(part, this.len)
-      this.total += n
-    } else if (part.length > this.pieceBytes) {
-      // Bigger than a piece: handed on as it is.
-      this.close(0)
-      this.ready.push(Buffer.from(part.buffer, part.byteOffset, part.length))
-      this.readyBytes += part.length
-      this.total += part.length
+      if (n > this.text.length - this.textAt) {
+        this.text = Buffer.allocUnsafe(Math.max(TEXT_BYTES, n))
+        this.textAt = 0
+      }
+      this.text.write(part, this.textAt)
+      this.append(this.text.subarray(this.textAt, this.textAt + n))
+      this.textAt += n
     } else {
-      if (part.length > this.buf.length - this.len) this.close(part.length)
-      this.buf.set(part, this.len)
-      this.len += part.length
-      this.total += part.length
+      this.append(Buffer.from(part.buffer, part.byteOffset, part.length))
     }
   }
 
-  /** At least a piece is waiting. */
+  /** At least `pieceBytes` are waiting. */
   get full(): boolean {
-    return this.readyBytes + this.len >= this.pieceBytes
+    return this.pending >= this.pieceBytes
   }
 
   /** Everything written since the last call. */
-  take(): Uint8Array[] {
-    this.close(0)
-    const out = this.ready
-    this.ready = []
-    this.readyBytes = 0
+  take(): Buffer[] {
+    const out = this.parts
+    this.parts = []
+    this.pending = 0
     return out
   }
 
-  /** Ends the current piece and starts one with room for at least `need` bytes. */
-  private close(need: number): void {
-    if (this.len > 0) {
-      this.ready.push(this.buf.subarray(0, this.len))
-      this.readyBytes += this.len
-      this.buf = Buffer.allocUnsafe(Math.max(this.pieceBytes, need))
-      this.len = 0
-    } else if (need > this.buf.length) {
-      this.buf = Buffer.allocUnsafe(need)
+  private append(view: Buffer): void {
+    if (view.length === 0) return
+    const last = this.parts[this.parts.length - 1]
+    if (last && last.buffer === view.buffer && last.byteOffset + last.length === view.byteOffset) {
+      this.parts[this.parts.length - 1] = Buffer.from(last.buffer, last.byteOffset, last.length + view.length)
+    } else {
+      this.parts.push(view)
     }
+    this.pending += view.length
+    this.total += view.length
   }
 }

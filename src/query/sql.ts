@@ -58,9 +58,11 @@ const keyLit = (key: string, comma: boolean) => lit(`${comma ? ',' : ''}${JSON.s
  * JSON text of one item row, as a VARCHAR expression. Top-level fields are always present (null
  * when the value is null). Nested objects (trace `action`/`result`) appear only when one of their
  * selected fields applies to the row (`when`), leave out null members, and with `dropIfEmpty` are
- * left out when every member is null.
+ * left out when every member is null. `prefix` is written before the object (item rows carry the
+ * comma that separates them in their array, so that rows lying back to back in DuckDB's memory
+ * are already the array's text).
  */
-export function itemJsonSql(item: ItemDecl, selected: string[], alias = ''): string {
+export function itemJsonSql(item: ItemDecl, selected: string[], alias = '', prefix = ''): string {
   const q = (c: string) => (alias ? `${alias}.${ident(c)}` : ident(c))
   const parts: string[] = []
   const nested = new Map<string, { key: string; f: FieldDecl }[]>()
@@ -86,7 +88,7 @@ export function itemJsonSql(item: ItemDecl, selected: string[], alias = ''): str
     const body = `concat(${members.map((m, i) => `CASE WHEN ${values[i]} IS NOT NULL THEN concat(${keyLit(m.key, true)}, ${values[i]}) ELSE '' END`).join(', ')})`
     parts.push(`CASE WHEN ${cond} THEN concat(${keyLit(decl.name, parts.length > 0)}, '{', substr(${body}, 2), '}') ELSE '' END`)
   }
-  return `concat('{', ${parts.join(', ')}, '}')`
+  return `concat(${lit(`${prefix}{`)}, ${parts.join(', ')}, '}')`
 }
 
 /** Estimated JSON size of an item row: fixed weights plus stored size columns. */
