@@ -5,6 +5,8 @@
  */
 
 const TEXT_BYTES = 16 * 1024
+/** Parts at least this big are handed on as they are. */
+const BIG_PART = 16 * 1024
 
 export class JsonOut {
   private parts: Buffer[] = []
@@ -36,9 +38,31 @@ export class JsonOut {
     return this.pending >= this.pieceBytes
   }
 
-  /** Everything written since the last call. */
+  /**
+   * Everything written since the last call. Parts under `BIG_PART` are joined into pieces of about
+   * `pieceBytes`: compressing streams handle each write apart, and thousands of small writes cost
+   * more than the copy (brotli on a 4.4 MB answer of sparse blocks: 230 ms more).
+   */
   take(): Buffer[] {
-    const out = this.parts
+    const out: Buffer[] = []
+    let small: Buffer[] = []
+    let smallBytes = 0
+    const join = () => {
+      if (small.length > 0) out.push(small.length === 1 ? small[0] : Buffer.concat(small, smallBytes))
+      small = []
+      smallBytes = 0
+    }
+    for (const part of this.parts) {
+      if (part.length >= BIG_PART) {
+        join()
+        out.push(part)
+      } else {
+        small.push(part)
+        smallBytes += part.length
+        if (smallBytes >= this.pieceBytes) join()
+      }
+    }
+    join()
     this.parts = []
     this.pending = 0
     return out
