@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { ArchiveClient, HttpError, type Block } from '../src/client/archive-client.js'
+import { ArchiveClient, HttpError, type Batch, type Block } from '../src/client/archive-client.js'
 import type { ChunkRef } from '../src/chunks/layout.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
@@ -38,6 +38,12 @@ function sourceLogs(records: AnvilRecord[]): SourceLog[] {
       })),
     ),
   )
+}
+
+async function collectBatches(it: AsyncIterable<Batch>): Promise<Batch[]> {
+  const out: Batch[] = []
+  for await (const b of it) out.push(b)
+  return out
 }
 
 async function collect(it: AsyncIterable<Block>): Promise<Block[]> {
@@ -118,6 +124,13 @@ describe('client library over router + 2 workers', { timeout: 90_000 }, () => {
     const sequential = await collect(client.blocks(query, { fromBlock: 0, toBlock: 127 }))
     const parallel = await collect(client.blocks(query, { fromBlock: 0, toBlock: 127, parallel: 3, segmentBlocks: 10 }))
     assert.deepEqual(parallel, sequential)
+    // Default segments: a first answer alone, then the rest split; a range one answer covers is not split.
+    const batches = await collectBatches(client.batches(query, { fromBlock: 0, toBlock: 127, parallel: 3 }))
+    assert.ok(batches.length > 2, `the small budget cuts the range into ${batches.length} answers`)
+    assert.deepEqual(batches.flatMap((b) => b.blocks), sequential)
+    const short = { fromBlock: 0, toBlock: 3 }
+    assert.equal((await collectBatches(client.batches(query, short))).length, 1, 'one answer covers blocks 0–3')
+    assert.equal((await collectBatches(client.batches(query, { ...short, parallel: 3 }))).length, 1, 'a range one answer covers is not split')
     // Stopping early does not hang and leaves nothing running.
     let n = 0
     for await (const _ of client.blocks(query, { fromBlock: 0, toBlock: 127, parallel: 4, segmentBlocks: 5 })) if (++n === 7) break

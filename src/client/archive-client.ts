@@ -48,7 +48,10 @@ export interface RangeOptions {
   pollMs?: number
   /** Requests in flight at once; the range is split into segments and answers are still in order (default 1). */
   parallel?: number
-  /** Blocks per segment in parallel mode (default: the range divided into 4 segments per request in flight). */
+  /**
+   * Blocks per segment in parallel mode. Default: after a first answer, the rest of the range in 4
+   * segments per request in flight, each at least twice the blocks that first answer covered.
+   */
   segmentBlocks?: number
   signal?: AbortSignal
 }
@@ -176,11 +179,25 @@ export class ArchiveClient {
    */
   private async *parallelBatches(query: ArchiveQuery, range: RangeOptions, parallel: number): AsyncGenerator<Batch> {
     const { end } = await this.rangeEnd(range)
-    if (end < range.fromBlock) return
-    const total = end - range.fromBlock + 1
-    const size = range.segmentBlocks ?? Math.max(1, Math.ceil(total / (parallel * 4)))
+    let from = range.fromBlock
+    if (end < from) return
+    let size = range.segmentBlocks
+    if (size === undefined) {
+      // The first answer, alone, shows how many blocks one answer covers. Segments shorter than two
+      // such answers would make several requests read the same chunks (measured on short ranges:
+      // 2 in flight slower than 1), and a range that one answer covers is not split at all.
+      const probe = this.sequentialBatches(query, from, end, { ...range, follow: false })
+      const first = await probe.next()
+      await probe.return(undefined)
+      if (first.done) return
+      yield first.value
+      if (first.value.last >= end) return
+      const span = first.value.last - from + 1
+      from = first.value.last + 1
+      size = Math.max(2 * span, Math.ceil((end - from + 1) / (parallel * 4)))
+    }
     const segments: [number, number][] = []
-    for (let a = range.fromBlock; a <= end; a += size) segments.push([a, Math.min(end, a + size - 1)])
+    for (let a = from; a <= end; a += size) segments.push([a, Math.min(end, a + size - 1)])
     const channels = segments.map(() => new Channel<Batch>(2))
     let next = 0
     let failed: unknown
