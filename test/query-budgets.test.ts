@@ -10,6 +10,7 @@ import { anvilRecords, tempDir, writeChunk, writeDataset, type AnvilRecord, star
 import { postJson, request } from './helpers/http.js'
 import { fetchFull } from './helpers/reference-data.js'
 import { KINDS, REQUEST_KEY, evaluate, firstDifference, type FullBlock, type Obj } from './helpers/reference-evm.js'
+import type { QueryBudgets } from '../src/query/types.js'
 
 /*
  * Response budgets (DECISIONS §16–18, §25): workers with a small size budget, a size budget below
@@ -77,9 +78,11 @@ describe('response budgets', { timeout: 150_000 }, () => {
     const existing = await writeDataset(sparseDir, 'sparse', SPARSE_CHUNKS[0].map((n) => records[n]), SPARSE_CHUNKS[0].length)
     for (const c of SPARSE_CHUNKS.slice(1)) await writeChunk(sparseDir, c.map((n) => records[n]), existing)
     const common = { storage: new LocalStorage(tmp.dir), heartbeatMs: 1000, dropGraceMs: 2000, concurrency: 2, queue: 8, queueTimeoutMs: 60_000 }
-    const budgets: Record<string, { sizeBytes: number; timeMs: number }> = {
+    const budgets: Record<string, QueryBudgets> = {
       uncut: { sizeBytes: 1 << 30, timeMs: 600_000 },
       small: { sizeBytes: SMALL, timeMs: 600_000 },
+      // Every slice counts as heavy: one at a time, output held until the statement is done.
+      gated: { sizeBytes: SMALL, timeMs: 600_000, heavySliceBytes: 0 },
       // Below the size of any block: every answer is one whole block.
       tiny: { sizeBytes: 1, timeMs: 600_000 },
       fast: { sizeBytes: 1 << 30, timeMs: 1 },
@@ -186,6 +189,18 @@ describe('response budgets', { timeout: 150_000 }, () => {
         assert.equal(answers.at(-1)!.blocks.at(-1)!.header.number, end, 'the last answer ends at the end of the range')
       }
     }
+  })
+
+  it('heavy slices, one at a time per worker, give the same answers to concurrent walks', async () => {
+    const walks = Object.entries(QUERIES).flatMap(([name, q]) =>
+      [[0, 127], [9, 100]].map(async ([from, to]) => {
+        const answers = await walk('gated', 'anvil', q, from, to)
+        checkConcatenation(answers, evaluate(full, { ...q, fromBlock: from, toBlock: to }), `gated ${name} [${from}, ${to}]`)
+        return answers.length
+      }),
+    )
+    const counts = await Promise.all(walks)
+    assert.ok(counts.some((n) => n > 4), 'the small budget cuts some walks into many answers')
   })
 
   it('a block bigger than the size budget is returned whole, one block per answer', async () => {

@@ -46,6 +46,7 @@ function workerOptions(cmd: Command): Command {
     .addOption(opt('--max-response-bytes <n>', 'stop an answer at a block boundary after this much JSON (default 20 MiB)', 'BLOCK_ARCHIVE_MAX_RESPONSE_BYTES', int(1)))
     .addOption(opt('--max-response-ms <ms>', 'stop an answer at a block boundary this long after the first chunk (default 2000)', 'BLOCK_ARCHIVE_MAX_RESPONSE_MS', int(1)))
     .addOption(opt('--slice-mb <n>', 'largest estimated JSON read in one DuckDB statement: bigger re-reads chunks less for big answers, smaller bounds DuckDB sort memory per query (default 16)', 'BLOCK_ARCHIVE_SLICE_MB', int(1)))
+    .addOption(opt('--heavy-slice-mb <n>', 'slices estimated above this are read one at a time per worker process, bounding DuckDB memory under concurrent heavy queries (default 4)', 'BLOCK_ARCHIVE_HEAVY_SLICE_MB', int(0)))
     .addOption(opt('--body-limit <bytes>', 'largest accepted query body', 'BLOCK_ARCHIVE_BODY_LIMIT', int(1), DEFAULT_WORKER_LIMITS.bodyLimit))
     .addOption(opt('--concurrency <n>', 'queries executed at once per worker', 'BLOCK_ARCHIVE_CONCURRENCY', int(1), DEFAULT_WORKER_LIMITS.concurrency))
     .addOption(opt('--queue <n>', 'queries waiting per worker before answering 503', 'BLOCK_ARCHIVE_QUEUE', int(0), DEFAULT_WORKER_LIMITS.queue))
@@ -56,6 +57,7 @@ function workerOptions(cmd: Command): Command {
 
 interface WorkerFlags {
   sliceMb?: number
+  heavySliceMb?: number
   maxResponseBytes?: number
   maxResponseMs?: number
   bodyLimit: number
@@ -72,6 +74,7 @@ function workerSettings(o: WorkerFlags) {
   if (o.maxResponseBytes !== undefined) budgets.sizeBytes = o.maxResponseBytes
   if (o.maxResponseMs !== undefined) budgets.timeMs = o.maxResponseMs
   if (o.sliceMb !== undefined) budgets.sliceBytes = o.sliceMb * 1024 * 1024
+  if (o.heavySliceMb !== undefined) budgets.heavySliceBytes = o.heavySliceMb * 1024 * 1024
   return { budgets, bodyLimit: o.bodyLimit, concurrency: o.concurrency, queue: o.queue, queueTimeoutMs: o.queueTimeoutMs }
 }
 

@@ -12,6 +12,7 @@ import { INLINE_LIST_MAX } from './sql.js'
 import { validateQuery } from './validate.js'
 import { chunkCannotMatch } from './summary.js'
 import { JsonOut } from './json-out.js'
+import { Mutex } from './mutex.js'
 
 /*
  * The generic query engine: validate a query against the dataset's family declaration, find the
@@ -30,6 +31,15 @@ export const DEFAULT_BUDGETS: QueryBudgets = { sizeBytes: 20 * 1024 * 1024, time
 export const SLICE_BYTES = 16 * 1024 * 1024
 /** A slice reads blocks estimated up to this factor of the remaining size budget (estimates run 0.8–1.3× the JSON). */
 const BUDGET_REACH = 1.25
+/**
+ * Default of `QueryBudgets.heavySliceBytes`: slices estimated above it are read one at a time per
+ * process, and a query holds its slice's output until the statement is done (DuckDB keeps the
+ * sorted rows of a slice while they stream out). Measured: worker peak RSS 517–610 MB with two
+ * such slices at once, 494–525 MB one at a time, 579–625 MB instead of 1.2–2.1 GB with 16 queries
+ * admitted (BENCHMARKS.md, step 15). Smaller slices run side by side.
+ */
+export const HEAVY_SLICE_BYTES = 4 * 1024 * 1024
+const heavySlices = new Mutex()
 /** Output is handed to the HTTP layer in pieces of about this size. */
 const PIECE_BYTES = 64 * 1024
 /** Blocks listed in a fork answer (DECISIONS §5). */
@@ -113,6 +123,7 @@ interface AnswerArgs {
 async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const { con, plan, chunks, budgets, stats } = a
   const sliceBytes = budgets.sliceBytes ?? SLICE_BYTES
+  const heavySliceBytes = budgets.heavySliceBytes ?? HEAVY_SLICE_BYTES
   const started = performance.now()
   const opens = plan.kinds.map((k) => `,"${k.output}":[`)
   const out = new JsonOut(PIECE_BYTES)
@@ -137,12 +148,21 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const sizeSpent = () => stats.bytes >= budgets.sizeBytes
   const spent = () => sizeSpent() || performance.now() - started >= budgets.timeMs
   /**
-   * Writes the wanted blocks of a slice as its ordered rows come. Returns true when a budget ran
+   * Writes the wanted blocks of a slice as its ordered rows come (a heavy slice: under the process's
+   * heavy-slice lock, handing nothing on until its rows are read). Returns true when a budget ran
    * out before a block: the answer ends at the block before it (it has at least one block).
    */
-  async function* writeSlice(rows: AsyncIterable<SliceRows>, want: Set<number>, firstChunk: boolean): AsyncGenerator<Uint8Array, boolean> {
+  async function* writeSlice(rows: AsyncIterable<SliceRows>, want: Set<number>, firstChunk: boolean, heavy: boolean): AsyncGenerator<Uint8Array, boolean> {
     // The time budget counts after the first chunk (DECISIONS §17).
     const over = firstChunk ? sizeSpent : spent
+    const unlock = heavy ? await heavySlices.lock() : undefined
+    try {
+      return yield* writeRows(rows, want, over, !heavy)
+    } finally {
+      unlock?.()
+    }
+  }
+  async function* writeRows(rows: AsyncIterable<SliceRows>, want: Set<number>, over: () => boolean, stream: boolean): AsyncGenerator<Uint8Array, boolean> {
     let cur = -1
     let before = 0
     /** Kind whose list is open (0: none yet). */
@@ -181,7 +201,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
         out.put(first ? r.json[n].subarray(1) : r.json[n])
         first = false
       }
-      if (out.full) yield* out.take()
+      if (stream && out.full) yield* out.take()
     }
     if (cur >= 0) {
       closeLists(opens.length)
@@ -283,7 +303,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
         } else {
           const want = new Set(wanted.slice(i, j + 1).map((b) => b.number))
           if (withTail) want.add(tail.number)
-          stop = yield* writeSlice(run.slice(lo, hi, weight), want, ci === 0)
+          stop = yield* writeSlice(run.slice(lo, hi, weight), want, ci === 0, weight > heavySliceBytes)
           if (stop) break
         }
         i = j + 1

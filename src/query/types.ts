@@ -33,6 +33,11 @@ export interface QueryBudgets {
    * chunk fewer times, smaller ones bound DuckDB's sort memory per running query.
    */
   sliceBytes?: number
+  /**
+   * Slices estimated above this (default 4 MiB) are read one at a time per process, their output
+   * held until the statement is done: bounds DuckDB's memory under concurrent heavy queries.
+   */
+  heavySliceBytes?: number
 }
 
 /** A validated, planned query ready to stream. Errors (ApiError) are thrown before this exists. */
