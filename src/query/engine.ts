@@ -11,7 +11,7 @@ import type { DatasetView, HeldChunk, QueryBudgets, QueryStream } from './types.
 import { INLINE_LIST_MAX } from './sql.js'
 import { validateQuery } from './validate.js'
 import { chunkCannotMatch } from './summary.js'
-import { JsonOut } from './json-out.js'
+import { BlockWriter } from './block-writer.js'
 import { Mutex } from './mutex.js'
 
 /*
@@ -125,89 +125,19 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const sliceBytes = budgets.sliceBytes ?? SLICE_BYTES
   const heavySliceBytes = budgets.heavySliceBytes ?? HEAVY_SLICE_BYTES
   const started = performance.now()
-  const opens = plan.kinds.map((k) => `,"${k.output}":[`)
-  const out = new JsonOut(PIECE_BYTES)
-  out.put('[')
-  const startBlock = (header: string | Uint8Array) => {
-    out.put(stats.blocks > 0 ? ',{"header":' : '{"header":')
-    out.put(header)
-  }
-  const endBlock = (block: number, before: number) => {
-    out.put('}')
-    stats.blocks++
-    stats.bytes += out.total - before
-    stats.lastBlock = block
-  }
-  /** A block without items: its header and empty item lists. */
-  const bareBlock = (block: number, header: string | Uint8Array) => {
-    const before = out.total
-    startBlock(header)
-    for (const open of opens) out.put(open + ']')
-    endBlock(block, before)
-  }
+  const writer = new BlockWriter(plan.kinds.map((k) => k.output), stats, PIECE_BYTES)
   const sizeSpent = () => stats.bytes >= budgets.sizeBytes
   const spent = () => sizeSpent() || performance.now() - started >= budgets.timeMs
-  /**
-   * Writes the wanted blocks of a slice as its ordered rows come (a heavy slice: under the process's
-   * heavy-slice lock, handing nothing on until its rows are read). Returns true when a budget ran
-   * out before a block: the answer ends at the block before it (it has at least one block).
-   */
+  /** Writes a slice (a heavy one under the process's heavy-slice lock, handing nothing on until its rows are read). */
   async function* writeSlice(rows: AsyncIterable<SliceRows>, want: Set<number>, firstChunk: boolean, heavy: boolean): AsyncGenerator<Uint8Array, boolean> {
     // The time budget counts after the first chunk (DECISIONS §17).
     const over = firstChunk ? sizeSpent : spent
     const unlock = heavy ? await heavySlices.lock() : undefined
     try {
-      return yield* writeRows(rows, want, over, !heavy)
+      return yield* writer.slice(rows, want, over, !heavy)
     } finally {
       unlock?.()
     }
-  }
-  async function* writeRows(rows: AsyncIterable<SliceRows>, want: Set<number>, over: () => boolean, stream: boolean): AsyncGenerator<Uint8Array, boolean> {
-    let cur = -1
-    let before = 0
-    /** Kind whose list is open (0: none yet). */
-    let open = 0
-    let first = true
-    const closeLists = (upTo: number) => {
-      if (open > 0) out.put(']')
-      for (let x = open + 1; x <= upTo; x++) out.put(opens[x - 1] + ']')
-    }
-    for await (const r of rows) {
-      for (let n = 0; n < r.kind.length; n++) {
-        const b = r.block[n]
-        const k = r.kind[n]
-        if (k === 0) {
-          if (cur >= 0) {
-            closeLists(opens.length)
-            endBlock(cur, before)
-            cur = -1
-          }
-          if (!want.has(b)) continue
-          if (stats.blocks > 0 && over()) return true
-          before = out.total
-          startBlock(r.json[n])
-          cur = b
-          open = 0
-          continue
-        }
-        if (b !== cur) continue
-        if (k !== open) {
-          closeLists(k - 1)
-          out.put(opens[k - 1])
-          open = k
-          first = true
-        }
-        // Item rows come as `,{…}`: the first of an array drops its comma.
-        out.put(first ? r.json[n].subarray(1) : r.json[n])
-        first = false
-      }
-      if (stream && out.full) yield* out.take()
-    }
-    if (cur >= 0) {
-      closeLists(opens.length)
-      endBlock(cur, before)
-    }
-    return false
   }
   // While a chunk is written, the next one is prepared on a second connection (its temp tables
   // are per connection): DuckDB runs the two in parallel (BENCHMARKS.md, step 11).
@@ -286,20 +216,8 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
         const withTail = lastChunk && !tailWanted && j === wanted.length - 1
         const hi = withTail ? tail.number : wanted[j].number
         if (i === j && weight > sliceBytes) {
-          // One giant block: stream its items row by row instead of reading them all at once.
-          const before = out.total
-          startBlock(await run.header(lo))
-          for (let k = 0; k < opens.length; k++) {
-            out.put(opens[k])
-            let first = true
-            for await (const row of run.rows(k, lo)) {
-              out.put(first ? row.subarray(1) : row)
-              first = false
-              if (out.full) yield* out.take()
-            }
-            out.put(']')
-          }
-          endBlock(lo, before)
+          // One giant block: its items are read kind by kind, row by row.
+          yield* writer.giantBlock(lo, await run.header(lo), (k) => run.rows(k, lo))
         } else {
           const want = new Set(wanted.slice(i, j + 1).map((b) => b.number))
           if (withTail) want.add(tail.number)
@@ -308,18 +226,17 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
         }
         i = j + 1
         stop = ci === 0 ? sizeSpent() : spent()
-        if (out.full) yield* out.take()
+        if (writer.full) yield* writer.take()
       }
       const more = !stop && !lastChunk && !spent()
       if (i === wanted.length && !tailWanted && !more && stats.lastBlock < tail.number) {
         // The answer ends after this whole chunk: its last block is where the client continues.
-        bareBlock(tail.number, await run.header(tail.number))
+        writer.bareBlock(tail.number, await run.header(tail.number))
       }
-      if (out.full) yield* out.take()
+      if (writer.full) yield* writer.take()
       if (!more) break
     }
-    out.put(']')
-    yield* out.take()
+    yield* writer.finish()
   } finally {
     await settle()
     con.closeSync()
