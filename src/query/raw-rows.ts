@@ -14,14 +14,23 @@ import bindings from '@duckdb/node-bindings'
  */
 export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8Array[]): void {
   const rows = chunk.rowCount
-  const data = bindings.vector_get_data(bindings.data_chunk_get_vector(chunk.chunk, column), rows * 16)
+  const vector = bindings.data_chunk_get_vector(chunk.chunk, column)
+  const data = bindings.vector_get_data(vector, rows * 16)
   const view = new DataView(data.buffer, data.byteOffset, data.byteLength)
+  // Validity: one bit per row (absent when every row is valid); a NULL row's string_t is garbage.
+  const validity = bindings.vector_get_validity(vector, Math.ceil(rows / 64) * 8)
+  const valid = (i: number) => !validity || ((validity[i >> 3] >> (i & 7)) & 1) === 1
   // duckdb_string_t: u32 length, then up to 12 inline bytes, or a 4-byte prefix and a pointer.
   const length = (i: number) => view.getUint32(i * 16, true)
   // x86-64 and arm64 pointers stay below 2^48: exact as doubles.
   const pointer = (i: number) => view.getUint32(i * 16 + 8, true) + view.getUint32(i * 16 + 12, true) * 2 ** 32
   let i = 0
   while (i < rows) {
+    if (!valid(i)) {
+      out.push(EMPTY)
+      i++
+      continue
+    }
     const len = length(i)
     if (len <= 12) {
       out.push(data.slice(i * 16 + 4, i * 16 + 4 + len))
@@ -32,7 +41,7 @@ export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8A
     const start = pointer(i)
     let end = start + len
     let j = i + 1
-    while (j < rows) {
+    while (j < rows && valid(j)) {
       const l = length(j)
       if (l <= 12 || pointer(j) !== end) break
       end += l
@@ -46,6 +55,8 @@ export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8A
     }
   }
 }
+
+const EMPTY = new Uint8Array(0)
 
 /** Values of a BIGINT column as numbers (block numbers, ordinals: far below 2^53). */
 export function bigintNumbers(chunk: DuckDBDataChunk, column: number, out: number[]): void {

@@ -1,0 +1,84 @@
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { DuckDBInstance } from '@duckdb/node-api'
+import { JsonOut } from '../src/query/json-out.js'
+import { Mutex } from '../src/query/mutex.js'
+import { bigintNumbers, integerNumbers, varcharBytes } from '../src/query/raw-rows.js'
+
+/*
+ * The engine's output plumbing on its own: bytes read straight from DuckDB vectors, the answer's
+ * parts (views merged when adjacent, small ones joined), and the heavy-slice lock.
+ */
+
+describe('raw rows from DuckDB vectors', () => {
+  it('give each VARCHAR byte for byte: inline (≤ 12 bytes) and heap strings, UTF-8, NULL, across chunks', async () => {
+    const db = await DuckDBInstance.create(':memory:')
+    const con = await db.connect()
+    try {
+      // 5,000 rows: more than two DuckDB chunks, lengths 0–40 and 1,000+, some multi-byte.
+      const sql =
+        `SELECT i::BIGINT AS b, (i % 7)::INTEGER AS k, CASE WHEN i % 11 = 0 THEN NULL ` +
+        `WHEN i % 5 = 0 THEN repeat('é', i % 9) || i::VARCHAR WHEN i % 3 = 0 THEN repeat('x', 1000 + i % 17) ` +
+        `ELSE repeat('a', i % 41) END AS s FROM range(5000) t(i)`
+      const expected = (await con.runAndReadAll(sql)).getRows()
+      const blocks: number[] = []
+      const kinds: number[] = []
+      const bytes: Uint8Array[] = []
+      for await (const chunk of await con.stream(sql)) {
+        bigintNumbers(chunk, 0, blocks)
+        integerNumbers(chunk, 1, kinds)
+        varcharBytes(chunk, 2, bytes)
+      }
+      assert.equal(bytes.length, 5000)
+      for (let i = 0; i < expected.length; i++) {
+        assert.equal(blocks[i], Number(expected[i][0]))
+        assert.equal(kinds[i], expected[i][1])
+        assert.equal(Buffer.from(bytes[i]).toString('utf8'), (expected[i][2] as string | null) ?? '', `row ${i}`)
+      }
+    } finally {
+      con.closeSync()
+    }
+  })
+})
+
+describe('answer parts', () => {
+  it('merge views that lie back to back, keep others apart, and join small parts into pieces', () => {
+    const out = new JsonOut(64)
+    const big = Buffer.alloc(100_000, 'a')
+    out.put(big.subarray(0, 20_000))
+    out.put(big.subarray(20_000, 50_000)) // adjacent: merged
+    out.put(',')
+    out.put(big.subarray(60_000, 90_000)) // not adjacent: a part of its own
+    const small = Array.from({ length: 100 }, (_, i) => `"${i}"`)
+    for (const x of small) out.put(Buffer.from(x)) // small parts: joined
+    out.put('é')
+    assert.equal(out.total, 20_000 + 30_000 + 1 + 30_000 + small.join('').length + 2)
+    assert.ok(out.full)
+    const parts = out.take()
+    assert.equal(parts[0].length, 50_000, 'the adjacent views became one part')
+    assert.equal(parts[0].buffer, big.buffer, 'without a copy')
+    const text = Buffer.concat(parts).toString('utf8')
+    assert.equal(text, 'a'.repeat(50_000) + ',' + 'a'.repeat(30_000) + small.join('') + 'é')
+    // 50,000 | ',' | 30,000 | the small parts in pieces of about 64 bytes
+    assert.ok(parts.length <= 3 + Math.ceil(392 / 64) + 1, `${parts.length} parts`)
+    assert.deepEqual(parts.slice(0, 3).map((p) => p.length), [50_000, 1, 30_000])
+    assert.ok(parts.slice(3, -1).every((p) => p.length >= 64), `small parts were joined: ${parts.map((p) => p.length)}`)
+    assert.equal(out.take().length, 0)
+  })
+})
+
+describe('the heavy-slice lock', () => {
+  it('lets one holder in at a time, in the order they came', async () => {
+    const lock = new Mutex()
+    const log: string[] = []
+    const holder = async (name: string, ms: number) => {
+      const unlock = await lock.lock()
+      log.push(`+${name}`)
+      await new Promise((r) => setTimeout(r, ms))
+      log.push(`-${name}`)
+      unlock()
+    }
+    await Promise.all([holder('a', 20), holder('b', 1), holder('c', 5)])
+    assert.deepEqual(log, ['+a', '-a', '+b', '-b', '+c', '-c'])
+  })
+})
