@@ -58,7 +58,7 @@ export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8A
 
 const EMPTY = new Uint8Array(0)
 
-/** Values of a BIGINT column as numbers (block numbers, ordinals: far below 2^53). */
+/** Values of a BIGINT column without NULLs as numbers (block numbers, ordinals: far below 2^53). */
 export function bigintNumbers(chunk: DuckDBDataChunk, column: number, out: number[]): void {
   const rows = chunk.rowCount
   const data = bindings.vector_get_data(bindings.data_chunk_get_vector(chunk.chunk, column), rows * 8)
@@ -66,7 +66,7 @@ export function bigintNumbers(chunk: DuckDBDataChunk, column: number, out: numbe
   for (let i = 0; i < rows; i++) out.push(Number(view.getBigInt64(i * 8, true)))
 }
 
-/** Values of an INTEGER column. */
+/** Values of an INTEGER column without NULLs. */
 export function integerNumbers(chunk: DuckDBDataChunk, column: number, out: number[]): void {
   const rows = chunk.rowCount
   const data = bindings.vector_get_data(bindings.data_chunk_get_vector(chunk.chunk, column), rows * 4)
