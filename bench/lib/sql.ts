@@ -23,19 +23,19 @@ function render(text: string, r: Range, blockColumn: string): string {
     .replace(/\{(\w+)\}/g, (_, table) => `read_parquet(${lit(path.join(r.dir, `${table}.parquet`))})`)
 }
 
-const fromClause = (s: Stmt, r: Range) => `{${s.table}}` + (s.join ? ` ${s.join}` : '') + ` WHERE ${s.where}`
+const fromClause = (s: Stmt) => `{${s.table}}` + (s.join ? ` ${s.join}` : '') + ` WHERE ${s.where}`
 
 /** The statement returning one row per item with the selected values as columns. */
 export function rowsSql(s: Stmt, r: Range): string {
   const cols = s.cols.map(([k, e]) => `${e} AS "${k}"`).join(', ')
-  return render(`SELECT ${s.block} AS _block, ${cols} FROM ${fromClause(s, r)} ORDER BY ${s.order}`, r, s.block)
+  return render(`SELECT ${s.block} AS _block, ${cols} FROM ${fromClause(s)} ORDER BY ${s.order}`, r, s.block)
 }
 
 /** The statement returning, per block, the items already as JSON text (`{…},{…}`), built by DuckDB. */
 export function jsonSql(s: Stmt, r: Range): string {
   const obj = `json_object(${s.cols.map(([k, e]) => `${lit(k)}, ${e}`).join(', ')})::VARCHAR`
   return render(
-    `SELECT ${s.block} AS _block, string_agg(${obj}, ',' ORDER BY ${s.order}) AS items FROM ${fromClause(s, r)} ` +
+    `SELECT ${s.block} AS _block, string_agg(${obj}, ',' ORDER BY ${s.order}) AS items FROM ${fromClause(s)} ` +
       `GROUP BY ${s.block} ORDER BY ${s.block}`,
     r,
     s.block,

@@ -1,7 +1,7 @@
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { listLocalChunks, nextTop, readChunkMeta, readDatasetMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
-import { ChunkBuilder, type BlockRows } from '../chunks/writer.js'
+import { ChunkBuilder } from '../chunks/writer.js'
 import { evmFamily } from '../families/evm.js'
 import { log } from '../log.js'
 import { availableParallelism } from 'node:os'

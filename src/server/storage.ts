@@ -44,7 +44,7 @@ export function familyByName(name: string): FamilyDecl {
 export class LocalStorage implements ChunkStorage {
   readonly location: string
 
-  constructor(private readonly root: string) {
+  constructor(root: string) {
     this.location = path.resolve(root)
   }
 

@@ -1,5 +1,5 @@
 import { log } from '../../log.js'
-import { describeParams, RpcError, type RpcCall, type RpcClient } from '../rpc.js'
+import { RpcError, type RpcCall, type RpcClient } from '../rpc.js'
 import type { EvmBlockBundle } from './normalize.js'
 
 /*
