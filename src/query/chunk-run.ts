@@ -148,7 +148,7 @@ export class ChunkRun {
     const x =
       `SELECT b.${blockCol}::BIGINT AS number, (${weightSql(header, this.selected(header), 'b')} + coalesce(${iw}, 0))::BIGINT AS w, ` +
       `(${includeAllBlocks ? 'TRUE' : `${iw} IS NOT NULL`})::INTEGER AS items` +
-      `${headersOnly ? `, ${itemJsonSql(header, this.selected(header), 'b')} AS j` : ''} ` +
+      `${headersOnly ? `, ${this.headerText('b')} AS j` : ''} ` +
       `FROM ${this.file(header.table)} b ${items} WHERE ${this.range('b', this.blockCol)}`
     const sql = includeAllBlocks
       ? `${x} ORDER BY number`
@@ -195,7 +195,7 @@ export class ChunkRun {
     const header = this.plan.family.header
     const blockCol = ident(this.blockCol)
     const parts = [
-      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, 0::BIGINT AS o, ${itemJsonSql(header, this.selected(header), 'src')} AS j ` +
+      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, 0::BIGINT AS o, ${this.headerText('src')} AS j ` +
         `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi} AND src.${blockCol} IN (${this.candidatesIn(lo, hi)})`,
     ]
     if (!this.ruledOut) this.kinds.forEach((kind, i) => {
@@ -232,7 +232,7 @@ export class ChunkRun {
     const header = this.plan.family.header
     const blockCol = ident(this.blockCol)
     const res = await this.con.runAndReadAll(
-      `SELECT ${itemJsonSql(header, this.selected(header), 'src')}::VARCHAR FROM ${this.file(header.table)} src WHERE src.${blockCol} = ${block}`,
+      `SELECT ${this.headerText('src')} FROM ${this.file(header.table)} src WHERE src.${blockCol} = ${block}`,
     )
     return res.getRows()[0][0] as string
   }
@@ -241,6 +241,11 @@ export class ChunkRun {
   private candidatesIn(lo: number, hi: number): string {
     const list = this.candidates.filter((b) => b.number >= lo && b.number <= hi).map((b) => b.number)
     return list.length ? list.join(', ') : 'NULL'
+  }
+
+  /** A header row's JSON text. */
+  private headerText(alias: string): string {
+    return itemJsonSql(this.plan.family.header, this.selected(this.plan.family.header), alias)
   }
 
   /** An item row's JSON after a comma: `,{…}` (the engine drops the comma of a block's first item). */
@@ -274,10 +279,10 @@ export class ChunkRun {
     const scans = this.plan.scans.filter((s) => s.item === kind)
     const related = this.plan.scans.some((s) => s.relations.some((r) => r.target === kind))
     const own = !related && scans.length > 0 ? ` AND (${scans.map((scan) => `(${this.where(scan, 'src')})`).join(' OR ')})` : ''
-    if (own && this.keyOrdinal(kind)) return `${this.file(kind.table)} src WHERE ${range}${own}`
-    const join = this.keyOrdinal(kind) ? 'SEMI JOIN' : 'JOIN'
+    const key = this.keyOrdinal(kind)
+    if (own && key) return `${this.file(kind.table)} src WHERE ${range}${own}`
     return (
-      `${this.file(kind.table, true)} src ${join} (SELECT r${this.keyOrdinal(kind) ? '' : ', o'} FROM ${this.selName(kind)} ` +
+      `${this.file(kind.table, true)} src ${key ? 'SEMI JOIN' : 'JOIN'} (SELECT r${key ? '' : ', o'} FROM ${this.selName(kind)} ` +
       `WHERE block_number BETWEEN ${lo} AND ${hi}) s ON src.file_row_number = s.r WHERE ${range}${own}`
     )
   }

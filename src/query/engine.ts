@@ -144,15 +144,19 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   let second: Promise<Connection> | undefined
   const connection = (ci: number): Promise<Connection> =>
     ci % 2 === 0 ? Promise.resolve({ con, values: a.values }) : (second ??= secondConnection(plan))
+  const openChunk = async (ci: number, ruledOut: boolean): Promise<Prepared> => {
+    const chunk = chunks[ci]
+    const c = await connection(ci)
+    const run = new ChunkRun(c.con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), c.values)
+    return { ruledOut, run, blocks: await run.prepare(plan.query.includeAllBlocks, ruledOut) }
+  }
   const prepareChunk = async (ci: number): Promise<Prepared> => {
     const chunk = chunks[ci]
     if (missingTable(plan, chunk)) return { missing: true }
-    const c = await connection(ci)
-    const ruledOut = await chunkCannotMatch(c.con, plan, chunk.dir)
+    const ruledOut = await chunkCannotMatch((await connection(ci)).con, plan, chunk.dir)
     // A ruled-out chunk is passed over unless the answer ends in it; then only its last block is read.
     if (ruledOut && ci < chunks.length - 1) return { ruledOut }
-    const run = new ChunkRun(c.con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), c.values)
-    return { ruledOut, run, blocks: await run.prepare(plan.query.includeAllBlocks, ruledOut) }
+    return openChunk(ci, ruledOut)
   }
   let ahead: { ci: number; done: Promise<Prepared> } | undefined
   const settle = async () => {
@@ -161,7 +165,6 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   }
   try {
     for (let ci = 0; ci < chunks.length; ci++) {
-      const chunk = chunks[ci]
       let run: ChunkRun
       let blocks: SelectedBlock[]
       if (ci === 0) {
@@ -179,12 +182,8 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
         // A later chunk without a table the query needs ends the answer; the next query starts there and gets the 400.
         if (pre.missing) break
         if (pre.ruledOut && ci < chunks.length - 1 && !spent()) continue
-        if (!pre.run) {
-          const c = await connection(ci)
-          pre.run = new ChunkRun(c.con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), c.values)
-          pre.blocks = await pre.run.prepare(plan.query.includeAllBlocks, true)
-        }
-        run = pre.run
+        if (!pre.run) pre = await openChunk(ci, true)
+        run = pre.run!
         blocks = pre.blocks!
       }
       // Prepare the next chunk meanwhile when this one is not expected to fill the size budget.

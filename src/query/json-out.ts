@@ -9,7 +9,7 @@ const TEXT_BYTES = 16 * 1024
 const BIG_PART = 16 * 1024
 
 export class JsonOut {
-  private parts: Buffer[] = []
+  private parts: Uint8Array[] = []
   private pending = 0
   private text = Buffer.allocUnsafe(TEXT_BYTES)
   private textAt = 0
@@ -29,7 +29,7 @@ export class JsonOut {
       this.append(this.text.subarray(this.textAt, this.textAt + n))
       this.textAt += n
     } else {
-      this.append(Buffer.from(part.buffer, part.byteOffset, part.length))
+      this.append(part)
     }
   }
 
@@ -45,17 +45,17 @@ export class JsonOut {
    */
   take(): Buffer[] {
     const out: Buffer[] = []
-    let small: Buffer[] = []
+    let small: Uint8Array[] = []
     let smallBytes = 0
     const join = () => {
-      if (small.length > 0) out.push(small.length === 1 ? small[0] : Buffer.concat(small, smallBytes))
+      if (small.length > 0) out.push(small.length === 1 ? asBuffer(small[0]) : Buffer.concat(small, smallBytes))
       small = []
       smallBytes = 0
     }
     for (const part of this.parts) {
       if (part.length >= BIG_PART) {
         join()
-        out.push(part)
+        out.push(asBuffer(part))
       } else {
         small.push(part)
         smallBytes += part.length
@@ -68,11 +68,11 @@ export class JsonOut {
     return out
   }
 
-  private append(view: Buffer): void {
+  private append(view: Uint8Array): void {
     if (view.length === 0) return
     const last = this.parts[this.parts.length - 1]
     if (last && last.buffer === view.buffer && last.byteOffset + last.length === view.byteOffset) {
-      this.parts[this.parts.length - 1] = Buffer.from(last.buffer, last.byteOffset, last.length + view.length)
+      this.parts[this.parts.length - 1] = new Uint8Array(last.buffer, last.byteOffset, last.length + view.length)
     } else {
       this.parts.push(view)
     }
@@ -80,3 +80,6 @@ export class JsonOut {
     this.total += view.length
   }
 }
+
+/** A Buffer over the same memory (the HTTP layer and zlib take Buffers). */
+const asBuffer = (view: Uint8Array): Buffer => Buffer.isBuffer(view) ? view : Buffer.from(view.buffer, view.byteOffset, view.length)
