@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { readdir, readFile } from 'node:fs/promises'
 import path from 'node:path'
-import { after, before, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 import { listLocalChunks, readChunkMeta } from '../src/chunks/layout.js'
 import { callTracerRows, parityTraceRows, prestateDiffRows, replayStateDiffRows } from '../src/ingest/evm/normalize.js'
 import { BadRpcAnswer, EvmRpcSource } from '../src/ingest/evm/source.js'
@@ -12,23 +12,14 @@ import { RpcClient, RpcUnavailable } from '../src/ingest/rpc.js'
 import {
   canon, compareRows, expectCallTraces, expectParityTraces, expectPrestateDiffs, expectReplayDiffs, expectTables, readTable, type NodeBlock,
 } from './helpers/ingest-expect.js'
-import { tempDir } from './helpers/dataset.js'
+import { freshFolders } from './helpers/dataset.js'
 
 /*
  * Recorded mainnet (and odd-chain) node answers, served by the replay server, through the real
  * ingest; the chunk files are read back with DuckDB and compared field by field with the answers.
  */
 
-let tmp: { dir: string; cleanup: () => Promise<void> }
-before(async () => {
-  tmp = await tempDir('ba-ingest-rec-')
-})
-after(async () => {
-  await tmp.cleanup()
-})
-
-let n = 0
-const out = () => path.join(tmp.dir, `ds${++n}`)
+const out = freshFolders('ba-ingest-rec-')
 
 /** Node answers of the recorded blocks, receipts lined up with transactions as the node would give them one by one. */
 function nodeBlocks(recorded: RecordedBlock[], numbers: number[], parts: { traces?: boolean; callTraces?: boolean } = {}): NodeBlock[] {

@@ -3,13 +3,13 @@ import { spawn } from 'node:child_process'
 import { readdir, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { after, before, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 import { listLocalChunks, readChunkMeta } from '../src/chunks/layout.js'
 import { ReorgError, runIngest } from '../src/ingest/loop.js'
 import { loadRecordedChain } from '../src/ingest/recorded.js'
 import { ReplayServer } from '../src/ingest/replay.js'
 import { readTable } from './helpers/ingest-expect.js'
-import { tempDir } from './helpers/dataset.js'
+import { freshFolders } from './helpers/dataset.js'
 
 /*
  * Resume, kill, reorg, follow and chunk bounds, on recorded mainnet blocks served as a long chain
@@ -21,15 +21,13 @@ const eth = loadRecordedChain('ethereum')
 const light = eth.filter((b) => b.number === 1000000 || b.number === 4369999) // 2 and 22 transactions
 const heavy = eth.filter((b) => b.number === 18000000 || b.number === 18500000) // 94 and 157 transactions
 
-let tmp: { dir: string; cleanup: () => Promise<void> }
-before(async () => {
-  tmp = await tempDir('ba-ingest-resume-')
-})
-after(async () => {
-  await tmp.cleanup()
-})
+const folder = freshFolders('ba-ingest-resume-')
+/** Folders made so far; it also seeds the replay server (`serve`). */
 let n = 0
-const out = () => path.join(tmp.dir, `ds${++n}`)
+const out = () => {
+  n++
+  return folder()
+}
 
 async function serve(recorded = light, opts: ConstructorParameters<typeof ReplayServer>[1] = {}): Promise<ReplayServer> {
   const s = new ReplayServer(recorded, { repeat: { times: 200, seed: `t${n}` }, ...opts })

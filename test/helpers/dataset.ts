@@ -2,6 +2,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { gunzipSync } from 'node:zlib'
 import os from 'node:os'
 import path from 'node:path'
+import { after, before } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { nextTop, type ChunkRef, type DatasetMeta } from '../../src/chunks/layout.js'
 import { ChunkBuilder } from '../../src/chunks/writer.js'
@@ -75,6 +76,22 @@ export async function writeChunk(dir: string, records: AnvilRecord[], existing: 
 export async function tempDir(prefix = 'ba-server-'): Promise<{ dir: string; cleanup: () => Promise<void> }> {
   const dir = await mkdtemp(path.join(os.tmpdir(), prefix))
   return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) }
+}
+
+/**
+ * For a test file: a temp folder made before its tests and removed after them; the returned
+ * function names a fresh sub-folder (`ds1`, `ds2`, …) at each call.
+ */
+export function freshFolders(prefix: string): () => string {
+  let tmp: Awaited<ReturnType<typeof tempDir>> | undefined
+  let n = 0
+  before(async () => {
+    tmp = await tempDir(prefix)
+  })
+  after(async () => {
+    await tmp?.cleanup()
+  })
+  return () => path.join(tmp!.dir, `ds${++n}`)
 }
 
 /**
