@@ -82,6 +82,29 @@ function summary(con: DuckDBConnection, dir: string, table: string, column: stri
   return s
 }
 
+const dense = new Map<string, Promise<boolean>>()
+
+/**
+ * Whether the chunk in `dir` holds every block from its first to its last (chunks of a chain do;
+ * sparse recorded data does not). Then the blocks of a range are known without reading them.
+ */
+export function chunkIsDense(con: DuckDBConnection, dir: string, table: string, column: string): Promise<boolean> {
+  const key = `${dir}\0${table}`
+  let d = dense.get(key)
+  if (!d) {
+    const col = ident(column)
+    d = con
+      .runAndReadAll(`SELECT count(*) = max(${col}) - min(${col}) + 1 FROM read_parquet(${lit(path.join(dir, `${table}.parquet`))})`)
+      .then((r) => r.getRows()[0]?.[0] === true)
+      .catch(() => {
+        dense.delete(key)
+        return false
+      })
+    dense.set(key, d)
+  }
+  return d
+}
+
 /**
  * True when no request of the plan can match a row of the chunk in `dir`, so that the chunk
  * contributes nothing but (possibly) boundary headers. Never true for includeAllBlocks queries.
