@@ -12,11 +12,12 @@ import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightS
  * One query over one chunk, in DuckDB, in separate short statements (measured: a semi join per
  * step is ~10× faster than one statement of CTEs, see shared/notes/duckdb-figures.md):
  *   1. rows matched by requests with relation flags → temp table m<scan>;
- *   2. per item kind, keys, output weight and Parquet row number of the selected rows (and, for a
- *      key of several columns, their ordinal in block, key order) → temp table sel_<kind>;
- *   3. the blocks to return with their estimated weight → read into JS;
+ *   2. per item kind, keys, output weight and Parquet row number of the selected rows → temp table
+ *      sel_<kind> (or the m table of step 1 when that is all that selects the kind);
+ *   3. the blocks to return with their estimated weight → read into JS (in a chunk that holds every
+ *      block, from the temp tables alone);
  *   4. per slice of blocks, each row's JSON text built inside DuckDB, ordered by block, kind and
- *      ordinal, streamed to JS as raw bytes.
+ *      key, streamed to JS as raw bytes.
  */
 
 export interface SelectedBlock {
@@ -136,14 +137,11 @@ export class ChunkRun {
       }
       // One request with relation flags and nothing else selects this kind: its m table is the selection.
       this.selAlias.delete(kind)
-      if (parts.length === 1 && only && this.keyOrdinal(kind)) {
+      if (parts.length === 1 && only) {
         this.selAlias.set(kind, only)
         continue
       }
-      await this.con.run(
-        `CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS SELECT *` +
-          `${this.keyOrdinal(kind) ? '' : `, row_number() OVER (ORDER BY ${keyList('u')}) AS o`} FROM (${parts.join(' UNION ')}) u`,
-      )
+      await this.con.run(`CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS ${parts.join(' UNION ')}`)
     }
     // 3. blocks: with items, the range boundaries, or all of them
     const header = this.plan.family.header
@@ -221,21 +219,22 @@ export class ChunkRun {
     }
     const header = this.plan.family.header
     const blockCol = ident(this.blockCol)
+    const order = this.orderColumns()
     const parts = [
-      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, 0::BIGINT AS o, ${this.headerText('src')} AS j ` +
+      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, ${order.columns(-1)}, ${this.headerText('src')} AS j ` +
         `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi} AND src.${blockCol} IN (${this.candidatesIn(lo, hi)})`,
     ]
     if (!this.ruledOut) this.kinds.forEach((kind, i) => {
-      parts.push(`SELECT src.block_number::BIGINT AS b, ${i + 1} AS k, ${this.ordinal(kind)} AS o, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
+      parts.push(`SELECT src.block_number::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
     })
-    const sql = `${parts.join(' UNION ALL ')} ORDER BY b, k, o`
+    const sql = `SELECT b, k, j FROM (${parts.join(' UNION ALL ')}) ORDER BY b, k${order.names.map((n) => `, ${n}`).join('')}`
     // A streaming result costs a few ms more than a materialised one; only big slices need it.
     const chunks = weight > SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
     for await (const chunk of chunks) {
       const rows: SliceRows = { block: [], kind: [], json: [] }
       bigintNumbers(chunk, 0, rows.block)
       integerNumbers(chunk, 1, rows.kind)
-      varcharBytes(chunk, 3, rows.json)
+      varcharBytes(chunk, 2, rows.json)
       yield rows
     }
   }
@@ -244,7 +243,7 @@ export class ChunkRun {
   async *rows(kindIndex: number, block: number): AsyncGenerator<Uint8Array> {
     if (this.ruledOut) return
     const kind = this.kinds[kindIndex]
-    const result = await this.con.stream(`SELECT ${this.itemJson(kind)} FROM ${this.source(kind, block, block)} ORDER BY ${this.ordinal(kind)}`)
+    const result = await this.con.stream(`SELECT ${this.itemJson(kind)} FROM ${this.source(kind, block, block)} ORDER BY ${kind.key.map((c) => `src.${ident(c)}`).join(', ')}`)
     for await (const chunk of result) {
       const rows: Uint8Array[] = []
       varcharBytes(chunk, 0, rows)
@@ -280,22 +279,27 @@ export class ChunkRun {
     return itemJsonSql(kind, this.selected(kind), 'src', ',')
   }
 
-  /** The item key when it is one integer column: it orders items in a block by itself. */
-  private keyOrdinal(kind: ItemDecl): string | undefined {
-    if (kind.key.length !== 1) return undefined
-    const type = tableOf(this.plan.family, kind.table).columns.find((c) => c.name === kind.key[0])?.type
-    return type && /^(U?(TINY|SMALL|BIG)?INT|INTEGER)$/.test(type) ? kind.key[0] : undefined
-  }
-
-  /** Order of a kind's rows within a block: its integer key, or the ordinal sel_<kind> numbered its rows with. */
-  private ordinal(kind: ItemDecl): string {
-    const key = this.keyOrdinal(kind)
-    return key ? `src.${ident(key)}::BIGINT` : 's.o'
+  /**
+   * Columns that order a slice's rows within a block: one per key column of each kind (NULL in the
+   * other kinds' rows, so that they compare equal there), typed as the key column.
+   */
+  private orderColumns(): { names: string[]; columns: (kindIndex: number) => string } {
+    const slots = this.kinds.flatMap((kind, i) =>
+      kind.key.map((column, j) => {
+        const type = tableOf(this.plan.family, kind.table).columns.find((c) => c.name === column)?.type
+        if (!type) throw new Error(`key column ${column} of ${kind.selector} is not declared`)
+        return { kind: i, column, type, name: `o${i}_${j}` }
+      }),
+    )
+    return {
+      names: slots.map((s) => s.name),
+      columns: (i) => slots.map((s) => `${s.kind === i ? `src.${ident(s.column)}` : 'NULL'}::${s.type} AS ${s.name}`).join(', ') || 'NULL AS o',
+    }
   }
 
   /**
    * `FROM … WHERE …` of the selected rows of a kind in blocks `lo..hi`. Rows pulled in by a
-   * relation, or needing sel_<kind>'s ordinal, are read by Parquet row number (a join to sel_<kind>,
+   * relation are read by Parquet row number (a join to sel_<kind>,
    * whose min/max prune row groups; a join on (block, key) decodes every row of the file first:
    * measured 4–7× slower for transactions). A kind selected only by its own requests repeats their
    * filters, which the Parquet scan evaluates first so that it decodes the other columns of
@@ -306,11 +310,10 @@ export class ChunkRun {
     const scans = this.plan.scans.filter((s) => s.item === kind)
     const related = this.plan.scans.some((s) => s.relations.some((r) => r.target === kind))
     const own = !related && scans.length > 0 ? ` AND (${scans.map((scan) => `(${this.where(scan, 'src')})`).join(' OR ')})` : ''
-    const key = this.keyOrdinal(kind)
-    if (own && key) return `${this.file(kind.table)} src WHERE ${range}${own}`
+    if (own) return `${this.file(kind.table)} src WHERE ${range}${own}`
     return (
-      `${this.file(kind.table, true)} src ${key ? 'SEMI JOIN' : 'JOIN'} (SELECT r${key ? '' : ', o'} FROM ${this.selName(kind)} ` +
-      `WHERE block_number BETWEEN ${lo} AND ${hi}) s ON src.file_row_number = s.r WHERE ${range}${own}`
+      `${this.file(kind.table, true)} src SEMI JOIN (SELECT r FROM ${this.selName(kind)} ` +
+      `WHERE block_number BETWEEN ${lo} AND ${hi}) s ON src.file_row_number = s.r WHERE ${range}`
     )
   }
 }
