@@ -25,6 +25,9 @@ export async function getDb(): Promise<DuckDBInstance> {
   return instance
 }
 
+/** Whether this process has started DuckDB (metrics do not start it). */
+export const dbStarted = () => instance !== undefined
+
 export async function connect(): Promise<DuckDBConnection> {
   return (await getDb()).connect()
 }

@@ -215,5 +215,6 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
     const m = new RegExp(`^block_archive_worker_query_blocks_total\\{worker="${worker.url}",dataset="dense"\\} (\\d+)$`, 'm').exec(metrics)
     assert.ok(m && Number(m[1]) > 0, 'no blocks counted')
     assert.match(metrics, /block_archive_http_requests_total\{service="worker",route="\/datasets\/:name\/query",status="413"\} 1/)
+    assert.match(metrics, /^block_archive_duckdb_memory_bytes \d+$/m)
   })
 })

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram } from 'prom-client'
 import { registry } from '../metrics.js'
+import { connect, dbStarted } from '../db.js'
 
 /*
  * Metrics of the HTTP layer. Router and workers may run in one process (`serve`), so everything a
@@ -67,4 +68,20 @@ export const workerChunksHeld = new Gauge({
   help: 'Chunks available on this worker',
   labelNames: ['worker', 'dataset'] as const,
   registers: [registry],
+})
+
+export const duckdbMemory = new Gauge({
+  name: 'block_archive_duckdb_memory_bytes',
+  help: "Memory held by DuckDB's buffer manager in this process (query intermediates, sorts, temp tables)",
+  registers: [registry],
+  async collect() {
+    if (!dbStarted()) return this.set(0)
+    const con = await connect()
+    try {
+      const r = await con.runAndReadAll('SELECT sum(memory_usage_bytes) FROM duckdb_memory()')
+      this.set(Number(r.getRows()[0]?.[0] ?? 0))
+    } finally {
+      con.closeSync()
+    }
+  },
 })
