@@ -18,6 +18,7 @@ export interface AnvilBenchOptions {
   inFlight: number
   /** Leave the archive folder in place (its path is printed). */
   keep?: boolean
+  compression: string
 }
 
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli.js')
@@ -97,7 +98,7 @@ export async function runAnvil(o: AnvilBenchOptions): Promise<void> {
       child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`ingest exited with ${code}: ${err}`))))
     })
     const ingestMs = performance.now() - i0
-    d = await deploy(out, 1)
+    d = await deploy(out, 1, { compression: o.compression })
     const client = new ArchiveClient(d.base)
 
     const viaRpc = async () => {
@@ -136,7 +137,7 @@ export async function runAnvil(o: AnvilBenchOptions): Promise<void> {
     printTable(`${r.logs} Transfer logs + ${r.txs} transactions over ${last + 1} blocks, ${o.runs} interleaved runs (median ms)`,
       ['source', 'how', 'time', 'logs/s', 'ratio'], [
         ['anvil JSON-RPC', `eth_getLogs pages of ${o.page} blocks, eth_getTransactionByHash × ${r.txs} (${o.inFlight} in flight)`, ms(tr.median), fmtRate(r.logs, tr.median), '1×'],
-        ...([[ta, 1], [tb, 2]] as const).map(([t, p]) => ['archive', `router + 1 worker, our client, ${p} request${p > 1 ? 's' : ''} in flight, br`,
+        ...([[ta, 1], [tb, 2]] as const).map(([t, p]) => ['archive', `router + 1 worker, our client, ${p} request${p > 1 ? 's' : ''} in flight, --compression ${o.compression}`,
           ms(t.median), fmtRate(x.logs, t.median), `${(tr.median / t.median).toFixed(1)}×${tr.median / t.median >= 20 ? '' : ' ✗'} (target ≥ 20×)`]),
       ])
   } finally {

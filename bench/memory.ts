@@ -10,6 +10,7 @@ export interface MemoryBenchOptions {
   clients: number
   seconds: number
   shape: string
+  compression: string
 }
 
 /**
@@ -23,8 +24,8 @@ export async function runMemory(o: MemoryBenchOptions): Promise<void> {
   console.log(`machine: ${machine()}`)
   const rows: string[][] = []
   for (const [label, flags] of [
-    ['default limits', {}],
-    [`all ${o.clients} admitted`, { concurrency: o.clients, queue: o.clients }],
+    ['default limits', { compression: o.compression }],
+    [`all ${o.clients} admitted`, { concurrency: o.clients, queue: o.clients, compression: o.compression }],
   ] as const) {
     const d = await deploy(dir, 1, flags)
     try {
@@ -43,6 +44,6 @@ export async function runMemory(o: MemoryBenchOptions): Promise<void> {
       await d.stop()
     }
   }
-  printTable(`worker memory, ${o.clients} concurrent "${o.shape}" queries for ${o.seconds} s (MB)`,
+  printTable(`worker memory, ${o.clients} concurrent "${o.shape}" queries for ${o.seconds} s, --compression ${o.compression} (MB)`,
     ['worker', 'RSS idle', 'RSS max (sampled)', 'RSS peak (VmHWM)', 'answers', 'rejected/retried', 'MB per answer', 'MB/s served'], rows)
 }

@@ -9,6 +9,9 @@ import { Command, InvalidArgumentError } from 'commander'
  * loaded on demand so that one benchmark's missing dependency does not break the others.
  */
 
+/** The workers' `--compression`: the clients here are on loopback, so `auto` sends plain JSON. */
+const COMPRESSION_HELP = 'workers\' --compression: auto (none for these loopback clients), always (gzip/br as a remote client gets it), never'
+
 const int = (v: string) => {
   const n = Number(v)
   if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError(`expected a non-negative integer, got ${v}`)
@@ -65,6 +68,7 @@ program
   .option('--shape <name...>', 'queries', ['logs+tx', 'logs, no match', 'all tx+logs'])
   .option('--parallel <n...>', 'requests in flight for our client', intList)
   .option('--sdk', 'also sync with @subsquid/evm-processor 1.27.3')
+  .option('--compression <mode>', COMPRESSION_HELP, 'auto')
   .action(async (o) => (await import('./sync.js')).runSync({ ...o, parallel: o.parallel ?? [1, 2], sdk: !!o.sdk }))
 
 program
@@ -74,6 +78,7 @@ program
   .option('--clients <n>', 'concurrent queries', int, 16)
   .option('--seconds <n>', 'load duration per configuration', int, 20)
   .option('--shape <name>', 'query', 'all tx+logs')
+  .option('--compression <mode>', COMPRESSION_HELP, 'auto')
   .action(async (o) => (await import('./memory.js')).runMemory(o))
 
 program
@@ -84,6 +89,7 @@ program
   .option('--clients <n>', 'concurrent clients', int, 8)
   .option('--seconds <n>', 'load duration per point', int, 10)
   .option('--shape <name...>', 'queries', ['logs+tx', 'all tx+logs'])
+  .option('--compression <mode>', COMPRESSION_HELP, 'auto')
   .action(async (o) => (await import('./scaling.js')).runScaling({ ...o, workers: o.workers ?? [1, 2, 4] }))
 
 program
@@ -104,6 +110,7 @@ program
   .option('--in-flight <n>', 'transaction look-ups in flight', int, 8)
   .option('--runs <n>', 'interleaved runs', int, 3)
   .option('--keep', 'leave the archive folder in place')
+  .option('--compression <mode>', COMPRESSION_HELP, 'auto')
   .action(async (o) => (await import('./anvil.js')).runAnvil(o))
 
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */

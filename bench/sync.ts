@@ -14,6 +14,7 @@ export interface SyncBenchOptions {
   shape: string[]
   parallel: number[]
   sdk: boolean
+  compression: string
 }
 
 const itemCount = (block: Record<string, unknown>) =>
@@ -21,17 +22,17 @@ const itemCount = (block: Record<string, unknown>) =>
 
 /**
  * `bench sync`: a client walking the whole dataset range through router + worker processes (real
- * HTTP, gzip), the way an indexer syncs: blocks of range per second and items per second.
+ * HTTP; compressed as `--compression` says), the way an indexer syncs: blocks of range per second and items per second.
  */
 export async function runSync(o: SyncBenchOptions): Promise<void> {
   const { dir } = await ensureDataset(o.blocks)
-  const d = await deploy(dir, o.workers)
+  const d = await deploy(dir, o.workers, { compression: o.compression })
   const rows: string[][] = []
   try {
     const client = new ArchiveClient(d.base)
     const height = await client.getHeight()
     console.log(`machine: ${machine()}`)
-    console.log(`dataset ${dir}: blocks 0–${height}; router + ${o.workers} worker processes (default settings)`)
+    console.log(`dataset ${dir}: blocks 0–${height}; router + ${o.workers} worker processes (default settings, --compression ${o.compression})`)
     for (const name of o.shape) {
       const shape = shapeByName(name)
       const { fromBlock: _f, toBlock: _t, ...query } = shape.query(0, height)

@@ -3,6 +3,7 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import type { ChunkRef } from '../src/chunks/layout.js'
 import { LocalStorage } from '../src/server/storage.js'
+import { compressFor } from '../src/server/encoding.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import { postAndHangUp, postJson, request } from './helpers/http.js'
@@ -59,7 +60,7 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
     // Budgets far above what the fixture needs, so an answer covers the whole requested range.
     worker = new WorkerServer({ ...common, concurrency: 2, queue: 4, bodyLimit: 64 * 1024, budgets: { sizeBytes: 1 << 30, timeMs: 60_000 } })
     await worker.start('127.0.0.1', 0)
-    busyWorker = new WorkerServer({ ...common, concurrency: 1, queue: 0 })
+    busyWorker = new WorkerServer({ ...common, concurrency: 1, queue: 0, compression: 'always' })
     await busyWorker.start('127.0.0.1', 0)
     queryUrl = `${worker.url}/datasets/dense/query`
   })
@@ -83,10 +84,14 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
     assert.equal(res.trailers['x-num-read-chunks'], '3')
   })
 
-  it('compresses with gzip or br as the client accepts, to the same JSON', async () => {
+  it('compresses with gzip or br as a client behind a proxy accepts, to the same JSON', async () => {
     const q = { fromBlock: 0, toBlock: 63, includeAllBlocks: true, transactions: [{}], fields: { transaction: { input: true } } }
     const plain = await postJson(queryUrl, q, { 'accept-encoding': 'identity' })
     assert.equal(plain.headers['content-encoding'], undefined)
+    // `auto`: a client on this machine gets plain JSON; a request a proxy forwarded is compressed.
+    const local = await postJson(queryUrl, q, { 'accept-encoding': 'gzip, br' })
+    assert.equal(local.headers['content-encoding'], undefined)
+    assert.equal(local.text, plain.text)
     const cases: [string, string][] = [
       ['gzip', 'gzip'],
       ['br', 'br'],
@@ -95,13 +100,32 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
       ['br;q=0, gzip', 'gzip'],
     ]
     for (const [accept, expected] of cases) {
-      const res = await postJson(queryUrl, q, { 'accept-encoding': accept })
+      const res = await postJson(queryUrl, q, { 'accept-encoding': accept, 'x-forwarded-for': '203.0.113.7' })
       assert.equal(res.status, 200)
       assert.equal(res.headers['content-encoding'], expected, accept)
       assert.equal(res.headers['content-type'], 'application/json')
       assert.ok(res.raw.length < plain.raw.length / 2, `${accept}: ${res.raw.length} of ${plain.raw.length} bytes`)
       assert.deepEqual(JSON.parse(res.text), JSON.parse(plain.text), accept)
     }
+  })
+
+  it('compresses for clients on this machine with --compression always', async () => {
+    const q = { fromBlock: 0, toBlock: 20, includeAllBlocks: true, transactions: [{}], fields: { transaction: { input: true } } }
+    const res = await postJson(`${busyWorker.url}/datasets/dense/query`, q, { 'accept-encoding': 'br' })
+    assert.equal(res.status, 200, res.text)
+    assert.equal(res.headers['content-encoding'], 'br')
+    assert.deepEqual(JSON.parse(res.text).map((b: any) => b.header.number), range(0, 20))
+  })
+
+  it('decides on compression from the peer address, the mode and proxy headers', () => {
+    assert.equal(compressFor('auto', '127.0.0.1', {}), false)
+    assert.equal(compressFor('auto', '::ffff:127.0.0.1', {}), false)
+    assert.equal(compressFor('auto', '::1', {}), false)
+    assert.equal(compressFor('auto', '::1', { via: '1.1 nginx' }), true)
+    assert.equal(compressFor('auto', '10.1.2.3', {}), true)
+    assert.equal(compressFor('auto', '::ffff:192.168.0.9', {}), true)
+    assert.equal(compressFor('always', '127.0.0.1', {}), true)
+    assert.equal(compressFor('never', '10.1.2.3', {}), false)
   })
 
   it('answers 413 for a body over the limit', async () => {

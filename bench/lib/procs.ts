@@ -59,6 +59,8 @@ export interface WorkerFlags {
   queue?: number
   dbThreads?: number
   maxResponseBytes?: number
+  /** `--compression` of the workers (default auto: none for these loopback clients). */
+  compression?: string
 }
 
 export interface Deployment {
@@ -88,6 +90,7 @@ export async function deploy(data: string, workers: number, flags: WorkerFlags =
     if (flags.queue !== undefined) extra.push('--queue', String(flags.queue))
     if (flags.dbThreads) extra.push('--db-threads', String(flags.dbThreads))
     if (flags.maxResponseBytes) extra.push('--max-response-bytes', String(flags.maxResponseBytes))
+    if (flags.compression) extra.push('--compression', flags.compression)
     const ws = await Promise.all(Array.from({ length: workers }, () =>
       startCli(['worker', '--router', router.url, '--data', data, '--heartbeat-ms', String(heartbeatMs), ...extra], 'worker')))
     procs.push(...ws)

@@ -5,6 +5,7 @@ import { log } from '../log.js'
 import type { QueryBudgets } from '../query/types.js'
 import { startCluster } from '../server/cluster.js'
 import { DEFAULT_ROUTER_OPTIONS, RouterServer } from '../server/router-http.js'
+import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { LocalStorage } from '../server/storage.js'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
 
@@ -51,6 +52,10 @@ function workerOptions(cmd: Command): Command {
     .addOption(opt('--concurrency <n>', 'queries executed at once per worker', 'BLOCK_ARCHIVE_CONCURRENCY', int(1), DEFAULT_WORKER_LIMITS.concurrency))
     .addOption(opt('--queue <n>', 'queries waiting per worker before answering 503', 'BLOCK_ARCHIVE_QUEUE', int(0), DEFAULT_WORKER_LIMITS.queue))
     .addOption(opt('--queue-timeout-ms <ms>', 'longest wait for an execution slot before answering 503', 'BLOCK_ARCHIVE_QUEUE_TIMEOUT_MS', int(1), DEFAULT_WORKER_LIMITS.queueTimeoutMs))
+    .addOption(
+      opt('--compression <mode>', 'answer compression (gzip/br as the client accepts): auto = not for clients on this machine (loopback, not forwarded by a proxy), always, never', 'BLOCK_ARCHIVE_COMPRESSION', undefined, 'auto')
+        .choices(COMPRESSION_MODES),
+    )
     .addOption(opt('--db-threads <n>', 'DuckDB threads (default: all cores)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
     .addOption(opt('--db-memory <size>', 'DuckDB memory limit, e.g. 2GB', 'BLOCK_ARCHIVE_DB_MEMORY'))
 }
@@ -66,6 +71,7 @@ interface WorkerFlags {
   queueTimeoutMs: number
   dbThreads?: number
   dbMemory?: string
+  compression: CompressionMode
 }
 
 function workerSettings(o: WorkerFlags) {
@@ -75,7 +81,7 @@ function workerSettings(o: WorkerFlags) {
   if (o.maxResponseMs !== undefined) budgets.timeMs = o.maxResponseMs
   if (o.sliceMb !== undefined) budgets.sliceBytes = o.sliceMb * 1024 * 1024
   if (o.heavySliceMb !== undefined) budgets.heavySliceBytes = o.heavySliceMb * 1024 * 1024
-  return { budgets, bodyLimit: o.bodyLimit, concurrency: o.concurrency, queue: o.queue, queueTimeoutMs: o.queueTimeoutMs }
+  return { budgets, bodyLimit: o.bodyLimit, concurrency: o.concurrency, queue: o.queue, queueTimeoutMs: o.queueTimeoutMs, compression: o.compression }
 }
 
 /** Stop cleanly on Ctrl-C / SIGTERM. */

@@ -1,5 +1,6 @@
 import type { QueryBudgets } from '../query/types.js'
 import { DEFAULT_ROUTER_OPTIONS, RouterServer } from './router-http.js'
+import type { CompressionMode } from './encoding.js'
 import type { ChunkStorage } from './storage.js'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from './worker-http.js'
 
@@ -18,6 +19,7 @@ export interface ClusterOptions {
   concurrency?: number
   queue?: number
   queueTimeoutMs?: number
+  compression?: CompressionMode
 }
 
 export interface Cluster {
@@ -53,6 +55,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
         concurrency: opts.concurrency ?? DEFAULT_WORKER_LIMITS.concurrency,
         queue: opts.queue ?? DEFAULT_WORKER_LIMITS.queue,
         queueTimeoutMs: opts.queueTimeoutMs ?? DEFAULT_WORKER_LIMITS.queueTimeoutMs,
+        compression: opts.compression,
       })
       workers.push(w)
       await w.start(host, 0)

@@ -5,7 +5,7 @@ import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { DEFAULT_BUDGETS, prepareQuery } from '../query/engine.js'
 import type { QueryBudgets } from '../query/types.js'
-import { compressor, negotiateEncoding } from './encoding.js'
+import { compressFor, compressor, negotiateEncoding, type CompressionMode } from './encoding.js'
 import { createHttp, listen, observe } from './http.js'
 import { Limiter, type LimiterOptions } from './limiter.js'
 import { workerQueriesActive, workerQueriesQueued, workerQueryBlocks, workerQueryBytes } from './metrics.js'
@@ -18,6 +18,8 @@ export interface WorkerServerOptions extends Omit<WorkerNodeOptions, 'publicUrl'
   publicUrl?: string
   budgets?: Partial<QueryBudgets>
   bodyLimit?: number
+  /** Default `auto`: no compression for clients on this machine. */
+  compression?: CompressionMode
 }
 
 export const DEFAULT_WORKER_LIMITS: LimiterOptions & { bodyLimit: number } = {
@@ -103,7 +105,8 @@ export class WorkerServer {
       reply.hijack()
       streaming = true
       const res = reply.raw
-      const encoding = negotiateEncoding(req.headers['accept-encoding'])
+      const compress = compressFor(this.opts.compression ?? 'auto', req.socket.remoteAddress, req.headers)
+      const encoding = compress ? negotiateEncoding(req.headers['accept-encoding']) : 'identity'
       res.writeHead(200, {
         'content-type': 'application/json',
         vary: 'accept-encoding',
