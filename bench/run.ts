@@ -108,7 +108,7 @@ program
   .option('--empty <n>', 'empty blocks after each', int, 9)
   .option('--page <n>', 'blocks per eth_getLogs call', int, 1000)
   .option('--in-flight <n>', 'transaction look-ups in flight', int, 8)
-  .option('--runs <n>', 'interleaved runs', int, 3)
+  .option('--runs <n>', 'interleaved runs', int, 5)
   .option('--keep', 'leave the archive folder in place')
   .option('--compression <mode>', COMPRESSION_HELP, 'auto')
   .action(async (o) => (await import('./anvil.js')).runAnvil(o))
