@@ -1,4 +1,6 @@
 #!/usr/bin/env node
+// First: sets DuckDB's allocator options before its library is loaded.
+import './allocator.js'
 import { Command } from 'commander'
 import { registerIngest } from './commands/ingest.js'
 import { registerDemo } from './commands/demo.js'
