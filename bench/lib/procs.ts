@@ -61,6 +61,7 @@ export interface WorkerFlags {
   maxResponseBytes?: number
   /** `--compression` of the workers (default auto: none for these loopback clients). */
   compression?: string
+  sliceMb?: number
 }
 
 export interface Deployment {
@@ -91,6 +92,7 @@ export async function deploy(data: string, workers: number, flags: WorkerFlags =
     if (flags.dbThreads) extra.push('--db-threads', String(flags.dbThreads))
     if (flags.maxResponseBytes) extra.push('--max-response-bytes', String(flags.maxResponseBytes))
     if (flags.compression) extra.push('--compression', flags.compression)
+    if (flags.sliceMb) extra.push('--slice-mb', String(flags.sliceMb))
     const ws = await Promise.all(Array.from({ length: workers }, () =>
       startCli(['worker', '--router', router.url, '--data', data, '--heartbeat-ms', String(heartbeatMs), ...extra], 'worker')))
     procs.push(...ws)
