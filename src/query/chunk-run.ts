@@ -14,9 +14,10 @@ import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightS
  *   1. rows matched by requests with relation flags → temp table m<scan>;
  *   2. per item kind, keys, output weight and Parquet row number of the selected rows → temp table
  *      sel_<kind> (or the m table of step 1 when that is all that selects the kind);
- *   3. the blocks to return with their estimated weight and their header's JSON → read into JS;
- *   4. per slice of blocks, each item row's JSON text built inside DuckDB, ordered by block, kind
- *      and key, streamed to JS as raw bytes; each block's header goes before its items.
+ *   3. the blocks to return with their estimated weight → read into JS (in a chunk that holds every
+ *      block, from the temp tables alone);
+ *   4. per slice of blocks, each row's JSON text built inside DuckDB, ordered by block, kind and
+ *      key, streamed to JS as raw bytes.
  */
 
 export interface SelectedBlock {
@@ -148,20 +149,29 @@ export class ChunkRun {
     const itemWeights = kinds.map((k) => `SELECT block_number, w FROM ${this.selName(k)}`).join(' UNION ALL ')
     const items = kinds.length ? `LEFT JOIN (SELECT block_number, sum(w) AS iw FROM (${itemWeights}) GROUP BY block_number) s ON s.block_number = b.${blockCol}` : ''
     const iw = kinds.length ? 's.iw' : 'NULL'
-    // Read straight into JS (one statement, no temp table), with the headers' JSON: slices then read
-    // item rows only, and a chunk without item kinds needs no slice statement at all.
+    // Read straight into JS (one statement, no temp table): slices name the blocks they need. When
+    // no item is read, the headers' JSON comes along and the slices need no statement at all.
+    const headersOnly = kinds.length === 0
     const headerWeight = weightSql(header, this.selected(header), 'b')
-    const x =
-      `SELECT b.${blockCol}::BIGINT AS number, (${headerWeight} + coalesce(${iw}, 0))::BIGINT AS w, ` +
-      `(${includeAllBlocks ? 'TRUE' : `${iw} IS NOT NULL`})::INTEGER AS items, ${this.headerText('b')} AS j ` +
-      `FROM ${this.file(header.table)} b ${items} WHERE ${this.range('b', this.blockCol)}`
+    // In a chunk that holds every block of its range, the blocks need not be read unless their
+    // weight depends on their columns: the boundaries are `from` and `to` (one Parquet file and
+    // 1–2 ms less per chunk).
+    const known = !headersOnly && /^\d+$/.test(headerWeight) && (await chunkIsDense(this.con, this.dir, header.table, this.blockCol))
     let sql: string
-    if (includeAllBlocks) sql = `${x} ORDER BY number`
-    else if (await chunkIsDense(this.con, this.dir, header.table, this.blockCol)) {
-      // Every block of the range is there: the boundaries are `from` and `to`.
-      sql = `${x} AND (${iw} IS NOT NULL OR b.${blockCol} IN (${this.from}, ${this.to})) ORDER BY number`
+    if (known && !includeAllBlocks) {
+      sql =
+        `SELECT block_number::BIGINT AS number, (${headerWeight} + sum(w))::BIGINT AS w, 1 AS items FROM (${itemWeights}) ` +
+        `WHERE block_number BETWEEN ${this.from} AND ${this.to} GROUP BY block_number ORDER BY number`
     } else {
-      sql = `WITH x AS (${x}) SELECT * FROM x WHERE items = 1 OR number = (SELECT min(number) FROM x) OR number = (SELECT max(number) FROM x) ORDER BY number`
+      const blocks = known ? `(SELECT range AS ${blockCol} FROM range(${this.from}, ${this.to + 1}))` : this.file(header.table)
+      const x =
+        `SELECT b.${blockCol}::BIGINT AS number, (${headerWeight} + coalesce(${iw}, 0))::BIGINT AS w, ` +
+        `(${includeAllBlocks ? 'TRUE' : `${iw} IS NOT NULL`})::INTEGER AS items` +
+        `${headersOnly ? `, ${this.headerText('b')} AS j` : ''} ` +
+        `FROM ${blocks} b ${items} WHERE ${this.range('b', this.blockCol)}`
+      sql = includeAllBlocks
+        ? `${x} ORDER BY number`
+        : `WITH x AS (${x}) SELECT * FROM x WHERE items = 1 OR number = (SELECT min(number) FROM x) OR number = (SELECT max(number) FROM x) ORDER BY number`
     }
     const numbers: number[] = []
     const weights: number[] = []
@@ -172,62 +182,61 @@ export class ChunkRun {
       bigintNumbers(chunk, 0, numbers)
       bigintNumbers(chunk, 1, weights)
       integerNumbers(chunk, 2, hasItems)
-      varcharBytes(chunk, 3, json)
+      if (headersOnly) varcharBytes(chunk, 3, json)
     }
     this.candidates = numbers.map((number, i) => ({ number, weight: weights[i], items: hasItems[i] === 1 }))
-    this.headerJson = new Map(numbers.map((n, i) => [n, json[i]]))
+    if (known && !includeAllBlocks) {
+      const bare = (number: number): SelectedBlock => ({ number, weight: Number(headerWeight), items: false })
+      if (this.candidates[0]?.number !== this.from) this.candidates.unshift(bare(this.from))
+      if (this.candidates[this.candidates.length - 1].number !== this.to) this.candidates.push(bare(this.to))
+    }
+    this.headerJson = headersOnly ? new Map(numbers.map((n, i) => [n, json[i]])) : undefined
     return this.candidates
   }
 
-  /** Header JSON of the candidate blocks (read by `prepare`). */
-  private headerJson = new Map<number, Uint8Array>()
+  /** Header JSON of the candidate blocks, when `prepare` read it (no item kinds to read). */
+  private headerJson?: Map<number, Uint8Array>
 
   /** Candidate blocks from `prepare`, ascending. */
   private candidates: SelectedBlock[] = []
 
   /**
    * Step 4 for blocks `lo..hi` (of the candidates): header and item rows ordered by block, then kind
-   * (0 = header, i > 0 = `kinds[i-1]`), then key. Item rows come from DuckDB ordered (2,048 rows at
-   * a time; ordering them in DuckDB costs next to nothing, aggregating them per block cost 20–40 %),
-   * each block's header goes before its first item.
+   * (0 = header, i > 0 = `kinds[i-1]`), then key, as they come from DuckDB (2,048 rows at a time).
+   * Ordering the rows in DuckDB costs next to nothing; aggregating them per block cost 20–40 %.
    */
   async *slice(lo: number, hi: number, weight: number): AsyncGenerator<SliceRows> {
-    const headers = this.candidates.filter((b) => b.number >= lo && b.number <= hi).map((b) => b.number)
-    let next = 0
-    /** Adds the headers of the candidate blocks up to `block` that are not out yet. */
-    const headersUpTo = (block: number, rows: SliceRows) => {
-      for (; next < headers.length && headers[next] <= block; next++) {
-        rows.block.push(headers[next])
+    if (this.headerJson) {
+      const rows: SliceRows = { block: [], kind: [], json: [] }
+      for (const b of this.candidates) {
+        if (b.number < lo || b.number > hi) continue
+        rows.block.push(b.number)
         rows.kind.push(0)
-        rows.json.push(this.headerJson.get(headers[next])!)
+        rows.json.push(this.headerJson.get(b.number)!)
       }
+      yield rows
+      return
     }
-    if (!this.ruledOut && this.kinds.length > 0) {
-      const order = this.orderColumns()
-      const parts = this.kinds.map(
-        (kind, i) => `SELECT src.block_number::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`,
-      )
-      const sql = `SELECT b, k, j FROM (${parts.join(' UNION ALL ')}) ORDER BY b, k${order.names.map((n) => `, ${n}`).join('')}`
-      // A streaming result costs a few ms more than a materialised one; only big slices need it.
-      const chunks = weight > SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
-      for await (const chunk of chunks) {
-        const items: SliceRows = { block: [], kind: [], json: [] }
-        bigintNumbers(chunk, 0, items.block)
-        integerNumbers(chunk, 1, items.kind)
-        varcharBytes(chunk, 2, items.json)
-        const rows: SliceRows = { block: [], kind: [], json: [] }
-        for (let n = 0; n < items.block.length; n++) {
-          headersUpTo(items.block[n], rows)
-          rows.block.push(items.block[n])
-          rows.kind.push(items.kind[n])
-          rows.json.push(items.json[n])
-        }
-        yield rows
-      }
+    const header = this.plan.family.header
+    const blockCol = ident(this.blockCol)
+    const order = this.orderColumns()
+    const parts = [
+      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, ${order.columns(-1)}, ${this.headerText('src')} AS j ` +
+        `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi} AND src.${blockCol} IN (${this.candidatesIn(lo, hi)})`,
+    ]
+    if (!this.ruledOut) this.kinds.forEach((kind, i) => {
+      parts.push(`SELECT src.block_number::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
+    })
+    const sql = `SELECT b, k, j FROM (${parts.join(' UNION ALL ')}) ORDER BY b, k${order.names.map((n) => `, ${n}`).join('')}`
+    // A streaming result costs a few ms more than a materialised one; only big slices need it.
+    const chunks = weight > SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
+    for await (const chunk of chunks) {
+      const rows: SliceRows = { block: [], kind: [], json: [] }
+      bigintNumbers(chunk, 0, rows.block)
+      integerNumbers(chunk, 1, rows.kind)
+      varcharBytes(chunk, 2, rows.json)
+      yield rows
     }
-    const rest: SliceRows = { block: [], kind: [], json: [] }
-    headersUpTo(hi, rest)
-    if (rest.block.length) yield rest
   }
 
   /** The items of one kind in one block, one `,{…}` text per row (for blocks too big for a slice). */
@@ -242,11 +251,22 @@ export class ChunkRun {
     }
   }
 
-  /** The header JSON of a candidate block. */
-  header(block: number): Uint8Array {
-    const json = this.headerJson.get(block)
-    if (json === undefined) throw new Error(`block ${block} is not a candidate block of this chunk`)
-    return json
+  /** The header JSON of one block. */
+  async header(block: number): Promise<string | Uint8Array> {
+    const known = this.headerJson?.get(block)
+    if (known !== undefined) return known
+    const header = this.plan.family.header
+    const blockCol = ident(this.blockCol)
+    const res = await this.con.runAndReadAll(
+      `SELECT ${this.headerText('src')} FROM ${this.file(header.table)} src WHERE src.${blockCol} = ${block}`,
+    )
+    return res.getRows()[0][0] as string
+  }
+
+  /** Candidate block numbers in `lo..hi` as an SQL list (`NULL` when there are none). */
+  private candidatesIn(lo: number, hi: number): string {
+    const list = this.candidates.filter((b) => b.number >= lo && b.number <= hi).map((b) => b.number)
+    return list.length ? list.join(', ') : 'NULL'
   }
 
   /** A header row's JSON text. */
