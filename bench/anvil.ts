@@ -19,6 +19,7 @@ export interface AnvilBenchOptions {
   /** Leave the archive folder in place (its path is printed). */
   keep?: boolean
   compression: string
+  chunkBlocks?: number
 }
 
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli.js')
@@ -92,7 +93,7 @@ export async function runAnvil(o: AnvilBenchOptions): Promise<void> {
     const i0 = performance.now()
     await new Promise<void>((resolve, reject) => {
       const child = spawn(process.execPath, [CLI, 'ingest', '--rpc', a.url, '--dataset', 'anvil', '--out', out, '--from', '0', '--to', String(last),
-        '--chunk-blocks', '1000', '--progress', 'none'], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+        ...(o.chunkBlocks ? ['--chunk-blocks', String(o.chunkBlocks)] : []), '--progress', 'none'], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
       let err = ''
       child.stderr!.on('data', (x) => (err = (err + x).slice(-3000)))
       child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`ingest exited with ${code}: ${err}`))))

@@ -110,6 +110,7 @@ program
   .option('--in-flight <n>', 'transaction look-ups in flight', int, 8)
   .option('--runs <n>', 'interleaved runs', int, 5)
   .option('--keep', 'leave the archive folder in place')
+  .option('--chunk-blocks <n>', 'ingest --chunk-blocks of the archive (default: the ingest default)', int)
   .option('--compression <mode>', COMPRESSION_HELP, 'auto')
   .action(async (o) => (await import('./anvil.js')).runAnvil(o))
 

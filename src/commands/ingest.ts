@@ -1,6 +1,6 @@
 import { Command, InvalidArgumentError, Option } from 'commander'
 import { configureDb } from '../db.js'
-import { runIngest } from '../ingest/loop.js'
+import { DEFAULT_CHUNK_BLOCKS, runIngest } from '../ingest/loop.js'
 import { loadRecordedChain, RECORDED_CHAINS, type RecordedChainName } from '../ingest/recorded.js'
 import { ReplayServer } from '../ingest/replay.js'
 import { log } from '../log.js'
@@ -71,7 +71,7 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--follow', 'keep following the head (stays --confirmations behind it) until stopped', 'BLOCK_ARCHIVE_FOLLOW').default(false))
     .addOption(opt('--blocks <list>', 'ingest exactly these blocks, e.g. "1000000,18000000-18000010" (a sparse dataset; continuity is checked only between consecutive numbers)', 'BLOCK_ARCHIVE_BLOCKS', numberList))
     .addOption(opt('--confirmations <k>', 'stay this many blocks behind the head; a parent-hash mismatch (reorg) at this depth stops the ingest', 'BLOCK_ARCHIVE_CONFIRMATIONS', int(0), 0))
-    .addOption(opt('--chunk-blocks <n>', 'at most this many blocks per chunk', 'BLOCK_ARCHIVE_CHUNK_BLOCKS', int(1), 1000))
+    .addOption(opt('--chunk-blocks <n>', 'at most this many blocks per chunk (the --chunk-mb bound usually closes a chunk first on busy chains)', 'BLOCK_ARCHIVE_CHUNK_BLOCKS', int(1), DEFAULT_CHUNK_BLOCKS))
     .addOption(opt('--chunk-mb <n>', 'close a chunk once its rows reach this many MiB (as NDJSON, before compression); a block is never split', 'BLOCK_ARCHIVE_CHUNK_MB', int(1), 256))
     .addOption(opt('--top-dir-size <n>', 'chunks per top folder', 'BLOCK_ARCHIVE_TOP_DIR_SIZE', int(1), 500))
     .addOption(opt('--flush-after-ms <ms>', 'with --follow: write the open chunk once it is this old and the ingest has caught up with the head', 'BLOCK_ARCHIVE_FLUSH_AFTER_MS', int(0), 600_000))

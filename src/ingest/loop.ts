@@ -40,7 +40,7 @@ export interface IngestOptions {
   follow?: boolean
   /** Stay this many blocks behind the head (default 0). */
   confirmations?: number
-  /** A chunk holds at most this many blocks (default 1000)... */
+  /** A chunk holds at most this many blocks (default 10,000)... */
   chunkBlocks?: number
   /** ...and is closed once its rows reach this many bytes (NDJSON size, default 256 MiB). */
   chunkBytes?: number
@@ -117,10 +117,18 @@ export class DatasetLocked extends Error {}
 
 const MiB = 1024 * 1024
 
+/**
+ * Default block bound of a chunk; the byte bound (256 MiB of rows) closes mainnet-sized chunks long
+ * before it (≈ 345 blocks). Chains with little data per block would otherwise get many small chunks,
+ * and a query pays ≈ 15–20 ms per chunk it reads: the anvil comparison (5,002 blocks) answered in
+ * 131–140 ms from 1,000-block chunks and in 99–109 ms from one chunk (BENCHMARKS.md, step 20).
+ */
+export const DEFAULT_CHUNK_BLOCKS = 10_000
+
 export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const started = performance.now()
   const confirmations = o.confirmations ?? 0
-  const chunkBlocks = o.chunkBlocks ?? 1000
+  const chunkBlocks = o.chunkBlocks ?? DEFAULT_CHUNK_BLOCKS
   const chunkBytes = o.chunkBytes ?? 256 * MiB
   const topDirSize = o.topDirSize ?? 500
   const flushAfterMs = o.flushAfterMs ?? 10 * 60_000
