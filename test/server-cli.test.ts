@@ -169,6 +169,12 @@ describe('CLI: serve and help', { timeout: 60_000 }, () => {
       const r = await runCli(['query', base, '--from', '0', '{"includeAllBlocks":true}'])
       assert.equal(r.code, 0, r.stderr)
       assert.deepEqual(ndjson(r.stdout).map((b) => b.header.number), records.map((x) => x.number))
+      // --compression auto (the default): plain JSON for a client on this machine, whatever it accepts.
+      const worker = (await (await fetch(`${base}/0/worker`)).text()).trim()
+      const res = await fetch(worker, { method: 'POST', headers: { 'content-type': 'application/json', 'accept-encoding': 'gzip, br' }, body: '{"fromBlock":0,"toBlock":5,"includeAllBlocks":true}' })
+      assert.equal(res.status, 200)
+      assert.equal(res.headers.get('content-encoding'), null)
+      assert.equal((await res.json()).length, 6)
       const exited = new Promise((resolve) => s.child.once('exit', resolve))
       s.child.kill('SIGTERM')
       assert.equal(await exited, 0)
@@ -181,7 +187,7 @@ describe('CLI: serve and help', { timeout: 60_000 }, () => {
     const expectations: [string, RegExp[]][] = [
       ['serve', [/--data/, /--workers/, /--replication/, /--heartbeat-ms/, /--body-limit/, /--concurrency/, /BLOCK_ARCHIVE_PORT/]],
       ['router', [/--data/, /--replication/, /--missed-heartbeats/, /--relist-ms/]],
-      ['worker', [/--router/, /--public-url/, /--max-response-bytes/, /--queue/]],
+      ['worker', [/--router/, /--public-url/, /--max-response-bytes/, /--queue/, /--compression/, /BLOCK_ARCHIVE_COMPRESSION/]],
       ['query', [/--from/, /--to/, /--query/, /--parallel/, /--follow/]],
     ]
     for (const [cmd, patterns] of expectations) {
@@ -192,6 +198,10 @@ describe('CLI: serve and help', { timeout: 60_000 }, () => {
     const bad = await runCli(['serve', '--data', '/nonexistent', '--workers', 'two'])
     assert.notEqual(bad.code, 0)
     assert.match(bad.stderr, /--workers/)
+    const badMode = await runCli(['serve', '--data', '/nonexistent', '--compression', 'fast'])
+    assert.notEqual(badMode.code, 0)
+    assert.match(badMode.stderr, /--compression/)
+    assert.match(badMode.stderr, /always/)
     const missing = await runCli(['serve', '--data', '/nonexistent/folder', '--port', '0'])
     assert.notEqual(missing.code, 0)
     assert.match(missing.stderr, /nonexistent\/folder/)
