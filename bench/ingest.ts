@@ -157,7 +157,7 @@ async function replayIngest(blocks: number): Promise<void> {
   }
   const fmt = (x: number | undefined, d = 1) => (x == null ? '—' : x.toFixed(d))
   const total = (x: E2eRun) => Object.values(x.rows).reduce((a, b) => a + b, 0)
-  printTable(`end to end: replay-rpc → block-archive ingest (default flags: batch 20, concurrency 4, chunks of ≤ 1000 blocks / 256 MiB), ${blocks} mainnet blocks (18000000/18500000 alternating), each run`,
+  printTable(`end to end: replay-rpc → block-archive ingest (default flags: batch 20, concurrency 4, chunks of ≤ 10,000 blocks / 256 MiB of rows), ${blocks} mainnet blocks (18000000/18500000 alternating), each run`,
     ['build', 'wall', 'blocks/s', 'rows/s', 'ingest CPU s', 'replay server CPU s', 'CPU ms per block (both)'],
     results.map((x) => [x.build, `${(x.wallMs / 1000).toFixed(2)} s`, fmtRate(x.blocks, x.wallMs), fmtRate(total(x), x.wallMs),
       fmt(x.ingestCpuS), fmt(x.serverCpuS), x.ingestCpuS == null ? '—' : ((1000 * (x.ingestCpuS + (x.serverCpuS ?? 0))) / x.blocks).toFixed(1)]))
