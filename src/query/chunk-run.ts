@@ -6,7 +6,7 @@ import { tableOf } from '../families/declaration.js'
 import type { QueryPlan, ScanPlan } from './plan.js'
 import { bigintNumbers, integerNumbers, varcharBytes } from './raw-rows.js'
 import { chunkIsDense } from './summary.js'
-import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightSql } from './sql.js'
+import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightParts, weightSql } from './sql.js'
 
 /*
  * One query over one chunk, in DuckDB, in separate short statements (measured: a semi join per
@@ -153,10 +153,11 @@ export class ChunkRun {
     // no item is read, the headers' JSON comes along and the slices need no statement at all.
     const headersOnly = kinds.length === 0
     const headerWeight = weightSql(header, this.selected(header), 'b')
+    const { fixed: headerFixed, columns: headerWeightColumns } = weightParts(header, this.selected(header))
     // In a chunk that holds every block of its range, the blocks need not be read unless their
     // weight depends on their columns: the boundaries are `from` and `to` (one Parquet file and
     // 1–2 ms less per chunk).
-    const known = !headersOnly && /^\d+$/.test(headerWeight) && (await chunkIsDense(this.con, this.dir, header.table, this.blockCol))
+    const known = !headersOnly && headerWeightColumns.length === 0 && (await chunkIsDense(this.con, this.dir, header.table, this.blockCol))
     let sql: string
     if (known && !includeAllBlocks) {
       sql =
@@ -186,7 +187,7 @@ export class ChunkRun {
     }
     this.candidates = numbers.map((number, i) => ({ number, weight: weights[i], items: hasItems[i] === 1 }))
     if (known && !includeAllBlocks) {
-      const bare = (number: number): SelectedBlock => ({ number, weight: Number(headerWeight), items: false })
+      const bare = (number: number): SelectedBlock => ({ number, weight: headerFixed, items: false })
       if (this.candidates[0]?.number !== this.from) this.candidates.unshift(bare(this.from))
       if (this.candidates[this.candidates.length - 1].number !== this.to) this.candidates.push(bare(this.to))
     }
@@ -298,19 +299,20 @@ export class ChunkRun {
   }
 
   /**
-   * `FROM … WHERE …` of the selected rows of a kind in blocks `lo..hi`. Rows pulled in by a
-   * relation are read by Parquet row number (a join to sel_<kind>,
-   * whose min/max prune row groups; a join on (block, key) decodes every row of the file first:
-   * measured 4–7× slower for transactions). A kind selected only by its own requests repeats their
-   * filters, which the Parquet scan evaluates first so that it decodes the other columns of
-   * matching rows only.
+   * `FROM … WHERE …` of the selected rows of a kind in blocks `lo..hi`. A kind selected only by its
+   * own requests repeats their filters, which the Parquet scan evaluates first so that it decodes
+   * the other columns of matching rows only. Rows pulled in by a relation are read by Parquet row
+   * number (a join to sel_<kind>, whose min/max prune row groups; a join on (block, key) decodes
+   * every row of the file first: measured 4–7× slower for transactions).
    */
   private source(kind: ItemDecl, lo: number, hi: number): string {
     const range = `src.block_number BETWEEN ${lo} AND ${hi}`
     const scans = this.plan.scans.filter((s) => s.item === kind)
     const related = this.plan.scans.some((s) => s.relations.some((r) => r.target === kind))
-    const own = !related && scans.length > 0 ? ` AND (${scans.map((scan) => `(${this.where(scan, 'src')})`).join(' OR ')})` : ''
-    if (own) return `${this.file(kind.table)} src WHERE ${range}${own}`
+    if (!related && scans.length > 0) {
+      const conds = scans.map((scan) => `(${this.where(scan, 'src')})`)
+      return `${this.file(kind.table)} src WHERE ${range} AND (${conds.join(' OR ')})`
+    }
     return (
       `${this.file(kind.table, true)} src SEMI JOIN (SELECT r FROM ${this.selName(kind)} ` +
       `WHERE block_number BETWEEN ${lo} AND ${hi}) s ON src.file_row_number = s.r WHERE ${range}`

@@ -91,8 +91,8 @@ export function itemJsonSql(item: ItemDecl, selected: string[], alias = '', pref
   return `concat(${lit(`${prefix}{`)}, ${parts.join(', ')}, '}')`
 }
 
-/** Estimated JSON size of an item row: fixed weights plus stored size columns. */
-export function weightSql(item: ItemDecl, selected: string[], alias = ''): string {
+/** Estimated JSON size of an item row: fixed weights plus stored size columns (terms to add). */
+export function weightParts(item: ItemDecl, selected: string[], alias = ''): { fixed: number; columns: string[] } {
   const q = (c: string) => (alias ? `${alias}.${ident(c)}` : ident(c))
   let fixed = item.baseWeight ?? 0
   const columns: string[] = []
@@ -102,6 +102,12 @@ export function weightSql(item: ItemDecl, selected: string[], alias = ''): strin
     else if (typeof w === 'number') fixed += w
     else columns.push(`coalesce(${q(w.column)}, 0)`)
   }
+  return { fixed, columns }
+}
+
+/** The same estimate as one SQL expression. */
+export function weightSql(item: ItemDecl, selected: string[], alias = ''): string {
+  const { fixed, columns } = weightParts(item, selected, alias)
   return [String(fixed), ...columns].join(' + ')
 }
 

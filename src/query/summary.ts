@@ -58,28 +58,33 @@ function hashes(s: string): [number, number] {
   return [a >>> 0, (b | 1) >>> 0]
 }
 
+/**
+ * A fact about an immutable chunk, computed once per key; a failure is not kept (the next query
+ * tries again) and answers `fallback`.
+ */
+function cached<T>(cache: Map<string, Promise<T>>, key: string, fallback: T, compute: () => Promise<T>): Promise<T> {
+  let p = cache.get(key)
+  if (!p) {
+    p = compute().catch(() => {
+      cache.delete(key)
+      return fallback
+    })
+    cache.set(key, p)
+  }
+  return p
+}
+
 /** null: no summary (too many distinct values, or building it failed). */
 const summaries = new Map<string, Promise<Bloom | null>>()
 
 function summary(con: DuckDBConnection, dir: string, table: string, column: string): Promise<Bloom | null> {
-  const key = `${dir}\0${table}\0${column}`
-  let s = summaries.get(key)
-  if (!s) {
-    const file = lit(path.join(dir, `${table}.parquet`))
-    const col = ident(column)
-    s = con
-      .runAndReadAll(`SELECT DISTINCT ${col} FROM read_parquet(${file}) WHERE ${col} IS NOT NULL LIMIT ${MAX_DISTINCT + 1}`)
-      .then((r) => {
-        const values = r.getColumnsJS()[0] ?? []
-        return values.length > MAX_DISTINCT ? null : new Bloom(values.map(String))
-      })
-      .catch(() => {
-        summaries.delete(key)
-        return null
-      })
-    summaries.set(key, s)
-  }
-  return s
+  const file = lit(path.join(dir, `${table}.parquet`))
+  const col = ident(column)
+  return cached(summaries, `${dir}\0${table}\0${column}`, null, async () => {
+    const r = await con.runAndReadAll(`SELECT DISTINCT ${col} FROM read_parquet(${file}) WHERE ${col} IS NOT NULL LIMIT ${MAX_DISTINCT + 1}`)
+    const values = r.getColumnsJS()[0] ?? []
+    return values.length > MAX_DISTINCT ? null : new Bloom(values.map(String))
+  })
 }
 
 const dense = new Map<string, Promise<boolean>>()
@@ -89,20 +94,11 @@ const dense = new Map<string, Promise<boolean>>()
  * sparse recorded data does not). Then the blocks of a range are known without reading them.
  */
 export function chunkIsDense(con: DuckDBConnection, dir: string, table: string, column: string): Promise<boolean> {
-  const key = `${dir}\0${table}`
-  let d = dense.get(key)
-  if (!d) {
-    const col = ident(column)
-    d = con
-      .runAndReadAll(`SELECT count(*) = max(${col}) - min(${col}) + 1 FROM read_parquet(${lit(path.join(dir, `${table}.parquet`))})`)
-      .then((r) => r.getRows()[0]?.[0] === true)
-      .catch(() => {
-        dense.delete(key)
-        return false
-      })
-    dense.set(key, d)
-  }
-  return d
+  const col = ident(column)
+  return cached(dense, `${dir}\0${table}`, false, async () => {
+    const r = await con.runAndReadAll(`SELECT count(*) = max(${col}) - min(${col}) + 1 FROM read_parquet(${lit(path.join(dir, `${table}.parquet`))})`)
+    return r.getRows()[0]?.[0] === true
+  })
 }
 
 /**
