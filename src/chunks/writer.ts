@@ -21,14 +21,17 @@ export interface WriteOptions {
   extraMeta?: Record<string, unknown>
   /**
    * Tables written the other way: rows appended as NDJSON to a temp file as blocks arrive, then
-   * DuckDB `read_json` + `ORDER BY` (default: traces and statediffs, whose many null columns make
-   * the Appender slower than DuckDB's parallel JSON reader and sort).
+   * DuckDB `read_json` + `ORDER BY` (default: the tables the family declares `ndjson`, e.g. EVM
+   * traces and statediffs, whose many null columns make the Appender slower than DuckDB's parallel
+   * JSON reader and sort).
    */
   ndjsonTables?: string[]
 }
 
-/** Tables written through NDJSON unless `ndjsonTables` says otherwise. */
-export const NDJSON_TABLES = ['traces', 'statediffs']
+/** Tables of a family written through NDJSON unless `ndjsonTables` says otherwise. */
+export function ndjsonTables(family: FamilyDecl): string[] {
+  return family.tables.filter((t) => t.ndjson).map((t) => t.name)
+}
 
 /** Rows of a table already as NDJSON text (built by a fetch worker). */
 export interface RowsText {
@@ -88,7 +91,7 @@ export class ChunkBuilder {
       if (!t.optional && !tables.includes(t.name)) throw new Error(`table ${t.name} is required in every chunk`)
     }
     for (const name of tables) if (!family.tables.some((t) => t.name === name)) throw new Error(`family ${family.name} has no table ${name}`)
-    this.ndjson = new Set(opts.ndjsonTables ?? NDJSON_TABLES)
+    this.ndjson = new Set(opts.ndjsonTables ?? ndjsonTables(family))
   }
 
   /**
@@ -211,7 +214,7 @@ export class ChunkBuilder {
       rows.length = 0
       t0 = performance.now()
       const groupSize = this.opts.rowGroupSize ?? 10_000
-      const rowGroup = table.name === 'blocks' ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
+      const rowGroup = table.name === this.family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
       // rows are in sort order already; the table scan keeps insertion order (preserve_insertion_order)
       await con.run(
         `COPY ${tmp} TO ${lit(out)} ` +
@@ -240,7 +243,7 @@ export class ChunkBuilder {
         )
       }
       const groupSize = this.opts.rowGroupSize ?? 10_000
-      const rowGroup = table.name === 'blocks' ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
+      const rowGroup = table.name === this.family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
       const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
       await con.run(
         `COPY (SELECT * FROM temp.main.${ident(tmpName)} ORDER BY ${order}) TO ${lit(out)} ` +

@@ -30,6 +30,11 @@ export interface TableDecl {
   sortBy: string[]
   /** A chunk may lack this table (for example traces when the source had none). */
   optional?: boolean
+  /**
+   * Written through NDJSON + DuckDB `read_json` rather than the Appender: for tables with many
+   * mostly-null columns, where DuckDB's parallel JSON reader and sort beat per-value appends.
+   */
+  ndjson?: boolean
 }
 
 /**
@@ -37,6 +42,7 @@ export interface TableDecl {
  * - `number`: integer column as a JSON number.
  * - `string`: string column as a JSON string (hex values are stored lower-case).
  * - `bigint`: unsigned integer as a JSON number, or a decimal string above 2^53 − 1.
+ * - `boolean`: BOOLEAN column as `true`/`false`.
  * - `json`: the column holds JSON text, emitted as-is.
  * - `sql`: `expr` is a DuckDB expression (over the table's columns) that yields the JSON value.
  */
@@ -44,6 +50,7 @@ export type FieldEncoding =
   | { kind: 'number'; column: string }
   | { kind: 'string'; column: string }
   | { kind: 'bigint'; column: string }
+  | { kind: 'boolean'; column: string }
   | { kind: 'json'; column: string }
   | { kind: 'sql'; expr: string; columns: string[] }
 
@@ -96,11 +103,23 @@ export type RelationDecl =
       inclusive?: boolean
     }
 
+/**
+ * One request list of a query that selects items of a kind. A kind may have several (Substrate
+ * `events` and `evmLogs` both select from the events table); each has its own filters, relation
+ * flags and an implicit condition.
+ */
+export interface RequestDecl {
+  /** Key of the request list in the query (e.g. `logs`, `evmLogs`). */
+  name: string
+  /** Implicit condition: column → the value it must equal (e.g. `{ name: 'EVM.Log' }`). */
+  where?: Record<string, string | number>
+  filters: Record<string, FilterDecl>
+  relations: Record<string, RelationDecl>
+}
+
 export interface ItemDecl {
   /** Key in `fields` (e.g. `log`). */
   selector: string
-  /** Key of the request list (e.g. `logs`); absent for the block header. */
-  request?: string
   /** Key of the output array in a block object (e.g. `logs`). */
   output: string
   table: string
@@ -110,8 +129,8 @@ export interface ItemDecl {
   /** Always emitted, whatever the selection (DECISIONS §12). */
   idFields: string[]
   nested?: NestedObjectDecl[]
-  filters: Record<string, FilterDecl>
-  relations: Record<string, RelationDecl>
+  /** Request lists selecting this kind (none for the block header). */
+  requests: RequestDecl[]
   /** Weight of every item row on top of its fields (keys, framing). */
   baseWeight?: number
 }
@@ -120,6 +139,8 @@ export interface FamilyDecl {
   name: 'evm' | 'starknet' | 'substrate'
   /** Accepted values of the query's `type` key; `undefined` in the list means "absent is fine". */
   queryTypes: (string | undefined)[]
+  /** How block hashes (and `parentBlockHash`) are written: lower-case hex, or Starknet felts (no leading zeros). */
+  hashValues: 'hex' | 'felt'
   tables: TableDecl[]
   /** The block header item; its table has one row per block. */
   header: ItemDecl
@@ -142,4 +163,19 @@ export function itemOf(family: FamilyDecl, selector: string): ItemDecl {
 /** Columns a field reads. */
 export function fieldColumns(f: FieldDecl): string[] {
   return f.encoding.kind === 'sql' ? f.encoding.columns : [f.encoding.column]
+}
+
+export function requestOf(family: FamilyDecl, name: string): { item: ItemDecl; request: RequestDecl } | undefined {
+  for (const item of family.items) {
+    const request = item.requests.find((r) => r.name === name)
+    if (request) return { item, request }
+  }
+  return undefined
+}
+
+/** Lower case; felts also lose leading zeros after `0x` (`0x00AB` → `0xab`, zero → `0x0`). */
+export function normalizeHex(value: string, how: 'hex' | 'felt'): string {
+  const v = value.toLowerCase()
+  if (how === 'hex') return v
+  return '0x' + (v.slice(2).replace(/^0+/, '') || '0')
 }

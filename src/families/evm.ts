@@ -83,6 +83,7 @@ const tracesTable = {
   name: 'traces',
   blockColumn: 'block_number',
   optional: true,
+  ndjson: true,
   sortBy: ['type', 'create_from', 'call_sighash', 'call_to', 'call_from', 'block_number', 'transaction_index', 'trace_address'],
   columns: [
     ...cols('BIGINT', 'block_number'),
@@ -104,6 +105,7 @@ const stateDiffsTable = {
   name: 'statediffs',
   blockColumn: 'block_number',
   optional: true,
+  ndjson: true,
   sortBy: ['address', 'key', 'block_number', 'transaction_index'],
   columns: [
     ...cols('BIGINT', 'block_number'),
@@ -121,8 +123,7 @@ const header: ItemDecl = {
   table: 'blocks',
   key: [],
   idFields: ['number', 'hash', 'parentHash'],
-  filters: {},
-  relations: {},
+  requests: [],
   fields: {
     number: num('number'),
     hash: str('hash'),
@@ -159,7 +160,6 @@ const header: ItemDecl = {
 
 const transaction: ItemDecl = {
   selector: 'transaction',
-  request: 'transactions',
   output: 'transactions',
   table: 'transactions',
   key: ['transaction_index'],
@@ -214,24 +214,28 @@ const transaction: ItemDecl = {
     aaAuthorizationList: json('aa_authorization_list'),
     keyAuthorization: json('key_authorization'),
   },
-  filters: {
-    from: hex('from'),
-    to: hex('to'),
-    sighash: hex('sighash'),
-    type: { kind: 'in', column: 'type', values: 'integer' },
-    firstNonce: { kind: 'min', column: 'nonce' },
-    lastNonce: { kind: 'max', column: 'nonce' },
-  },
-  relations: {
-    logs: sameTx('log'),
-    traces: sameTx('trace'),
-    stateDiffs: sameTx('stateDiff'),
-  },
+  requests: [
+    {
+      name: 'transactions',
+      filters: {
+        from: hex('from'),
+        to: hex('to'),
+        sighash: hex('sighash'),
+        type: { kind: 'in', column: 'type', values: 'integer' },
+        firstNonce: { kind: 'min', column: 'nonce' },
+        lastNonce: { kind: 'max', column: 'nonce' },
+      },
+      relations: {
+        logs: sameTx('log'),
+        traces: sameTx('trace'),
+        stateDiffs: sameTx('stateDiff'),
+      },
+    },
+  ],
 }
 
 const log: ItemDecl = {
   selector: 'log',
-  request: 'logs',
   output: 'logs',
   table: 'logs',
   key: ['log_index'],
@@ -251,19 +255,24 @@ const log: ItemDecl = {
       weight: 4 * 66,
     },
   },
-  filters: {
-    address: hex('address'),
-    topic0: hex('topic0'),
-    topic1: hex('topic1'),
-    topic2: hex('topic2'),
-    topic3: hex('topic3'),
-  },
-  relations: {
-    transaction: sameTx('transaction'),
-    transactionLogs: sameTx('log'),
-    transactionTraces: sameTx('trace'),
-    transactionStateDiffs: sameTx('stateDiff'),
-  },
+  requests: [
+    {
+      name: 'logs',
+      filters: {
+        address: hex('address'),
+        topic0: hex('topic0'),
+        topic1: hex('topic1'),
+        topic2: hex('topic2'),
+        topic3: hex('topic3'),
+      },
+      relations: {
+        transaction: sameTx('transaction'),
+        transactionLogs: sameTx('log'),
+        transactionTraces: sameTx('trace'),
+        transactionStateDiffs: sameTx('stateDiff'),
+      },
+    },
+  ],
 }
 
 /** A trace field that lives in `action` or `result` and exists only for one trace type. */
@@ -275,7 +284,6 @@ const traceField = (type: string, object: 'action' | 'result', key: string, fiel
 
 const trace: ItemDecl = {
   selector: 'trace',
-  request: 'traces',
   output: 'traces',
   table: 'traces',
   key: ['transaction_index', 'trace_address'],
@@ -315,46 +323,50 @@ const trace: ItemDecl = {
     rewardValue: traceField('reward', 'action', 'value', str('reward_value')),
     rewardType: traceField('reward', 'action', 'type', str('reward_type')),
   },
-  filters: {
-    type: { kind: 'in', column: 'type', values: 'string' },
-    createFrom: hex('create_from'),
-    callFrom: hex('call_from'),
-    callTo: hex('call_to'),
-    callSighash: hex('call_sighash'),
-    suicideRefundAddress: hex('suicide_refund_address'),
-    suicideAddress: hex('suicide_address'),
-    createResultAddress: hex('create_result_address'),
-    rewardAuthor: hex('reward_author'),
-    callCallType: { kind: 'in', column: 'call_type', values: 'string' },
-    createValueNonZero: nonZero('create_value'),
-    callValueNonZero: nonZero('call_value'),
-    suicideBalanceNonZero: nonZero('suicide_balance'),
-    rewardValueNonZero: nonZero('reward_value'),
-  },
-  relations: {
-    transaction: sameTx('transaction'),
-    transactionLogs: sameTx('log'),
-    transactionTraces: sameTx('trace'),
-    subtraces: {
-      kind: 'descendants',
-      target: 'trace',
-      on: [['transaction_index', 'transaction_index']],
-      sourceAddress: 'trace_address',
-      targetAddress: 'trace_address',
+  requests: [
+    {
+      name: 'traces',
+      filters: {
+        type: { kind: 'in', column: 'type', values: 'string' },
+        createFrom: hex('create_from'),
+        callFrom: hex('call_from'),
+        callTo: hex('call_to'),
+        callSighash: hex('call_sighash'),
+        suicideRefundAddress: hex('suicide_refund_address'),
+        suicideAddress: hex('suicide_address'),
+        createResultAddress: hex('create_result_address'),
+        rewardAuthor: hex('reward_author'),
+        callCallType: { kind: 'in', column: 'call_type', values: 'string' },
+        createValueNonZero: nonZero('create_value'),
+        callValueNonZero: nonZero('call_value'),
+        suicideBalanceNonZero: nonZero('suicide_balance'),
+        rewardValueNonZero: nonZero('reward_value'),
+      },
+      relations: {
+        transaction: sameTx('transaction'),
+        transactionLogs: sameTx('log'),
+        transactionTraces: sameTx('trace'),
+        subtraces: {
+          kind: 'descendants',
+          target: 'trace',
+          on: [['transaction_index', 'transaction_index']],
+          sourceAddress: 'trace_address',
+          targetAddress: 'trace_address',
+        },
+        parents: {
+          kind: 'ancestors',
+          target: 'trace',
+          on: [['transaction_index', 'transaction_index']],
+          sourceAddress: 'trace_address',
+          targetAddress: 'trace_address',
+        },
+      },
     },
-    parents: {
-      kind: 'ancestors',
-      target: 'trace',
-      on: [['transaction_index', 'transaction_index']],
-      sourceAddress: 'trace_address',
-      targetAddress: 'trace_address',
-    },
-  },
+  ],
 }
 
 const stateDiff: ItemDecl = {
   selector: 'stateDiff',
-  request: 'stateDiffs',
   output: 'stateDiffs',
   table: 'statediffs',
   key: ['transaction_index', 'address', 'key'],
@@ -367,19 +379,25 @@ const stateDiff: ItemDecl = {
     prev: sized('prev'),
     next: sized('next'),
   },
-  filters: {
-    address: hex('address'),
-    key: { kind: 'in', column: 'key', values: 'lowercase' },
-    kind: { kind: 'in', column: 'kind', values: 'string' },
-  },
-  relations: {
-    transaction: sameTx('transaction'),
-  },
+  requests: [
+    {
+      name: 'stateDiffs',
+      filters: {
+        address: hex('address'),
+        key: { kind: 'in', column: 'key', values: 'lowercase' },
+        kind: { kind: 'in', column: 'kind', values: 'string' },
+      },
+      relations: {
+        transaction: sameTx('transaction'),
+      },
+    },
+  ],
 }
 
 export const evmFamily: FamilyDecl = {
   name: 'evm',
   queryTypes: [undefined, 'evm', 'eth'],
+  hashValues: 'hex',
   tables: [blocksTable, transactionsTable, logsTable, tracesTable, stateDiffsTable],
   header,
   items: [transaction, log, trace, stateDiff],

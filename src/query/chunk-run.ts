@@ -67,18 +67,29 @@ export class ChunkRun {
     return this.plan.fields[item.selector] ?? []
   }
 
-  private keyColumns(item: ItemDecl): string[] {
-    return ['block_number', ...item.key]
+  /** Block-number column of an item's table (temp tables call it `block_number` whatever the table does). */
+  private blockColumn(item: ItemDecl): string {
+    return tableOf(this.plan.family, item.table).blockColumn
   }
 
-  private range(alias: string, column = 'block_number'): string {
+  /** `alias.<block column> AS block_number, alias.<key>, …` */
+  private keySelect(item: ItemDecl, alias: string, extra: string[] = []): string {
+    const block = `${alias}.${ident(this.blockColumn(item))} AS block_number`
+    const rest = [...new Set([...item.key, ...extra])].filter((c) => c !== 'block_number')
+    return [block, ...rest.map((c) => `${alias}.${ident(c)}`)].join(', ')
+  }
+
+  private range(alias: string, column: string): string {
     return `${alias}.${ident(column)} BETWEEN ${this.from} AND ${this.to}`
   }
 
   private where(scan: ScanPlan, alias: string): string {
-    const conds = [this.range(alias)]
+    const conds = [this.range(alias, this.blockColumn(scan.item))]
+    for (const [column, value] of Object.entries(scan.request.where ?? {})) {
+      conds.push(`${alias}.${ident(column)} = ${typeof value === 'number' ? String(value) : lit(value)}`)
+    }
     for (const [name, value] of Object.entries(scan.filters)) {
-      const c = filterSql(scan.item.filters[name], value, alias, this.valueTable)
+      const c = filterSql(scan.request.filters[name], value, alias, this.valueTable)
       if (c) conds.push(c)
     }
     return conds.join(' AND ')
@@ -104,8 +115,7 @@ export class ChunkRun {
     // 1. matched rows of requests that pull related items
     for (const scan of ruledOut ? [] : this.plan.scans) {
       if (scan.relations.length === 0) continue
-      const cols = new Set([...this.keyColumns(scan.item), ...scan.relations.flatMap((r) => relationSourceColumns(r.decl))])
-      const select = [...cols].map((c) => `src.${ident(c)}`).join(', ')
+      const select = this.keySelect(scan.item, 'src', scan.relations.flatMap((r) => relationSourceColumns(r.decl)))
       await this.con.run(
         `CREATE OR REPLACE TEMP TABLE m${scan.id} AS SELECT ${select}, ${weightSql(scan.item, this.selected(scan.item), 'src')} AS w, ` +
           `src.file_row_number AS r FROM ${this.file(scan.item.table, true)} src WHERE ${this.where(scan, 'src')}`,
@@ -113,8 +123,8 @@ export class ChunkRun {
     }
     // 2. selected keys per kind
     for (const kind of kinds) {
-      const keys = this.keyColumns(kind)
-      const keyList = (alias: string) => keys.map((c) => `${alias}.${ident(c)}`).join(', ')
+      const keyList = (alias: string) =>
+        alias === 'm' ? ['block_number', ...kind.key].map((c) => `m.${ident(c)}`).join(', ') : this.keySelect(kind, alias)
       const w = weightSql(kind, this.selected(kind), 't')
       const parts: string[] = []
       let only: string | undefined
@@ -130,8 +140,8 @@ export class ChunkRun {
         for (const rel of scan.relations) {
           if (rel.target !== kind) continue
           parts.push(
-            `SELECT ${keyList('t')}, ${w} AS w, t.file_row_number AS r FROM ${this.file(kind.table, true)} t SEMI JOIN m${scan.id} m ON ${relationJoinSql(rel.decl)} ` +
-              `WHERE ${this.range('t')}`,
+            `SELECT ${keyList('t')}, ${w} AS w, t.file_row_number AS r FROM ${this.file(kind.table, true)} t SEMI JOIN m${scan.id} m ` +
+              `ON ${relationJoinSql(rel.decl, this.blockColumn(kind))} WHERE ${this.range('t', this.blockColumn(kind))}`,
           )
         }
       }
@@ -226,7 +236,7 @@ export class ChunkRun {
         `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi} AND src.${blockCol} IN (${this.candidatesIn(lo, hi)})`,
     ]
     if (!this.ruledOut) this.kinds.forEach((kind, i) => {
-      parts.push(`SELECT src.block_number::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
+      parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
     })
     const sql = `SELECT b, k, j FROM (${parts.join(' UNION ALL ')}) ORDER BY b, k${order.names.map((n) => `, ${n}`).join('')}`
     // A streaming result costs a few ms more than a materialised one; only big slices need it.
@@ -244,7 +254,8 @@ export class ChunkRun {
   async *rows(kindIndex: number, block: number): AsyncGenerator<Uint8Array> {
     if (this.ruledOut) return
     const kind = this.kinds[kindIndex]
-    const result = await this.con.stream(`SELECT ${this.itemJson(kind)} FROM ${this.source(kind, block, block)} ORDER BY ${kind.key.map((c) => `src.${ident(c)}`).join(', ')}`)
+    const order = kind.key.length ? ` ORDER BY ${kind.key.map((c) => `src.${ident(c)}`).join(', ')}` : ''
+    const result = await this.con.stream(`SELECT ${this.itemJson(kind)} FROM ${this.source(kind, block, block)}${order}`)
     for await (const chunk of result) {
       const rows: Uint8Array[] = []
       varcharBytes(chunk, 0, rows)
@@ -306,7 +317,7 @@ export class ChunkRun {
    * every row of the file first: measured 4–7× slower for transactions).
    */
   private source(kind: ItemDecl, lo: number, hi: number): string {
-    const range = `src.block_number BETWEEN ${lo} AND ${hi}`
+    const range = `src.${ident(this.blockColumn(kind))} BETWEEN ${lo} AND ${hi}`
     const scans = this.plan.scans.filter((s) => s.item === kind)
     const related = this.plan.scans.some((s) => s.relations.some((r) => r.target === kind))
     if (!related && scans.length > 0) {

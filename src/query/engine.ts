@@ -274,7 +274,7 @@ async function createValueTables(con: DuckDBConnection, plan: QueryPlan): Promis
   const names = new Map<unknown[], string>()
   for (const scan of plan.scans) {
     for (const [key, value] of Object.entries(scan.filters)) {
-      if (scan.item.filters[key].kind !== 'in') continue
+      if (scan.request.filters[key].kind !== 'in') continue
       const values = value as (string | number)[]
       if (values.length <= INLINE_LIST_MAX) continue
       const name = `v${names.size}`

@@ -1,4 +1,4 @@
-import type { FamilyDecl, ItemDecl, RelationDecl } from '../families/declaration.js'
+import type { FamilyDecl, ItemDecl, RelationDecl, RequestDecl } from '../families/declaration.js'
 import { itemOf } from '../families/declaration.js'
 import type { ValidQuery } from './validate.js'
 
@@ -17,6 +17,8 @@ export interface ScanPlan {
   /** Position of the request in the query (unique across kinds). */
   id: number
   item: ItemDecl
+  /** The request list it came from (its filters, relations and implicit condition). */
+  request: RequestDecl
   filters: Record<string, unknown>
   relations: RelationPlan[]
 }
@@ -38,12 +40,12 @@ export function planQuery(family: FamilyDecl, query: ValidQuery): QueryPlan {
     for (const r of query.requests.get(item.selector) ?? []) {
       involved.add(item.selector)
       const relations = r.relations.map((flag) => {
-        const decl = item.relations[flag]
+        const decl = r.request.relations[flag]
         const target = itemOf(family, decl.target)
         involved.add(target.selector)
         return { flag, decl, target }
       })
-      scans.push({ id: scans.length, item, filters: r.filters, relations })
+      scans.push({ id: scans.length, item, request: r.request, filters: r.filters, relations })
     }
   }
   return {
@@ -55,9 +57,13 @@ export function planQuery(family: FamilyDecl, query: ValidQuery): QueryPlan {
   }
 }
 
-/** A request with no condition at all (`{}`, or only `*NonZero: false`) selects every item of its kind. */
+/**
+ * A request with no condition at all (`{}`, or only `*NonZero: false`) of a list without an implicit
+ * condition selects every item of its kind (`evmLogs: [{}]` is not every event).
+ */
 function unfiltered(scan: ScanPlan): boolean {
-  return Object.entries(scan.filters).every(([name, value]) => scan.item.filters[name].kind === 'nonZero' && value !== true)
+  if (scan.request.where) return false
+  return Object.entries(scan.filters).every(([name, value]) => scan.request.filters[name].kind === 'nonZero' && value !== true)
 }
 
 /**

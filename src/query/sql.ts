@@ -36,6 +36,9 @@ function valueText(f: FieldDecl, q: (column: string) => string): string {
     case 'bigint':
       v = `CASE WHEN ${q(e.column)} > ${MAX_SAFE} THEN concat('"', ${q(e.column)}, '"') ELSE CAST(${q(e.column)} AS VARCHAR) END`
       break
+    case 'boolean':
+      v = `CAST(${q(e.column)} AS VARCHAR)`
+      break
     case 'json':
       v = q(e.column)
       break
@@ -88,6 +91,8 @@ export function itemJsonSql(item: ItemDecl, selected: string[], alias = '', pref
     const body = `concat(${members.map((m, i) => `CASE WHEN ${values[i]} IS NOT NULL THEN concat(${keyLit(m.key, true)}, ${values[i]}) ELSE '' END`).join(', ')})`
     parts.push(`CASE WHEN ${cond} THEN concat(${keyLit(decl.name, parts.length > 0)}, '{', substr(${body}, 2), '}') ELSE '' END`)
   }
+  // An item with no identifier fields and nothing selected (Starknet `stateUpdates: [{}]`) is `{}`.
+  if (parts.length === 0) return lit(`${prefix}{}`)
   return `concat(${lit(`${prefix}{`)}, ${parts.join(', ')}, '}')`
 }
 
@@ -138,8 +143,8 @@ export function filterSql(f: FilterDecl, value: unknown, alias: string, valueTab
 }
 
 /** Join condition for a relation from matched source rows `m` to target rows `t` (same block). */
-export function relationJoinSql(rel: RelationDecl): string {
-  const parts = ['t.block_number = m.block_number', ...rel.on.map(([s, t]) => `t.${ident(t)} = m.${ident(s)}`)]
+export function relationJoinSql(rel: RelationDecl, targetBlockColumn: string): string {
+  const parts = [`t.${ident(targetBlockColumn)} = m.block_number`, ...rel.on.map(([s, t]) => `t.${ident(t)} = m.${ident(s)}`)]
   if (rel.kind === 'descendants') {
     const ta = `t.${ident(rel.targetAddress)}`
     const sa = `m.${ident(rel.sourceAddress)}`

@@ -111,7 +111,7 @@ export async function chunkCannotMatch(con: DuckDBConnection, plan: QueryPlan, d
   for (const scan of plan.scans) {
     let ruledOut = false
     for (const [name, value] of Object.entries(scan.filters)) {
-      const f = scan.item.filters[name]
+      const f = scan.request.filters[name]
       if (f.kind !== 'in' || f.values === 'integer' || !Array.isArray(value)) continue
       if (value.length === 0) {
         ruledOut = true

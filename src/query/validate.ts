@@ -1,6 +1,6 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv'
 import { ApiError, badRequest } from '../errors.js'
-import type { FamilyDecl, FilterDecl, ItemDecl } from '../families/declaration.js'
+import { normalizeHex, type FamilyDecl, type FilterDecl, type ItemDecl, type RequestDecl } from '../families/declaration.js'
 
 /*
  * Query validation (DECISIONS §1–4, §7, §28), compiled once per family from its declaration into a
@@ -11,6 +11,7 @@ export const MAX_ITEM_REQUESTS = 100
 
 /** A request object after validation: filter values normalised, relation flags as booleans. */
 export interface ValidRequest {
+  request: RequestDecl
   filters: Record<string, unknown>
   relations: string[]
 }
@@ -26,7 +27,8 @@ export interface ValidQuery {
   requests: Map<string, ValidRequest[]>
 }
 
-const HEX = '^0x[0-9a-fA-F]*$'
+/** `0x` or `0X` + hex digits (DECISIONS §7: the prefix is case-insensitive too). */
+const HEX = '^0[xX][0-9a-fA-F]*$'
 
 function filterSchema(f: FilterDecl): object {
   switch (f.kind) {
@@ -48,10 +50,10 @@ function filterSchema(f: FilterDecl): object {
   }
 }
 
-function requestSchema(item: ItemDecl): object {
+function requestSchema(request: RequestDecl): object {
   const properties: Record<string, object> = {}
-  for (const [name, f] of Object.entries(item.filters)) properties[name] = filterSchema(f)
-  for (const name of Object.keys(item.relations)) properties[name] = { type: ['boolean', 'null'] }
+  for (const [name, f] of Object.entries(request.filters)) properties[name] = filterSchema(f)
+  for (const name of Object.keys(request.relations)) properties[name] = { type: ['boolean', 'null'] }
   return { type: 'object', additionalProperties: false, properties }
 }
 
@@ -75,7 +77,7 @@ export function querySchema(family: FamilyDecl): object {
     },
   }
   for (const item of family.items) {
-    if (item.request) properties[item.request] = { type: ['array', 'null'], items: requestSchema(item) }
+    for (const r of item.requests) properties[r.name] = { type: ['array', 'null'], items: requestSchema(r) }
   }
   return { type: 'object', additionalProperties: false, required: ['fromBlock'], properties }
 }
@@ -144,7 +146,7 @@ function normalizeValues(f: FilterDecl, value: unknown): unknown {
     case 'lowercase':
       return list.map((v) => (v as string).toLowerCase())
     case 'felt':
-      return list.map((v) => '0x' + ((v as string).slice(2).toLowerCase().replace(/^0+/, '') || '0'))
+      return list.map((v) => normalizeHex(v as string, 'felt'))
     default:
       return list
   }
@@ -175,23 +177,24 @@ export function validateQuery(family: FamilyDecl, body: unknown): ValidQuery {
   let count = 0
   const requests = new Map<string, ValidRequest[]>()
   for (const item of family.items) {
-    const list: Record<string, unknown>[] | null | undefined = item.request ? q[item.request] : undefined
-    if (!list?.length) continue
-    count += list.length
-    requests.set(
-      item.selector,
-      list.map((r) => {
+    const valid: ValidRequest[] = []
+    for (const request of item.requests) {
+      const list: Record<string, unknown>[] | null | undefined = q[request.name]
+      if (!list?.length) continue
+      count += list.length
+      for (const r of list) {
         const filters: Record<string, unknown> = {}
         const relations: string[] = []
         for (const [key, value] of Object.entries(r)) {
-          const f = item.filters[key]
+          const f = request.filters[key]
           if (f) {
             if (value != null) filters[key] = normalizeValues(f, value)
           } else if (value === true) relations.push(key)
         }
-        return { filters, relations }
-      }),
-    )
+        valid.push({ request, filters, relations })
+      }
+    }
+    if (valid.length) requests.set(item.selector, valid)
   }
   if (count > MAX_ITEM_REQUESTS) {
     throw badRequest('too-many-requests', `the query has ${count} item requests; at most ${MAX_ITEM_REQUESTS} are allowed`)
@@ -204,7 +207,7 @@ export function validateQuery(family: FamilyDecl, body: unknown): ValidQuery {
     fromBlock: q.fromBlock,
     toBlock: q.toBlock ?? undefined,
     includeAllBlocks: q.includeAllBlocks === true,
-    parentBlockHash: q.parentBlockHash == null ? undefined : q.parentBlockHash.toLowerCase(),
+    parentBlockHash: q.parentBlockHash == null ? undefined : normalizeHex(q.parentBlockHash, family.hashValues),
     fields,
     requests,
   }

@@ -2,7 +2,7 @@ import path from 'node:path'
 import { readdir } from 'node:fs/promises'
 import { listLocalChunks, readDatasetMeta, type ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
-import { evmFamily } from '../families/evm.js'
+import { familyByName } from '../families/index.js'
 
 /*
  * Where chunks live. The router only lists; a worker also asks for a local folder of each chunk it
@@ -27,14 +27,6 @@ export interface ChunkStorage {
   fetchChunk(dataset: string, chunk: ChunkRef): Promise<string>
   /** The chunk is not needed here any more (no query is using it). */
   dropChunk(dataset: string, chunk: ChunkRef): Promise<void>
-}
-
-const FAMILIES: Record<string, FamilyDecl> = { evm: evmFamily }
-
-export function familyByName(name: string): FamilyDecl {
-  const f = FAMILIES[name]
-  if (!f) throw new Error(`unknown dataset family "${name}" (known: ${Object.keys(FAMILIES).join(', ')})`)
-  return f
 }
 
 /**

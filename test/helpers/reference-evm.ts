@@ -220,7 +220,7 @@ export const RELATIONS: Record<Kind, Record<string, Relation>> = {
   },
 }
 
-export const HEX_RE = /^0x[0-9a-fA-F]*$/
+export const HEX_RE = /^0[xX][0-9a-fA-F]*$/
 
 /** Normalise a filter value as the protocol says; throws for values the worker must reject (400). */
 export function normaliseValue(kind: ValueKind, v: unknown): string | number {

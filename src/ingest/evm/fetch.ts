@@ -1,4 +1,4 @@
-import { blockRowsSize, NDJSON_TABLES, ndjsonText, type BlockRows, type RowsText } from '../../chunks/writer.js'
+import { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type RowsText } from '../../chunks/writer.js'
 import { evmFamily } from '../../families/evm.js'
 import { log } from '../../log.js'
 import { RpcError, RpcProtocolError, RpcUnavailable } from '../rpc.js'
@@ -67,7 +67,7 @@ export async function fetchRows(source: EvmRpcSource, nums: number[]): Promise<R
       const rows = normalizeEvmBlock(f.bundle)
       const texts: Record<string, RowsText> = {}
       let bytes = 0
-      for (const t of NDJSON_TABLES) {
+      for (const t of ndjsonTables(evmFamily)) {
         const list = rows[t]
         if (!list) continue
         texts[t] = { text: ndjsonText(list), rows: list.length }
