@@ -2,7 +2,7 @@ import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
 
 /*
- * Chunk layout (REFERENCE.md §7): `{top}/{first}-{last}-{hash}/{table}.parquet`, numbers padded to
+ * Chunk layout (docs/protocol.md §8): `{top}/{first}-{last}-{hash}/{table}.parquet`, numbers padded to
  * 10 digits. `top` is the first block of the first chunk in that top folder. A chunk folder is
  * complete when it has `blocks.parquet`; writers build it under a temp name and rename it.
  */

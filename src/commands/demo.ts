@@ -1,6 +1,6 @@
 import path from 'node:path'
 import type { Command } from 'commander'
-import { ingestRecorded } from '../ingest/recorded.js'
+import { ingestRecorded, ingestRecordedStarknet } from '../ingest/recorded.js'
 import { log } from '../log.js'
 import { startCluster } from '../server/cluster.js'
 import { LocalStorage } from '../server/storage.js'
@@ -13,6 +13,9 @@ import { hostOption, int, onShutdown, opt } from './serve.js'
  */
 
 const TRANSFER = '0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef'
+/** Starknet: the ETH token contract and its Transfer event key. */
+const STARKNET_ETH = '0x49d36570d4e46f48e99674bd3fcc84644ddd6b96f7c741b1562b82f9e004dc7'
+const STARKNET_TRANSFER = '0x99cd8bde557814842a3121e8ddfd433a539b8c9f14bf31ebf108d12e6196e9'
 
 /** Datasets of the demo: name → how to build it from the fixtures. */
 const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<unknown>; example: object; from: number }> = {
@@ -25,6 +28,18 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
       toBlock: 18000000,
       logs: [{ topic0: [TRANSFER], transaction: true }],
       fields: { block: { timestamp: true }, log: { address: true, topics: true, data: true }, transaction: { hash: true, from: true, to: true } },
+    },
+  },
+  'starknet-mainnet': {
+    // Starknet mainnet blocks 25 (with traces), 6500, 65000, 550000 (with state updates), 588763, 623436.
+    build: (dir, name) => ingestRecordedStarknet(dir, name),
+    from: 623436,
+    example: {
+      type: 'starknet',
+      fromBlock: 623436,
+      toBlock: 623436,
+      events: [{ fromAddress: [STARKNET_ETH], key0: [STARKNET_TRANSFER], transaction: true }],
+      fields: { block: { timestamp: true }, event: { fromAddress: true, keys: true, data: true }, transaction: { transactionHash: true, senderAddress: true } },
     },
   },
 }

@@ -1,7 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander'
 import { configureDb } from '../db.js'
 import { DEFAULT_CHUNK_BLOCKS, runIngest } from '../ingest/loop.js'
-import { loadRecordedChain, RECORDED_CHAINS, type RecordedChainName } from '../ingest/recorded.js'
+import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
 import { ReplayServer } from '../ingest/replay.js'
 import { log } from '../log.js'
 
@@ -61,8 +61,8 @@ function abortOnSignal(): AbortController {
 export function registerIngest(program: Command): void {
   program
     .command('ingest')
-    .description('read blocks from an EVM JSON-RPC node and write immutable Parquet chunks ({top}/{first}-{last}-{hash}/*.parquet); resumes after the last complete chunk')
-    .addOption(choice('--family <family>', 'chain family', 'BLOCK_ARCHIVE_FAMILY', ['evm'], 'evm'))
+    .description('read blocks from an EVM or Starknet JSON-RPC node and write immutable Parquet chunks ({top}/{first}-{last}-{hash}/*.parquet); resumes after the last complete chunk')
+    .addOption(choice('--family <family>', 'chain family of the node', 'BLOCK_ARCHIVE_FAMILY', ['evm', 'starknet'], 'evm'))
     .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https)', 'BLOCK_ARCHIVE_RPC').makeOptionMandatory())
     .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json in the output folder', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
     .addOption(opt('--out <folder>', 'dataset folder (created if missing); s3:// targets are not supported yet', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
@@ -77,8 +77,9 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--flush-after-ms <ms>', 'with --follow: write the open chunk once it is this old and the ingest has caught up with the head', 'BLOCK_ARCHIVE_FLUSH_AFTER_MS', int(0), 600_000))
     .addOption(opt('--poll-ms <ms>', 'how often the head is polled while waiting for new blocks', 'BLOCK_ARCHIVE_POLL_MS', int(10), 2000))
     .addOption(choice('--receipts <how>', 'auto: eth_getBlockReceipts, eth_getTransactionReceipt per transaction if the node lacks it; block: eth_getBlockReceipts only; transaction: per transaction', 'BLOCK_ARCHIVE_RECEIPTS', ['auto', 'block', 'transaction'], 'auto'))
-    .addOption(choice('--traces <how>', 'traces table: none, trace_block (parity/erigon/reth/nethermind) or callTracer (debug_traceBlockByNumber, geth)', 'BLOCK_ARCHIVE_TRACES', ['none', 'trace_block', 'callTracer'], 'none'))
+    .addOption(choice('--traces <how>', 'traces table: none; EVM: trace_block (parity/erigon/reth/nethermind) or callTracer (debug_traceBlockByNumber, geth); Starknet: starknet (starknet_traceBlockTransactions)', 'BLOCK_ARCHIVE_TRACES', ['none', 'trace_block', 'callTracer', 'starknet'], 'none'))
     .addOption(choice('--state-diffs <how>', 'statediffs table: none, replay (trace_replayBlockTransactions stateDiff) or prestateTracer (debug_traceBlockByNumber diffMode)', 'BLOCK_ARCHIVE_STATE_DIFFS', ['none', 'replay', 'prestateTracer'], 'none'))
+    .addOption(opt('--state-updates', 'Starknet: state_updates and storage_diffs tables (starknet_getStateUpdate)', 'BLOCK_ARCHIVE_STATE_UPDATES').default(false))
     .addOption(choice('--missing-receipts <what>', 'a transaction the node has no receipt for (early Cronos): error stops, null stores it without receipt fields and logs', 'BLOCK_ARCHIVE_MISSING_RECEIPTS', ['error', 'null'], 'error'))
     .addOption(opt('--batch-size <n>', 'blocks per fetch = calls per JSON-RPC batch request (1 = no batching)', 'BLOCK_ARCHIVE_BATCH_SIZE', int(1), 20))
     .addOption(opt('--concurrency <n>', 'fetches and HTTP requests in flight at once', 'BLOCK_ARCHIVE_CONCURRENCY', int(1), 4))
@@ -94,9 +95,15 @@ export function registerIngest(program: Command): void {
       if (/^s3:\/\//i.test(o.out)) throw new InvalidArgumentError('--out s3://… is not supported yet; write to a local folder and copy it')
       if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new InvalidArgumentError('--blocks cannot be combined with --from, --to or --follow')
       if (o.follow && o.to != null) throw new InvalidArgumentError('--follow and --to exclude each other')
+      const starknet = o.family === 'starknet'
+      if (starknet && !['none', 'starknet'].includes(o.traces)) throw new InvalidArgumentError(`--traces ${o.traces} is for EVM nodes; a Starknet ingest takes --traces starknet`)
+      if (!starknet && o.traces === 'starknet') throw new InvalidArgumentError('--traces starknet needs --family starknet')
+      if (starknet && o.stateDiffs !== 'none') throw new InvalidArgumentError('--state-diffs is for EVM nodes; a Starknet ingest takes --state-updates')
+      if (!starknet && o.stateUpdates) throw new InvalidArgumentError('--state-updates needs --family starknet')
       if (o.dbThreads || o.dbMemory) configureDb({ threads: o.dbThreads, memoryLimit: o.dbMemory })
       const ac = abortOnSignal()
       const r = await runIngest({
+        family: o.family,
         rpc: o.rpc,
         dataset: o.dataset,
         out: o.out,
@@ -110,10 +117,9 @@ export function registerIngest(program: Command): void {
         topDirSize: o.topDirSize,
         flushAfterMs: o.flushAfterMs,
         pollMs: o.pollMs,
-        receipts: o.receipts,
-        traces: o.traces,
-        stateDiffs: o.stateDiffs,
-        missingReceipts: o.missingReceipts,
+        ...(starknet
+          ? { starknetTraces: o.traces === 'starknet', stateUpdates: o.stateUpdates }
+          : { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts }),
         batchSize: o.batchSize,
         concurrency: o.concurrency,
         workers: o.workers,
@@ -138,19 +144,28 @@ export function registerIngest(program: Command): void {
   program
     .command('replay-rpc')
     .description('serve recorded node answers (fixtures/) as a JSON-RPC node, for trying and measuring the ingest without a node')
-    .addOption(choice('--chain <name>', 'recorded chain', 'BLOCK_ARCHIVE_REPLAY_CHAIN', [...RECORDED_CHAINS], 'ethereum'))
+    .addOption(choice('--chain <name>', 'recorded chain', 'BLOCK_ARCHIVE_REPLAY_CHAIN', [...RECORDED_CHAINS, ...RECORDED_STARKNET_CHAINS], 'ethereum'))
     .addOption(opt('--repeat <times>', 'serve the recorded blocks this many times over as one chain (renumbered from --first, hashes re-linked)', 'BLOCK_ARCHIVE_REPLAY_REPEAT', int(1)))
     .addOption(opt('--first <n>', 'with --repeat: number of the first block', 'BLOCK_ARCHIVE_REPLAY_FIRST', int(0), 0))
     .addOption(opt('--only <list>', 'serve only these recorded blocks (e.g. 18500000 for the one with trace_block)', 'BLOCK_ARCHIVE_REPLAY_ONLY', numberList))
     .addOption(opt('--host <host>', 'interface to listen on', 'BLOCK_ARCHIVE_REPLAY_HOST', undefined, '127.0.0.1'))
     .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_REPLAY_PORT', int(0), 8545))
     .action(async (o) => {
-      let recorded = loadRecordedChain(o.chain as RecordedChainName)
+      const starknet = (RECORDED_STARKNET_CHAINS as readonly string[]).includes(o.chain)
+      if (starknet && o.repeat) throw new InvalidArgumentError('--repeat serves EVM chains only')
+      let recorded = starknet ? loadRecordedStarknet(o.chain as RecordedStarknetChain) : loadRecordedChain(o.chain as RecordedChainName)
       if (o.only) recorded = recorded.filter((r) => o.only.includes(r.number))
       const server = new ReplayServer(recorded, { host: o.host, port: o.port, repeat: o.repeat ? { times: o.repeat, first: o.first } : undefined })
       const url = await server.start()
       console.log(`rpc: ${url}`)
       console.log(`blocks: ${server.first}-${server.last}${o.repeat ? '' : ` (recorded: ${server.numbers().join(',')})`}`)
+      if (starknet) {
+        const withTraces = recorded.filter((r) => r.starknet?.traces).map((r) => r.number)
+        const withUpdates = recorded.filter((r) => r.starknet?.stateUpdate).map((r) => r.number)
+        console.log(`ingest: block-archive ingest --family starknet --rpc ${url} --dataset ${o.chain} --out data/${o.chain} --blocks ${server.numbers().join(',')}`)
+        if (withTraces.length) console.log(`  traces were recorded for ${withTraces.join(',')} (add --traces starknet with --blocks of those only)`)
+        if (withUpdates.length) console.log(`  state updates were recorded for ${withUpdates.join(',')} (add --state-updates with --blocks of those only)`)
+      }
       const stop = () => server.close().then(() => process.exit(0))
       process.once('SIGINT', stop)
       process.once('SIGTERM', stop)

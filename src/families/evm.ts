@@ -1,7 +1,7 @@
 import type { ColumnDecl, FamilyDecl, FieldDecl, FilterDecl, ItemDecl, RelationDecl } from './declaration.js'
 
 /*
- * The EVM family (REFERENCE.md §4, DECISIONS.md §8, §12–15, §28).
+ * The EVM family (docs/protocol.md §5).
  * Hex values are stored lower-case as VARCHAR; `X_size` columns hold the string length of X and
  * serve as output-weight estimates so the engine can cut a response without reading X.
  */

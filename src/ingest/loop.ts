@@ -2,15 +2,13 @@ import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promise
 import path from 'node:path'
 import { listLocalChunks, nextTop, readChunkMeta, readDatasetMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { ChunkBuilder } from '../chunks/writer.js'
-import { evmFamily } from '../families/evm.js'
 import { log } from '../log.js'
 import { availableParallelism } from 'node:os'
 import { Worker } from 'node:worker_threads'
-import { FetchPool, fetchRows, type RowsBatch } from './evm/fetch.js'
-import { bundleTables } from './evm/normalize.js'
-import {
-  BlockNotAvailable, EvmRpcSource, type MissingReceipts, type ReceiptsMode, type StateDiffsMode, type TracesMode,
-} from './evm/source.js'
+import type { MissingReceipts, ReceiptsMode, StateDiffsMode, TracesMode } from './evm/source.js'
+import { FetchPool } from './fetch-pool.js'
+import { BlockNotAvailable, type BlockSource, type RowsBatch } from './source.js'
+import { createSource, type SourceSpec } from './sources.js'
 import { IngestProgress, type ProgressMode } from './progress.js'
 import { RpcClient } from './rpc.js'
 
@@ -21,6 +19,8 @@ import { RpcClient } from './rpc.js'
  */
 
 export interface IngestOptions {
+  /** Dataset family of the node (default `evm`). */
+  family?: SourceSpec['family']
   /** JSON-RPC endpoint. */
   rpc: string
   /** Dataset name (written to dataset.json). */
@@ -64,10 +64,15 @@ export interface IngestOptions {
   backoffMs?: number
   maxBackoffMs?: number
   timeoutMs?: number
+  /** EVM: how receipts, traces and state diffs are fetched. */
   receipts?: ReceiptsMode
   traces?: TracesMode
   stateDiffs?: StateDiffsMode
   missingReceipts?: MissingReceipts
+  /** Starknet: also `starknet_traceBlockTransactions` (traces, message and event call addresses). */
+  starknetTraces?: boolean
+  /** Starknet: also `starknet_getStateUpdate` (state updates, storage diffs). */
+  stateUpdates?: boolean
   progress?: ProgressMode
   /** Stop gracefully (the open chunk is written) when aborted. */
   signal?: AbortSignal
@@ -140,7 +145,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
 
   await mkdir(o.out, { recursive: true })
-  await ensureDatasetMeta(o.out, { name: o.dataset, family: 'evm' })
+  const spec = sourceSpec(o, batchSize)
+  await ensureDatasetMeta(o.out, { name: o.dataset, family: spec.family })
   const unlock = await lock(o.out)
   try {
     await removeStaleTemps(o.out)
@@ -153,9 +159,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     }
 
     const rpc = new RpcClient({ url: o.rpc, concurrency, attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs })
-    const source = new EvmRpcSource(rpc, {
-      receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, batchSize,
-    })
+    const source = createSource(spec, rpc)
     const plan = new Planner(source, {
       list: o.blocks ? [...new Set(o.blocks)].sort((a, b) => a - b).filter((n) => !prev || n > prev.number) : undefined,
       from: Math.max(o.from ?? 0, prev ? prev.number + 1 : 0),
@@ -177,7 +181,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const cpu0 = process.cpuUsage()
     const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: rpc.stats, stages }
     let rowTotal = 0
-    const tables = bundleTables({ block: null, traces: o.traces && o.traces !== 'none' ? [] : undefined, stateDiffs: o.stateDiffs && o.stateDiffs !== 'none' ? [] : undefined })
+    const tables = source.tables()
     const extraMeta = { dataset: o.dataset, sources: source.describe() }
     let builder: ChunkBuilder | undefined
     let openedAt = 0
@@ -216,10 +220,10 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const pool = workers > 0
       ? new FetchPool(workers, {
         rpc: { url: o.rpc, concurrency: Math.ceil(concurrency / workers), attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs },
-        source: { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, batchSize },
+        source: spec,
       }, Worker, rpc.stats)
       : undefined
-    const fetcher = pool ? (nums: number[]) => pool.fetch(nums) : (nums: number[]) => fetchRows(source, nums)
+    const fetcher = pool ? (nums: number[]) => pool.fetch(nums) : (nums: number[]) => source.fetchRows(nums)
 
     try {
       const batches = fetchInOrder(plan, concurrency, fetcher)
@@ -235,7 +239,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
             continuing(f)
             const rows = f.rows
             if (!builder) {
-              builder = new ChunkBuilder(evmFamily, o.out, tables, { extraMeta })
+              builder = new ChunkBuilder(source.family, o.out, tables, { extraMeta })
               openedAt = performance.now()
             }
             t0 = performance.now()
@@ -280,6 +284,18 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   }
 }
 
+function sourceSpec(o: IngestOptions, batchSize: number): SourceSpec {
+  const family = o.family ?? 'evm'
+  if (family === 'starknet') {
+    if ((o.traces && o.traces !== 'none') || (o.stateDiffs && o.stateDiffs !== 'none')) {
+      throw new Error('--receipts, --traces trace_block|callTracer, --state-diffs and --missing-receipts are EVM options; a Starknet ingest takes --traces starknet and --state-updates')
+    }
+    return { family, options: { traces: o.starknetTraces ?? false, stateUpdates: o.stateUpdates ?? false, batchSize } }
+  }
+  if (o.starknetTraces || o.stateUpdates) throw new Error('--state-updates and Starknet traces are Starknet options (add --family starknet)')
+  return { family, options: { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, batchSize } }
+}
+
 interface PlannerOptions {
   list?: number[]
   from: number
@@ -299,7 +315,7 @@ class Planner {
   readonly start: number
   target?: number
 
-  constructor(private readonly source: EvmRpcSource, private readonly o: PlannerOptions) {
+  constructor(private readonly source: BlockSource, private readonly o: PlannerOptions) {
     this.next = o.from
     this.start = o.list ? (o.list[0] ?? 0) : o.from
     if (o.list) this.target = o.list[o.list.length - 1]

@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url'
 import { gunzipSync } from 'node:zlib'
 import { runIngest, type IngestOptions, type IngestResult } from './loop.js'
 import { ReplayServer, type RecordedBlock } from './replay.js'
+import { feederToRpc } from './starknet/feeder.js'
 
 /*
  * Recorded node answers in fixtures/ (fixtures/SOURCES.md says where each came from), grouped per
@@ -97,6 +98,71 @@ export async function ingestRecorded(outDir: string, datasetName: string, opts: 
       out: outDir,
       dataset: datasetName,
     })
+  } finally {
+    await server.close()
+  }
+}
+
+// ---------------------------------------------------------------- Starknet
+
+/** Recorded Starknet chains in fixtures/starknet. */
+export const RECORDED_STARKNET_CHAINS = ['starknet-mainnet', 'starknet-sepolia'] as const
+export type RecordedStarknetChain = (typeof RECORDED_STARKNET_CHAINS)[number]
+
+/** A JSON-RPC answer as recorded (`{jsonrpc, result, id}`) or its bare result. */
+const resultOf = (v: any) => (v && typeof v === 'object' && !Array.isArray(v) && 'jsonrpc' in v ? v.result : v)
+
+/**
+ * Recorded Starknet blocks. Mainnet: 25 (getBlockWithReceipts + traceBlockTransactions), 588763 and
+ * 623436 (getBlockWithReceipts), and 6500, 65000, 550000 (feeder-gateway blocks with their state
+ * diffs, turned into the JSON-RPC shapes by `feederToRpc`: L1 handlers, L2→L1 messages, state
+ * updates). Sepolia: 3100000 (getBlockWithReceipts + getStateUpdate from one node, RPC 0.10). No
+ * public recording has traces and a state update of the same block.
+ */
+export function loadRecordedStarknet(chain: RecordedStarknetChain, fixtures = defaultFixturesDir()): RecordedBlock[] {
+  const f = (...p: string[]) => readJson(path.join(fixtures, 'starknet', ...p))
+  const out: RecordedBlock[] = []
+  const add = (block: any, extra: { traces?: any[]; stateUpdate?: any } = {}) => out.push({ number: block.block_number, starknet: { block, ...extra } })
+  if (chain === 'starknet-sepolia') {
+    const go = (kind: string) => resultOf(f('starknet-go', 'rpc', 'testData', kind, 'sepolia3100000.json.gz'))
+    add(go('blockWithReceipts'), { stateUpdate: go('stateUpdate') })
+    return out
+  }
+  const nm = (file: string) => resultOf(f('nethermind-idealis', 'starknet', file))
+  add(nm('get_block_with_txs_25.json.gz'), { traces: nm('trace_block_25.json.gz') })
+  for (const [version, n] of [['0.10.0', 6500], ['0.11.1', 65000], ['0.13.0', 550000]] as const) {
+    const { block, stateUpdate } = feederToRpc(f('katana', 'crates', 'gateway', 'gateway-client', 'tests', 'fixtures', version, 'state_update_with_block', `mainnet_${n}.json.gz`))
+    add(block, { stateUpdate })
+  }
+  add(resultOf(f('starknet-go', 'rpc', 'testData', 'blockWithReceipts', 'mainnetBlockReceipts588763.json.gz')))
+  add(nm('get_block_with_txs_623_436.json.gz'))
+  return out.sort((a, b) => a.number - b.number)
+}
+
+/**
+ * Build a Starknet dataset from the recorded blocks through the normal ingest path (a replay node
+ * on 127.0.0.1), one ingest per group of blocks that share what was recorded: traces, state
+ * updates, or neither — so each chunk holds exactly the tables its blocks have data for.
+ */
+export async function ingestRecordedStarknet(outDir: string, datasetName: string, chain: RecordedStarknetChain = 'starknet-mainnet', opts: Partial<IngestOptions> & { fixturesDir?: string } = {}): Promise<IngestResult[]> {
+  const { fixturesDir, ...rest } = opts
+  const recorded = loadRecordedStarknet(chain, fixturesDir)
+  const server = new ReplayServer(recorded)
+  await server.start()
+  try {
+    const groups: { blocks: number[]; starknetTraces: boolean; stateUpdates: boolean }[] = []
+    for (const r of recorded) {
+      const traces = r.starknet!.traces != null
+      const updates = r.starknet!.stateUpdate != null
+      const last = groups[groups.length - 1]
+      if (last && last.starknetTraces === traces && last.stateUpdates === updates) last.blocks.push(r.number)
+      else groups.push({ blocks: [r.number], starknetTraces: traces, stateUpdates: updates })
+    }
+    const results: IngestResult[] = []
+    for (const g of groups) {
+      results.push(await runIngest({ progress: 'none', confirmations: 0, ...rest, family: 'starknet', ...g, rpc: server.url, out: outDir, dataset: datasetName }))
+    }
+    return results
   } finally {
     await server.close()
   }

@@ -3,9 +3,9 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net'
 
 /*
- * A recorded-RPC replay server: answers the EVM JSON-RPC methods the ingest uses from recorded
- * node answers (fixtures), so the ingest code path that talks to real nodes runs unchanged on
- * recorded mainnet data.
+ * A recorded-RPC replay server: answers the EVM and Starknet JSON-RPC methods the ingest uses from
+ * recorded node answers (fixtures), so the ingest code path that talks to real nodes runs unchanged
+ * on recorded mainnet data.
  *
  * Two modes:
  * - as recorded: each recorded block under its own number (sparse: unknown numbers answer null,
@@ -35,7 +35,23 @@ export interface RecordedBlock {
   replay?: any[]
   /** `debug_traceBlockByNumber` prestateTracer diffMode: `[{txHash?, result: {pre, post}}]` */
   prestate?: any[]
+  /** A Starknet block instead: the results of the Starknet methods (served as recorded, no repeat mode). */
+  starknet?: StarknetRecorded
 }
+
+export interface StarknetRecorded {
+  /** `starknet_getBlockWithReceipts` */
+  block: any
+  /** `starknet_traceBlockTransactions` */
+  traces?: any[]
+  /** `starknet_getStateUpdate` */
+  stateUpdate?: any
+}
+
+/** Starknet's JSON-RPC error for an unknown block. */
+const STARKNET_BLOCK_NOT_FOUND = 24
+
+const served = (b: RecordedBlock) => b.block != null || b.starknet != null
 
 export interface ReplayOptions {
   host?: string
@@ -145,6 +161,7 @@ export class ReplayServer {
   constructor(recorded: RecordedBlock[], private readonly opts: ReplayOptions = {}) {
     this.blocks = [...recorded].sort((a, b) => a.number - b.number)
     for (const r of this.blocks) this.byNumber.set(r.number, r)
+    if (opts.repeat && this.blocks.some((b) => b.starknet)) throw new Error('repeat mode serves EVM blocks only')
     if (opts.repeat) {
       const withBlock = this.blocks.filter((b) => b.block)
       if (!withBlock.length) throw new Error('repeat mode needs recorded blocks')
@@ -152,7 +169,7 @@ export class ReplayServer {
       this.first = opts.repeat.first ?? 0
       this.last = this.first + withBlock.length * opts.repeat.times - 1
     } else {
-      const numbers = this.blocks.filter((b) => b.block).map((b) => b.number)
+      const numbers = this.blocks.filter(served).map((b) => b.number)
       this.first = numbers.length ? numbers[0] : 0
       this.last = numbers.length ? numbers[numbers.length - 1] : 0
       // eth_getTransactionReceipt answers come from the last block holding the transaction (as a node's tx index does)
@@ -164,7 +181,7 @@ export class ReplayServer {
   /** Numbers of the blocks served (with headers), ascending. */
   numbers(): number[] {
     if (this.opts.repeat) return Array.from({ length: this.last - this.first + 1 }, (_, i) => this.first + i)
-    return this.blocks.filter((b) => b.block).map((b) => b.number)
+    return this.blocks.filter(served).map((b) => b.number)
   }
 
   /** Repeat mode: from block `n` on, blocks get other hashes (a reorg replacing n and later). */
@@ -212,7 +229,9 @@ export class ReplayServer {
     const one = (c: any) => {
       const id = JSON.stringify(c?.id ?? null)
       try {
-        const result = this.answer(String(c?.method), Array.isArray(c?.params) ? c.params : [])
+        // Named parameters (`{block_id: …}`) are taken in their declared order, which is all the methods here need.
+        const params = Array.isArray(c?.params) ? c.params : c?.params && typeof c.params === 'object' ? Object.values(c.params) : []
+        const result = this.answer(String(c?.method), params)
         parts.push(Buffer.from(`{"jsonrpc":"2.0","id":${id},"result":`), typeof result === 'string' ? Buffer.from(result, 'utf8') : result, CLOSE)
       } catch (e: any) {
         const code = e instanceof RpcError ? e.code : -32603
@@ -301,9 +320,37 @@ export class ReplayServer {
           vmTrace: types.includes('vmTrace') ? e.vmTrace : null,
         })))
       }
+      case 'starknet_blockNumber':
+        return String(this.head)
+      case 'starknet_getBlockWithReceipts':
+        return JSON.stringify(this.starknetBlock(params[0]).block)
+      case 'starknet_traceBlockTransactions': {
+        const b = this.starknetBlock(params[0])
+        if (!b.traces) throw new RpcError(-32000, `starknet_traceBlockTransactions of block ${b.block.block_number} was not recorded`)
+        return JSON.stringify(b.traces)
+      }
+      case 'starknet_getStateUpdate': {
+        const b = this.starknetBlock(params[0])
+        if (!b.stateUpdate) throw new RpcError(-32000, `starknet_getStateUpdate of block ${b.block.block_number} was not recorded`)
+        return JSON.stringify(b.stateUpdate)
+      }
       default:
         throw new RpcError(-32601, `the method ${method} does not exist/is not available`)
     }
+  }
+
+  /** The recorded Starknet block a block id (`{block_number}`, `{block_hash}`, `"latest"`) names; error 24 when there is none. */
+  private starknetBlock(id: unknown): StarknetRecorded {
+    let n: number | undefined
+    if (id === 'latest' || id === 'pending' || id === 'pre_confirmed' || id === 'l1_accepted') n = this.head
+    else if (id && typeof id === 'object' && 'block_number' in id) n = Number((id as any).block_number)
+    else if (id && typeof id === 'object' && 'block_hash' in id) {
+      const h = String((id as any).block_hash).toLowerCase().replace(/^0x0*/, '0x')
+      n = this.blocks.find((b) => String(b.starknet?.block.block_hash ?? '').toLowerCase().replace(/^0x0*/, '0x') === h)?.number
+    } else throw new RpcError(-32602, `invalid block id ${JSON.stringify(id)}`)
+    const b = n == null || n > this.head ? undefined : this.byNumber.get(n)?.starknet
+    if (!b) throw new RpcError(STARKNET_BLOCK_NOT_FOUND, 'Block not found')
+    return b
   }
 
   private chainId(): string {

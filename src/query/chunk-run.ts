@@ -10,7 +10,7 @@ import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightP
 
 /*
  * One query over one chunk, in DuckDB, in separate short statements (measured: a semi join per
- * step is ~10× faster than one statement of CTEs, see shared/notes/duckdb-figures.md):
+ * step is ~10× faster than one statement of CTEs, measured in BENCHMARKS.md):
  *   1. rows matched by requests with relation flags → temp table m<scan>;
  *   2. per item kind, keys, output weight and Parquet row number of the selected rows → temp table
  *      sel_<kind> (or the m table of step 1 when that is all that selects the kind);

@@ -166,7 +166,8 @@ export function validateQuery(family: FamilyDecl, body: unknown): ValidQuery {
       throw badRequest('wrong-family', `this dataset holds ${family.name} data; a query of type "${q.type}" does not apply to it`, 'type')
     }
   } else if (!family.queryTypes.includes(undefined)) {
-    throw badRequest('invalid-query', `"type" is required for ${family.name} datasets`, 'type')
+    // DECISIONS §1: a query without `type` is an EVM query.
+    throw badRequest('wrong-family', `a query without "type" is an EVM query; this dataset holds ${family.name} data: add "type": "${family.queryTypes[0]}"`, 'type')
   }
   const validate = validator(family)
   if (!validate(q)) throw describe(validate.errors![0])

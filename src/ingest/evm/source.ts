@@ -1,6 +1,11 @@
 import { log } from '../../log.js'
 import { RpcError, type RpcCall, type RpcClient } from '../rpc.js'
-import type { EvmBlockBundle } from './normalize.js'
+import { evmFamily } from '../../families/evm.js'
+import { BadRpcAnswer, BlockChanged, BlockNotAvailable, type BlockSource, type RowsBatch } from '../source.js'
+import { fetchRows } from './fetch.js'
+import { bundleTables, type EvmBlockBundle } from './normalize.js'
+
+export { BadRpcAnswer, BlockChanged, BlockNotAvailable }
 
 /*
  * Reads everything one EVM block needs from a JSON-RPC node, in batches:
@@ -34,23 +39,6 @@ export interface EvmSourceOptions {
   batchSize?: number
 }
 
-/** A malformed or inconsistent answer: names the block and the method. */
-export class BadRpcAnswer extends Error {
-  constructor(readonly block: number, readonly method: string, message: string) {
-    super(`block ${block}: ${method} returned malformed data: ${message}`)
-  }
-}
-
-/** The node does not have this block (yet): `eth_getBlockByNumber` answered null. */
-export class BlockNotAvailable extends Error {
-  constructor(readonly block: number) {
-    super(`block ${block} is not available from the node (eth_getBlockByNumber returned null)`)
-  }
-}
-
-/** The block changed between two calls (a reorg at the head while fetching); fetch it again. */
-export class BlockChanged extends Error {}
-
 /** A fetched block with its identity, for continuity checks. */
 export interface FetchedBlock {
   number: number
@@ -70,7 +58,8 @@ const q = (n: number) => '0x' + n.toString(16)
 const lower = (v: unknown) => (typeof v === 'string' ? v.toLowerCase() : v)
 const isObj = (v: unknown): v is Record<string, any> => v != null && typeof v === 'object' && !Array.isArray(v)
 
-export class EvmRpcSource {
+export class EvmRpcSource implements BlockSource {
+  readonly family = evmFamily
   readonly receipts: ReceiptsMode
   readonly traces: TracesMode
   readonly stateDiffs: StateDiffsMode
@@ -86,6 +75,14 @@ export class EvmRpcSource {
     this.missingReceipts = opts.missingReceipts ?? 'error'
     this.batchSize = Math.max(1, opts.batchSize ?? 20)
     this.receiptsByTx = this.receipts === 'transaction'
+  }
+
+  tables(): string[] {
+    return bundleTables({ block: null, traces: this.traces !== 'none' ? [] : undefined, stateDiffs: this.stateDiffs !== 'none' ? [] : undefined })
+  }
+
+  fetchRows(numbers: number[]): Promise<RowsBatch> {
+    return fetchRows(this, numbers)
   }
 
   /** Which RPC method fills each table (recorded in the chunk's meta.json). */
@@ -114,7 +111,7 @@ export class EvmRpcSource {
     const fetched: FetchedBlock[] = numbers.map((n, i) => {
       const b = blocks[i] as any
       if (b instanceof RpcError) throw b
-      if (b == null) throw new BlockNotAvailable(n)
+      if (b == null) throw new BlockNotAvailable(n, 'eth_getBlockByNumber')
       checkBlock(n, b)
       return { number: n, hash: b.hash.toLowerCase(), parentHash: b.parentHash.toLowerCase(), bundle: { block: b } }
     })

@@ -1,7 +1,8 @@
 import { parentPort, workerData } from 'node:worker_threads'
-import { RpcClient, type RpcClientOptions } from '../rpc.js'
-import { errorToPlain, fetchRows } from './fetch.js'
-import { EvmRpcSource, type EvmSourceOptions } from './source.js'
+import { errorToPlain } from './fetch-pool.js'
+import { RpcClient, type RpcClientOptions } from './rpc.js'
+import type { BlockOfRows } from './source.js'
+import { createSource, type SourceSpec } from './sources.js'
 
 /*
  * A fetch worker (`--workers`): fetches batches of blocks from the node, parses and normalises them
@@ -11,12 +12,12 @@ import { EvmRpcSource, type EvmSourceOptions } from './source.js'
 
 export interface FetchWorkerData {
   rpc: RpcClientOptions
-  source: EvmSourceOptions
+  source: SourceSpec
 }
 
 export type FetchWorkerReply = {
   id: number
-  blocks: import('./fetch.js').BlockOfRows[]
+  blocks: BlockOfRows[]
   error?: { error: Record<string, unknown>; block?: { number: number; hash: string; parentHash: string } }
   normalizeMs: number
   /** RPC counters since the previous reply. */
@@ -25,11 +26,11 @@ export type FetchWorkerReply = {
 
 const data = workerData as FetchWorkerData
 const rpc = new RpcClient(data.rpc)
-const source = new EvmRpcSource(rpc, data.source)
+const source = createSource(data.source, rpc)
 let reported = { ...rpc.stats }
 
 parentPort!.on('message', async (m: { id: number; numbers: number[] }) => {
-  const r = await fetchRows(source, m.numbers)
+  const r = await source.fetchRows(m.numbers)
   const s = rpc.stats
   const stats = { requests: s.requests - reported.requests, calls: s.calls - reported.calls, retries: s.retries - reported.retries, bytes: s.bytes - reported.bytes, parseMs: s.parseMs - reported.parseMs }
   reported = { ...s }

@@ -1,0 +1,18 @@
+import { EvmRpcSource, type EvmSourceOptions } from './evm/source.js'
+import type { RpcClient } from './rpc.js'
+import type { BlockSource } from './source.js'
+import { StarknetRpcSource, type StarknetSourceOptions } from './starknet/source.js'
+
+/** Which family's source an ingest reads, with its options: plain data, so that fetch workers can build their own. */
+export type SourceSpec =
+  | { family: 'evm'; options: EvmSourceOptions }
+  | { family: 'starknet'; options: StarknetSourceOptions }
+
+export function createSource(spec: SourceSpec, rpc: RpcClient): BlockSource {
+  switch (spec.family) {
+    case 'evm':
+      return new EvmRpcSource(rpc, spec.options)
+    case 'starknet':
+      return new StarknetRpcSource(rpc, spec.options)
+  }
+}
