@@ -236,6 +236,8 @@ export function compileRequest(kind: Kind, request: Obj): (item: Obj) => boolean
         const v = get(i)
         return v !== null && v !== undefined && set.has(v)
       })
+    } else if (!Number.isSafeInteger(value) || (value as number) < 0) {
+      throw new InvalidQuery(`${key} is not a non-negative integer`)
     } else if (f.kind === 'min') {
       tests.push((i) => get(i) != null && big(get(i)) >= big(value))
     } else {
