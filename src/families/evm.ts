@@ -1,4 +1,5 @@
-import type { ColumnDecl, FamilyDecl, FieldDecl, FilterDecl, ItemDecl, RelationDecl } from './declaration.js'
+import { big, cols, inList, json, num, sameTx, sized, str } from './builders.js'
+import type { FamilyDecl, FieldDecl, FilterDecl, ItemDecl } from './declaration.js'
 
 /*
  * The EVM family (docs/protocol.md §5).
@@ -6,17 +7,8 @@ import type { ColumnDecl, FamilyDecl, FieldDecl, FilterDecl, ItemDecl, RelationD
  * serve as output-weight estimates so the engine can cut a response without reading X.
  */
 
-const num = (column: string): FieldDecl => ({ encoding: { kind: 'number', column } })
-const str = (column: string, weight?: FieldDecl['weight']): FieldDecl => ({ encoding: { kind: 'string', column }, weight })
-const big = (column: string): FieldDecl => ({ encoding: { kind: 'bigint', column } })
-const json = (column: string, weight?: FieldDecl['weight']): FieldDecl => ({ encoding: { kind: 'json', column }, weight })
-const sized = (column: string): FieldDecl => str(column, { column: `${column}_size` })
-
-const cols = (type: ColumnDecl['type'], ...names: string[]): ColumnDecl[] => names.map((name) => ({ name, type }))
-
-const hex = (column: string): FilterDecl => ({ kind: 'in', column, values: 'hex' })
+const hex = (column: string): FilterDecl => inList(column, 'hex')
 const nonZero = (column: string): FilterDecl => ({ kind: 'nonZero', column })
-const sameTx = (target: string): RelationDecl => ({ kind: 'join', target, on: [['transaction_index', 'transaction_index']] })
 
 // ---------------------------------------------------------------- tables
 

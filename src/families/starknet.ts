@@ -1,33 +1,23 @@
-import type { ColumnDecl, FamilyDecl, FieldDecl, FilterDecl, ItemDecl, RelationDecl } from './declaration.js'
+import { big, cols, inList, json, list, num, sameTx, str } from './builders.js'
+import type { FamilyDecl, FieldDecl, FilterDecl, ItemDecl, RelationDecl } from './declaration.js'
 
 /*
- * The Starknet family (docs/protocol.md, "Starknet").
+ * The Starknet family (docs/protocol.md §6).
  * Every felt (hashes, addresses, keys, data, calldata, …) is stored normalised: lower case, no
  * leading zeros after `0x` (`0x0` for zero), so that filters (normalised the same way) match
  * whatever form the node or the query used. Small integers (indexes, nonce) are numbers; objects
  * (resource bounds, actual fee, state-update lists) are stored as JSON text.
  */
 
-const num = (column: string): FieldDecl => ({ encoding: { kind: 'number', column } })
-const str = (column: string): FieldDecl => ({ encoding: { kind: 'string', column } })
-const big = (column: string): FieldDecl => ({ encoding: { kind: 'bigint', column } })
-const json = (column: string, weight?: FieldDecl['weight']): FieldDecl => ({ encoding: { kind: 'json', column }, weight })
-/** A VARCHAR[] column as a JSON array, weighted by its stored `X_size` column. */
-const list = (column: string, sized = true): FieldDecl => ({
-  encoding: { kind: 'sql', expr: `to_json(${column})`, columns: [column] },
-  weight: sized ? { column: `${column}_size` } : undefined,
-})
-
-const cols = (type: ColumnDecl['type'], ...names: string[]): ColumnDecl[] => names.map((name) => ({ name, type }))
-
-const felt = (column: string): FilterDecl => ({ kind: 'in', column, values: 'felt' })
-const text = (column: string): FilterDecl => ({ kind: 'in', column, values: 'string' })
-const sameTx = (target: string): RelationDecl => ({ kind: 'join', target, on: [['transaction_index', 'transaction_index']] })
+const felt = (column: string): FilterDecl => inList(column, 'felt')
+const text = (column: string): FilterDecl => inList(column, 'string')
+/** Rows of `target` made by the same call (same transaction and trace address). */
 const sameCall = (target: string): RelationDecl => ({
   kind: 'join',
   target,
   on: [['transaction_index', 'transaction_index'], ['trace_address', 'trace_address']],
 })
+const traceAddress: FieldDecl = { encoding: { kind: 'sql', expr: 'to_json(trace_address)', columns: ['trace_address'] } }
 
 // ---------------------------------------------------------------- tables
 
@@ -234,7 +224,7 @@ const event: ItemDecl = {
     fromAddress: str('from_address'),
     keys: list('keys'),
     data: list('data'),
-    traceAddress: { encoding: { kind: 'sql', expr: 'to_json(trace_address)', columns: ['trace_address'] } },
+    traceAddress,
   },
   requests: [
     {
@@ -261,7 +251,7 @@ const trace: ItemDecl = {
   idFields: ['transactionIndex', 'traceAddress'],
   fields: {
     transactionIndex: num('transaction_index'),
-    traceAddress: { encoding: { kind: 'sql', expr: 'to_json(trace_address)', columns: ['trace_address'] } },
+    traceAddress,
     traceType: str('trace_type'),
     invocationType: str('invocation_type'),
     callerAddress: str('caller_address'),
@@ -304,7 +294,7 @@ const message: ItemDecl = {
   idFields: ['transactionIndex', 'traceAddress', 'order'],
   fields: {
     transactionIndex: num('transaction_index'),
-    traceAddress: { encoding: { kind: 'sql', expr: 'to_json(trace_address)', columns: ['trace_address'] } },
+    traceAddress,
     order: num('order'),
     fromAddress: str('from_address'),
     toAddress: str('to_address'),
