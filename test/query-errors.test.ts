@@ -327,7 +327,7 @@ describe('query errors: a worker asked for blocks it does not hold', { timeout: 
     await tmp?.cleanup()
   })
 
-  it('fromBlock outside the worker\'s ranges → 400 naming the block; inside → 200 up to the end of its range; parent on the other worker still checked', async () => {
+  it('fromBlock outside the worker\'s ranges → 503 + Retry-After naming the block (the client asks the router again); inside → 200 up to the end of its range; parent on the other worker still checked', async () => {
     const held = async (w: WorkerServer): Promise<[number, number][]> => JSON.parse((await request(`${w.url}/status`)).text).state?.available?.anvil ?? []
     // Wait until both workers hold a part.
     const deadline = Date.now() + 30_000
@@ -355,14 +355,15 @@ describe('query errors: a worker asked for blocks it does not hold', { timeout: 
     for (const [i, w] of cluster.workers.entries()) {
       for (const from of [0, 15, 16, 63, 64, 100, 127]) {
         // Held: served up to the end of the contiguous range the worker holds (no toBlock, §18);
-        // not held: 400 naming the block (§19).
+        // not held: 503 naming the block, retryable (a chunk that just moved; see DECISIONS-LOCAL.md).
         await onStableHoldings(w, { fromBlock: from, includeAllBlocks: true }, (res, ranges) => {
           const r = inRanges(ranges, from)
           if (r) {
             assert.equal(res.status, 200, `worker ${i} holding ${JSON.stringify(ranges)}, block ${from}: ${res.text.slice(0, 200)}`)
             assert.deepEqual(JSON.parse(res.text).map((x: Obj) => x.header.number), range(from, r[1]))
           } else {
-            assert.equal(res.status, 400, `worker ${i} holding ${JSON.stringify(ranges)}, block ${from}: ${res.status} ${res.text.slice(0, 200)}`)
+            assert.equal(res.status, 503, `worker ${i} holding ${JSON.stringify(ranges)}, block ${from}: ${res.status} ${res.text.slice(0, 200)}`)
+            assert.equal(res.headers['retry-after'], '1')
             assert.equal(res.headers['content-type']?.split(';')[0], 'application/json')
             const body = JSON.parse(res.text)
             assert.ok(body.error && body.message.includes(String(from)), res.text)

@@ -9,6 +9,7 @@ import { starknetFamily } from '../src/families/starknet.js'
 import { MalformedRpcData } from '../src/ingest/evm/normalize.js'
 import { feederToRpc } from '../src/ingest/starknet/feeder.js'
 import { feltOf, normalizeStarknetBlock, type StarknetBlockBundle } from '../src/ingest/starknet/normalize.js'
+import { derived480000, invocations, ROOT_KEYS } from './helpers/starknet-480000.js'
 
 /*
  * The Starknet normaliser on real node answers (fixtures/starknet, see fixtures/SOURCES.md).
@@ -59,13 +60,6 @@ function assertAll(rows: Record<string, Row[]>): void {
     assertListsNormal(t, rs)
   }
 }
-
-/** Invocations of a trace root in depth-first order with their path below the root. */
-function* invocations(inv: any, at: number[] = []): Generator<[number[], any]> {
-  yield [at, inv]
-  for (const [i, c] of (inv.calls ?? []).entries()) yield* invocations(c, [...at, i])
-}
-const ROOT_KEYS = ['validate_invocation', 'execute_invocation', 'constructor_invocation', 'function_invocation', 'fee_transfer_invocation']
 
 describe('feltOf', () => {
   it('lower-cases, strips leading zeros, keeps 0x0; rejects non-hex', () => {
@@ -263,32 +257,10 @@ describe('Starknet mainnet 25 with traceBlockTransactions', () => {
 })
 
 describe('Starknet mainnet 480000 trace tree (events ↔ trace addresses)', () => {
-  // No getBlockWithReceipts of 480000 is public: the receipt events are rebuilt here from the trace,
-  // root by root (validate, execute/constructor, fee_transfer), each root's events by `order`.
-  const traces = result(load(`${IDEALIS}/trace_block_480_000.json.gz`))
-  const expectedAddress = new Map<string, number[]>()
-  const block = {
-    block_number: 480000,
-    block_hash: '0x480000',
-    transactions: traces.map((t: any, i: number) => {
-      const events: any[] = []
-      let k = 0
-      for (const key of ROOT_KEYS) {
-        const root = t.trace_root[key]
-        if (!root) continue
-        if (root.contract_address) {
-          const found = [...invocations(root)].flatMap(([at, inv]) => (inv.events ?? []).map((e: any) => ({ e, at: [k, ...at], from: inv.contract_address })))
-          found.sort((a, b) => a.e.order - b.e.order)
-          for (const f of found) {
-            expectedAddress.set(`${i}/${events.length}`, f.at)
-            events.push({ from_address: f.from, keys: f.e.keys, data: f.e.data })
-          }
-        }
-        k++
-      }
-      return { transaction: { transaction_hash: t.transaction_hash, type: t.trace_root.type }, receipt: { transaction_hash: t.transaction_hash, events, messages_sent: [] } }
-    }),
-  }
+  // No getBlockWithReceipts of 480000 is public: the receipt events are rebuilt from the trace,
+  // root by root (validate, execute/constructor, fee_transfer), each root's events by `order`
+  // (helpers/starknet-480000.ts; the header there is synthetic).
+  const { traces, block, expectedAddress } = derived480000()
   const rows = normalizeStarknetBlock({ block, traces })
 
   it('each event gets the trace address of the call that emitted it', () => {

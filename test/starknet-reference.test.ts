@@ -1,14 +1,21 @@
 import assert from 'node:assert/strict'
 import { readdirSync, readFileSync } from 'node:fs'
+import { mkdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { gunzipSync } from 'node:zlib'
 import { after, before, describe, it } from 'node:test'
+import { nextTop, type ChunkRef, type DatasetMeta } from '../src/chunks/layout.js'
+import { ChunkBuilder } from '../src/chunks/writer.js'
+import { starknetFamily } from '../src/families/starknet.js'
 import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
+import { normalizeStarknetBlock, type StarknetBlockBundle } from '../src/ingest/starknet/normalize.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { REPO_ROOT, tempDir } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
+import { derived480000, invocations, ROOT_KEYS, type Derived480000 } from './helpers/starknet-480000.js'
 import {
+  ALL_FIELDS,
   BLOCK_FIELDS,
   FIELDS,
   FILTERS,
@@ -27,9 +34,11 @@ import {
   fullQuery,
   involvedKinds,
   itemCount,
+  itemKey,
   itemsOf,
   loadQueries,
   rebase,
+  selectItems,
   type FullBlock,
   type Kind,
   type ListFilter,
@@ -460,96 +469,170 @@ function generateQueries(data: FullBlock[]): NamedQuery[] {
   return out
 }
 
+// ------------------------------------------------------------------------------------ serving and walking
+
+interface Stats {
+  queries: number
+  requests: number
+  answers: number
+  items: number
+  refusals: number
+}
+const newStats = (): Stats => ({ queries: 0, requests: 0, answers: 0, items: 0, refusals: 0 })
+
+/** A dataset served by a cluster, with its full answer (`data`). */
+interface Served {
+  base: string
+  height: number
+  chunks: ChunkInfo[]
+  data: FullBlock[]
+  workerUrls: Map<ChunkInfo, string>
+  stats: Stats
+}
+
+const chunkOf = (s: Served, n: number) => s.chunks.find((c) => c.coverFrom <= n && n <= c.last)
+
+async function workerFor(s: Served, n: number): Promise<string> {
+  const c = chunkOf(s, n)!
+  let url = s.workerUrls.get(c)
+  if (!url) {
+    const res = await fetch(`${s.base}/${n}/worker`)
+    assert.equal(res.status, 200, `router: no worker for block ${n}`)
+    url = await res.text()
+    s.workerUrls.set(c, url)
+  }
+  return url
+}
+
+/**
+ * Post `body` to the worker serving block `n`. Right after start the router may move a chunk to the
+ * second worker and the first one drops it: its 503 `not-available` sends the client back to the
+ * router, as a client does.
+ */
+async function postRouted(s: Served, n: number, body: Obj): Promise<Awaited<ReturnType<typeof postJson>>> {
+  for (let attempt = 0; ; attempt++) {
+    const res = await postJson(await workerFor(s, n), body)
+    if (res.status !== 503 || attempt >= 50 || JSON.parse(res.text).error !== 'not-available') return res
+    s.workerUrls.delete(chunkOf(s, n)!)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+/**
+ * Walk `q` from `fromBlock` to `toBlock` (or the height) as a client does, comparing every answer
+ * with the reference for the range it covers; a 400 is expected (and ends the walk) where the
+ * range has no block or its first chunk lacks a table the query needs. Returns the blocks received.
+ */
+async function walkServed(s: Served, q: Obj, what: string): Promise<Obj[]> {
+  const { data, height, stats } = s
+  stats.queries++
+  const received: Obj[] = []
+  const kinds = involvedKinds(q)
+  let invalid = false
+  try {
+    for (const k of KINDS) for (const req of (q[REQUEST_KEY[k]] ?? []) as Obj[]) compileRequest(k, req)
+  } catch (e) {
+    if (!(e instanceof InvalidQuery)) throw e
+    invalid = true
+  }
+  const to = q.toBlock ?? Infinity
+  for (let next = q.fromBlock; next <= to && next <= height;) {
+    const sub = { ...q, fromBlock: next }
+    const res = await postRouted(s, next, sub)
+    stats.requests++
+    const ctx = () => `${what}\nquery: ${JSON.stringify(sub).slice(0, 1500)}\nanswer ${res.status}: ${res.text.slice(0, 300)}`
+    if (invalid) {
+      assert.equal(res.status, 400, ctx())
+      assert.equal(JSON.parse(res.text).error, 'invalid-query', ctx())
+      stats.refusals++
+      break
+    }
+    let noBlocks = false
+    try {
+      evaluate(data, { ...sub, toBlock: to === Infinity ? undefined : to })
+    } catch (e) {
+      if (!(e instanceof NoBlocksInRange)) throw e
+      noBlocks = true
+    }
+    const missing = [...kinds].filter((k) => !chunkOf(s, next)!.kinds.has(k))
+    if (noBlocks || missing.length > 0) {
+      const codes = [...(noBlocks ? ['no-blocks-in-range'] : []), ...(missing.length ? ['table-not-available'] : [])]
+      assert.equal(res.status, 400, `expected 400 ${codes.join('/')} (missing tables: ${missing.join(', ')})\n${ctx()}`)
+      const body = JSON.parse(res.text)
+      assert.ok(codes.includes(body.error), `expected ${codes.join(' or ')}, got ${body.error}\n${ctx()}`)
+      stats.refusals++
+      break
+    }
+    assert.equal(res.status, 200, ctx())
+    const got: Obj[] = JSON.parse(res.text)
+    assert.ok(Array.isArray(got) && got.length > 0, `empty answer\n${ctx()}`)
+    const last = got[got.length - 1].header?.number
+    assert.ok(Number.isInteger(last) && last >= next && last <= to, `last block ${last} outside [${next}, ${to}]\n${ctx()}`)
+    for (const b of got) {
+      const c = chunkOf(s, b.header.number)
+      const lacking = [...kinds].filter((k) => !c?.kinds.has(k))
+      assert.equal(lacking.length, 0, `block ${b.header.number} returned from a chunk without ${lacking.join(', ')}\n${ctx()}`)
+    }
+    const expected = evaluate(data, { ...sub, toBlock: last })
+    const diff = firstDifference(got, expected)
+    assert.equal(diff, undefined, `${what}\n${diff}\nquery: ${JSON.stringify(sub).slice(0, 1500)}`)
+    stats.answers++
+    stats.items += itemCount(got)
+    received.push(...got)
+    next = last + 1
+  }
+  return received
+}
+
+/** The dataset height once the router sees every chunk (or the last height seen). */
+async function waitForHeight(base: string, want: number): Promise<number> {
+  let height = -1
+  for (let i = 0; i < 100; i++) {
+    height = Number(await (await fetch(`${base}/height`)).text())
+    if (height >= want) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  return height
+}
+
+/** The full answer, chunk by chunk with the kinds each chunk has (walked: answers may stop early). */
+async function fetchFull(s: Served): Promise<FullBlock[]> {
+  const data: FullBlock[] = []
+  for (const c of s.chunks) {
+    const kinds = KINDS.filter((k) => c.kinds.has(k))
+    const q = fullQuery(c.coverFrom, c.last, kinds)
+    for (let next = c.coverFrom; next <= c.last;) {
+      const res = await postRouted(s, next, { ...q, fromBlock: next })
+      assert.equal(res.status, 200, res.text.slice(0, 500))
+      const blocks = JSON.parse(res.text) as FullBlock[]
+      for (const b of blocks) {
+        for (const k of KINDS) {
+          const key = OUTPUT_KEY[k]
+          if (kinds.includes(k)) assert.ok(Array.isArray(b[key]), `block ${b.header.number}: no ${key}`)
+          else {
+            assert.equal(b[key], undefined, `block ${b.header.number}: ${key} not asked for`)
+            b[key] = []
+          }
+        }
+      }
+      data.push(...blocks)
+      next = blocks[blocks.length - 1].header.number + 1
+    }
+  }
+  return data
+}
+
 // ------------------------------------------------------------------------------------ the test
 
 describe('Starknet queries against the reference evaluation (recorded mainnet blocks, router + 2 workers)', { timeout: 240_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
-  let base: string
   let height: number
   let chunks: ChunkInfo[]
   let data: FullBlock[]
-  const workerUrls = new Map<ChunkInfo, string>()
-  const stats = { queries: 0, requests: 0, answers: 0, items: 0, refusals: 0 }
-
-  const chunkOf = (n: number) => chunks.find((c) => c.coverFrom <= n && n <= c.last)
-
-  async function workerFor(n: number): Promise<string> {
-    const c = chunkOf(n)!
-    let url = workerUrls.get(c)
-    if (!url) {
-      const res = await fetch(`${base}/${n}/worker`)
-      assert.equal(res.status, 200, `router: no worker for block ${n}`)
-      url = await res.text()
-      workerUrls.set(c, url)
-    }
-    return url
-  }
-
-  /**
-   * Walk `q` from `fromBlock` to `toBlock` (or the height) as a client does, comparing every answer
-   * with the reference for the range it covers; a 400 is expected (and ends the walk) where the
-   * range has no block or its first chunk lacks a table the query needs. Returns the blocks received.
-   */
-  async function walk(q: Obj, what: string): Promise<Obj[]> {
-    stats.queries++
-    const received: Obj[] = []
-    const kinds = involvedKinds(q)
-    let invalid = false
-    try {
-      for (const k of KINDS) for (const req of (q[REQUEST_KEY[k]] ?? []) as Obj[]) compileRequest(k, req)
-    } catch (e) {
-      if (!(e instanceof InvalidQuery)) throw e
-      invalid = true
-    }
-    const to = q.toBlock ?? Infinity
-    for (let next = q.fromBlock; next <= to && next <= height;) {
-      const sub = { ...q, fromBlock: next }
-      const res = await postJson(await workerFor(next), sub)
-      stats.requests++
-      const ctx = () => `${what}\nquery: ${JSON.stringify(sub).slice(0, 1500)}\nanswer ${res.status}: ${res.text.slice(0, 300)}`
-      if (invalid) {
-        assert.equal(res.status, 400, ctx())
-        assert.equal(JSON.parse(res.text).error, 'invalid-query', ctx())
-        stats.refusals++
-        break
-      }
-      let noBlocks = false
-      try {
-        evaluate(data, { ...sub, toBlock: to === Infinity ? undefined : to })
-      } catch (e) {
-        if (!(e instanceof NoBlocksInRange)) throw e
-        noBlocks = true
-      }
-      const missing = [...kinds].filter((k) => !chunkOf(next)!.kinds.has(k))
-      if (noBlocks || missing.length > 0) {
-        const codes = [...(noBlocks ? ['no-blocks-in-range'] : []), ...(missing.length ? ['table-not-available'] : [])]
-        assert.equal(res.status, 400, `expected 400 ${codes.join('/')} (missing tables: ${missing.join(', ')})\n${ctx()}`)
-        const body = JSON.parse(res.text)
-        assert.ok(codes.includes(body.error), `expected ${codes.join(' or ')}, got ${body.error}\n${ctx()}`)
-        stats.refusals++
-        break
-      }
-      assert.equal(res.status, 200, ctx())
-      const got: Obj[] = JSON.parse(res.text)
-      assert.ok(Array.isArray(got) && got.length > 0, `empty answer\n${ctx()}`)
-      const last = got[got.length - 1].header?.number
-      assert.ok(Number.isInteger(last) && last >= next && last <= to, `last block ${last} outside [${next}, ${to}]\n${ctx()}`)
-      for (const b of got) {
-        const c = chunkOf(b.header.number)
-        const lacking = [...kinds].filter((k) => !c?.kinds.has(k))
-        assert.equal(lacking.length, 0, `block ${b.header.number} returned from a chunk without ${lacking.join(', ')}\n${ctx()}`)
-      }
-      const expected = evaluate(data, { ...sub, toBlock: last })
-      const diff = firstDifference(got, expected)
-      assert.equal(diff, undefined, `${what}\n${diff}\nquery: ${JSON.stringify(sub).slice(0, 1500)}`)
-      stats.answers++
-      stats.items += itemCount(got)
-      received.push(...got)
-      next = last + 1
-    }
-    return received
-  }
+  let srv: Served
+  const stats = newStats()
+  const walk = (q: Obj, what: string) => walkServed(srv, q, what)
 
   before(async () => {
     tmp = await tempDir('ba-starknet-ref-')
@@ -558,37 +641,11 @@ describe('Starknet queries against the reference evaluation (recorded mainnet bl
     chunks = readLayout(dir)
     // A small size budget: answers over the large blocks stop early and the walk continues.
     cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100, concurrency: 4, queue: 64, budgets: { sizeBytes: 300_000 } })
-    base = cluster.datasets.get('starknet-mainnet')!
-    for (let i = 0; i < 100; i++) {
-      height = Number(await (await fetch(`${base}/height`)).text())
-      if (height >= 623436) break
-      await new Promise((r) => setTimeout(r, 100))
-    }
+    const base = cluster.datasets.get('starknet-mainnet')!
+    height = await waitForHeight(base, 623436)
     assert.equal(height, 623436)
-
-    // The full answer, chunk by chunk with the kinds each chunk has (walked: answers stop early).
-    data = []
-    for (const c of chunks) {
-      const kinds = KINDS.filter((k) => c.kinds.has(k))
-      const q = fullQuery(c.coverFrom, c.last, kinds)
-      for (let next = c.coverFrom; next <= c.last;) {
-        const res = await postJson(await workerFor(next), { ...q, fromBlock: next })
-        assert.equal(res.status, 200, res.text.slice(0, 500))
-        const blocks = JSON.parse(res.text) as FullBlock[]
-        for (const b of blocks) {
-          for (const k of KINDS) {
-            const key = OUTPUT_KEY[k]
-            if (kinds.includes(k)) assert.ok(Array.isArray(b[key]), `block ${b.header.number}: no ${key}`)
-            else {
-              assert.equal(b[key], undefined, `block ${b.header.number}: ${key} not asked for`)
-              b[key] = []
-            }
-          }
-        }
-        data.push(...blocks)
-        next = blocks[blocks.length - 1].header.number + 1
-      }
-    }
+    srv = { base, height, chunks, data: [], workerUrls: new Map(), stats }
+    data = srv.data = await fetchFull(srv)
   })
 
   after(async () => {
@@ -725,5 +782,249 @@ describe('Starknet queries against the reference evaluation (recorded mainnet bl
     // on entryPointSelector, which block 25's (old) traces do not have: both select nothing.
     for (const name of ['l1_message', 'state_update', 'storage']) assert.ok(selecting.has(name), `${name} selected nothing`)
     console.log(`# starknet reference total: ${stats.queries} queries, ${stats.requests} requests, ${stats.answers} answers, ${stats.items} items compared`)
+  })
+})
+
+// ------------------------------------------------------------------------------------ trace relations on 480000
+
+/*
+ * The relations `traces[].events` and `traces[].messages` select the items of the same transaction
+ * AND the same trace address, `traces[].transaction` and the transaction's relations the same
+ * transaction only. The recorded blocks above exercise them poorly (block 25: no events, one message
+ * in a transaction with one call), so this suite serves a second dataset: block 25 (recorded
+ * getBlockWithReceipts + traces) and block 480000, whose TRACES ARE RECORDED (119 transactions,
+ * 3 roots each, nested calls, 671 events inside the calls) but whose HEADER AND RECEIPTS ARE DERIVED
+ * from those traces (helpers/starknet-480000.ts: synthetic block hash, parent hash, new root,
+ * timestamp; receipt events rebuilt from the calls' events in root/`order` order): no
+ * getBlockWithReceipts of 480000 is public. The trace of 480000 sends no L2→L1 message, so
+ * `messages: true` only selects something in block 25.
+ */
+
+const TRACED_DATASET = 'starknet-traced'
+
+/** One chunk per bundle, written as ingest writes them (normaliser → ChunkBuilder). */
+async function writeStarknetDataset(dir: string, name: string, bundles: StarknetBlockBundle[]): Promise<ChunkRef[]> {
+  await mkdir(dir, { recursive: true })
+  const meta: DatasetMeta = { name, family: 'starknet' }
+  await writeFile(path.join(dir, 'dataset.json'), JSON.stringify(meta))
+  const refs: ChunkRef[] = []
+  for (const bundle of bundles) {
+    const rows = normalizeStarknetBlock(bundle)
+    const tables = ['blocks', 'transactions', 'events', 'messages', ...(rows.traces ? ['traces'] : [])]
+    const builder = new ChunkBuilder(starknetFamily, dir, tables)
+    const h = rows.blocks[0]
+    await builder.addBlock(h.number as number, h.hash as string, h.parent_hash as string, rows)
+    refs.push(await builder.finish(nextTop(refs, builder.first, 500)))
+  }
+  return refs
+}
+
+const TRACE_FIELDS: Obj = {
+  block: { timestamp: true },
+  transaction: { transactionHash: true, senderAddress: true, type: true },
+  event: { fromAddress: true, keys: true, traceAddress: true },
+  trace: { contractAddress: true, entryPointSelector: true, invocationType: true, callerAddress: true },
+  message: { fromAddress: true, toAddress: true, payload: true },
+}
+
+/** Events (messages) of the transactions of the selected traces vs those the relation selects. */
+interface RelationCase {
+  name: string
+  /** selected by the relation (same transaction and trace address) */
+  byCall: number
+  /** of the same transactions */
+  byTx: number
+}
+
+function traceRelationQueries(data: FullBlock[]): { queries: NamedQuery[]; cases: { events: RelationCase[]; messages: RelationCase[] } } {
+  const b480 = data.filter((b) => b.header.number === 480000)
+  const b25 = data.filter((b) => b.header.number === 25)
+  const traces = itemsOf(b480, 'trace').map((x) => x.item)
+  const freq = (key: string) => byFrequency(traces.map((t) => t[key]))
+  const topAndRare = (values: string[]) => [...values.slice(0, 3), ...values.slice(-2)]
+  const contracts = freq('contractAddress')
+  const selectors = freq('entryPointSelector')
+  const callers = freq('callerAddress')
+  // The call of block 25 that sent its message.
+  const m25 = b25[0].messages[0]
+  const sender25 = b25[0].traces.find((t) => t.transactionIndex === m25.transactionIndex && compareAddress(t.traceAddress, m25.traceAddress) === 0)!
+  const bases: Obj[] = [
+    {},
+    ...topAndRare(contracts).map((c) => ({ contractAddress: [c] })),
+    ...topAndRare(selectors).map((s) => ({ entryPointSelector: [feltVariant(s, 0)] })),
+    ...freq('invocationType').map((t) => ({ invocationType: [t] })),
+    { contractAddress: [contracts[0]], invocationType: ['execute'] },
+    { entryPointSelector: [selectors[0], selectors[1]], invocationType: ['execute', 'validate'] },
+    { callerAddress: [callers[0]] },
+    { contractAddress: [sender25.contractAddress] },
+  ]
+  const flagSets: Obj[] = [{ events: true }, { messages: true }, { transaction: true }, { events: true, messages: true, transaction: true }]
+  const ranges: Range[] = [{ fromBlock: 0 }, { fromBlock: 480000, toBlock: 480000 }]
+  const queries: NamedQuery[] = []
+  const cases = { events: [] as RelationCase[], messages: [] as RelationCase[] }
+  let n = 0
+  const add = (name: string, range: Range, body: Obj) => {
+    const fields = n++ % 3 === 2 ? ALL_FIELDS : TRACE_FIELDS
+    queries.push({ name, q: { type: 'starknet', ...range, fields, ...body } })
+  }
+  for (const base of bases) {
+    for (const flags of flagSets) {
+      const req = { ...base, ...flags }
+      for (const range of ranges) add(`traces[${JSON.stringify(req).slice(0, 140)}]`, range, { traces: [req] })
+      // What the relation selects compared with what "same transaction" would select (whole data).
+      for (const rel of ['events', 'messages'] as const) {
+        if (!flags[rel]) continue
+        const kind: Kind = rel === 'events' ? 'event' : 'message'
+        let byCall = 0
+        let byTx = 0
+        for (const b of data) {
+          const sel = selectItems(b, { traces: [req] })
+          const txs = new Set(b.traces.filter((t) => sel.trace.has(itemKey('trace', t))).map((t) => t.transactionIndex))
+          const sameTx = b[OUTPUT_KEY[kind]].filter((x) => txs.has(x.transactionIndex))
+          for (const x of b[OUTPUT_KEY[kind]]) if (sel[kind].has(itemKey(kind, x))) assert.ok(txs.has(x.transactionIndex), 'a related item outside the transactions of the selected traces')
+          byCall += sel[kind].size
+          byTx += sameTx.length
+        }
+        cases[rel].push({ name: JSON.stringify(req), byCall, byTx })
+      }
+    }
+  }
+  // Trace relations together with event, message and transaction requests.
+  const events = itemsOf(b480, 'event').map((x) => x.item)
+  const [a0, a1] = byFrequency(events.map((e) => e.fromAddress))
+  const [k0, k1] = byFrequency(events.map((e) => e.keys[0]))
+  const [s0] = byFrequency(itemsOf(b480, 'transaction').map((x) => x.item.senderAddress))
+  const combos: Obj[] = [
+    { traces: [{ contractAddress: [contracts[1]], events: true }], events: [{ fromAddress: [a0] }] },
+    { traces: [{ invocationType: ['fee_transfer'], events: true }], events: [{ key0: [k0], transaction: true }] },
+    { traces: [{ invocationType: ['validate'], events: true, transaction: true }], events: [{ fromAddress: [a1] }], transactions: [{ type: ['DEPLOY_ACCOUNT'] }] },
+    { traces: [{ entryPointSelector: [selectors[0]], events: true, messages: true }], events: [{ fromAddress: [a1], transaction: true }], messages: [{}] },
+    { transactions: [{ senderAddress: [s0], traces: true, events: true }], traces: [{ contractAddress: [contracts[2]], events: true }] },
+    { traces: [{ contractAddress: [contracts[0]], events: true }, { invocationType: ['validate'], transaction: true }], events: [{ key0: [k1] }] },
+    { traces: [{ contractAddress: [sender25.contractAddress], messages: true, events: true }, { entryPointSelector: [selectors.at(-1)], events: true }], messages: [{ toAddress: [MISS_FELT] }] },
+    { traces: [{ callType: ['DELEGATE'], events: true }], events: [{ key0: [k0, k1], fromAddress: [a0] }] },
+    { traces: [{ entryPointType: ['EXTERNAL'], invocationType: ['execute'], events: true, messages: true }], events: [{}] },
+    { traces: [{ contractAddress: [contracts[0]], events: false, messages: false, transaction: false }], events: [{ fromAddress: [a0] }] },
+  ]
+  for (const c of combos) for (const range of [...ranges, { fromBlock: 0, toBlock: 25 }]) add(`combined ${JSON.stringify(c).slice(0, 160)}`, range, c)
+  return { queries, cases }
+}
+
+describe('Starknet trace relations against the reference: block 25 recorded, block 480000 with recorded traces and DERIVED header/receipts', { timeout: 60_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let cluster: Cluster
+  let srv: Served
+  let data: FullBlock[]
+  let derived: Derived480000
+
+  before(async () => {
+    tmp = await tempDir('ba-starknet-traced-')
+    const dir = path.join(tmp.dir, TRACED_DATASET)
+    derived = derived480000()
+    const block25: StarknetBlockBundle = { block: fixture('nethermind-idealis', 'starknet', 'get_block_with_txs_25.json.gz'), traces: fixture('nethermind-idealis', 'starknet', 'trace_block_25.json.gz') }
+    await writeStarknetDataset(dir, TRACED_DATASET, [block25, derived.bundle])
+    const chunks = readLayout(dir)
+    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100, concurrency: 4, queue: 64, budgets: { sizeBytes: 300_000 } })
+    const base = cluster.datasets.get(TRACED_DATASET)!
+    const height = await waitForHeight(base, 480000)
+    assert.equal(height, 480000)
+    srv = { base, height, chunks, data: [], workerUrls: new Map(), stats: newStats() }
+    data = srv.data = await fetchFull(srv)
+  })
+
+  after(async () => {
+    await cluster?.stop()
+    await tmp?.cleanup()
+  })
+
+  it('the data: 480000 traces as recorded, events on the calls that emitted them (header and receipts DERIVED from the traces)', () => {
+    assert.deepEqual(srv.chunks.map((c) => [c.first, c.last, [...c.kinds].sort()]), [
+      [25, 25, ['event', 'message', 'trace', 'transaction']],
+      [480000, 480000, ['event', 'message', 'trace', 'transaction']],
+    ])
+    assert.deepEqual(data.map((b) => b.header.number), [25, 480000])
+    const b = data[1]
+    // The synthetic header of helpers/starknet-480000.ts, not mainnet's.
+    assert.deepEqual([b.header.hash, b.header.parentHash, b.header.newRoot], ['0x480000', '0x47ffff', '0x480000aa'])
+
+    // Traces: every call of the recorded trace, numbered by root and position.
+    const exp: Obj[] = []
+    for (const [i, entry] of derived.traces.entries()) {
+      assert.equal(b.transactions[i].transactionHash, felt(entry.transaction_hash))
+      let k = 0
+      for (const key of ROOT_KEYS) {
+        const root = entry.trace_root[key]
+        if (!root) continue
+        const invocationType = key.replace('_invocation', '')
+        if (root.contract_address == null) exp.push({ transactionIndex: i, traceAddress: [k], invocationType, contractAddress: null, entryPointSelector: null, revertReason: root.revert_reason })
+        else {
+          for (const [at, inv] of invocations(root)) {
+            exp.push({ transactionIndex: i, traceAddress: [k, ...at], invocationType, contractAddress: felt(inv.contract_address), entryPointSelector: felt(inv.entry_point_selector), revertReason: inv.revert_reason ?? null })
+          }
+        }
+        k++
+      }
+    }
+    exp.sort((x, y) => x.transactionIndex - y.transactionIndex || compareAddress(x.traceAddress, y.traceAddress))
+    assert.deepEqual(
+      b.traces.map((t) => ({ transactionIndex: t.transactionIndex, traceAddress: t.traceAddress, invocationType: t.invocationType, contractAddress: t.contractAddress, entryPointSelector: t.entryPointSelector, revertReason: t.revertReason })),
+      exp,
+    )
+
+    // Events: each on the call that emitted it (the derivation knows the call).
+    assert.equal(b.events.length, derived.expectedAddress.size)
+    for (const e of b.events) assert.deepEqual(e.traceAddress, derived.expectedAddress.get(`${e.transactionIndex}/${e.eventIndex}`), `event ${e.transactionIndex}/${e.eventIndex}`)
+    const placed = b.events.filter((e) => e.traceAddress.length > 0).length
+    assert.ok(placed / b.events.length > 0.9, `${placed} of ${b.events.length} events have a trace address`)
+    assert.equal(b.messages.length, 0) // the recorded trace of 480000 sends no L2→L1 message
+    assert.equal(derived.expectedMessageAddress.size, 0)
+
+    // "Same transaction" and "same transaction + trace address" differ: transactions with several
+    // calls, and with events on several calls.
+    const tracesPerTx = new Map<number, number>()
+    for (const t of b.traces) tracesPerTx.set(t.transactionIndex, (tracesPerTx.get(t.transactionIndex) ?? 0) + 1)
+    const multiTrace = [...tracesPerTx.values()].filter((n) => n > 1).length
+    const callsWithEvents = new Map<number, Set<string>>()
+    for (const e of b.events) {
+      if (!callsWithEvents.has(e.transactionIndex)) callsWithEvents.set(e.transactionIndex, new Set())
+      callsWithEvents.get(e.transactionIndex)!.add(e.traceAddress.join('.'))
+    }
+    const multiCallEvents = [...callsWithEvents.values()].filter((s) => s.size > 1).length
+    assert.ok(multiTrace > 100 && multiCallEvents > 50, `${multiTrace} transactions with several traces, ${multiCallEvents} with events on several calls`)
+    const m25 = data[0].messages
+    assert.equal(m25.length, 1)
+    console.log(
+      `# starknet trace relations: 480000 (traces recorded, header/receipts DERIVED): ${b.transactions.length} transactions, ${b.traces.length} traces, ${b.events.length} events (${placed} = ${((100 * placed) / b.events.length).toFixed(1)}% with a trace address), 0 messages; ` +
+        `${multiTrace} transactions with several traces, ${multiCallEvents} with events on several calls; block 25: ${data[0].traces.length} traces, ${m25.length} message at ${JSON.stringify(m25[0].traceAddress)}`,
+    )
+  })
+
+  it('traces[].events / .messages / .transaction (with event, message and transaction requests) agree with the reference', async () => {
+    const t0 = performance.now()
+    const { queries, cases } = traceRelationQueries(data)
+    let nonEmpty = 0
+    const queue = [...queries]
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        for (let next = queue.shift(); next; next = queue.shift()) {
+          const got = await walkServed(srv, next.q, next.name)
+          if (itemCount(got) > 0) nonEmpty++
+        }
+      }),
+    )
+    const st = srv.stats
+    const strict = (list: RelationCase[]) => list.filter((c) => c.byCall > 0 && c.byCall < c.byTx)
+    const strictEvents = strict(cases.events)
+    const strictMessages = strict(cases.messages)
+    const secs = ((performance.now() - t0) / 1000).toFixed(1)
+    console.log(
+      `# starknet trace relations: ${queries.length} queries (${nonEmpty} selecting items), ${st.requests} requests, ${st.answers} answers, ${st.items} items compared, ${st.refusals} expected 400s, ${secs} s; ` +
+        `events: true selects a strict non-empty subset of the same transactions' events in ${strictEvents.length} of ${cases.events.length} single-request queries ` +
+        `(e.g. ${strictEvents[0]?.name}: ${strictEvents[0]?.byCall} of ${strictEvents[0]?.byTx}); messages: ${strictMessages.length} of ${cases.messages.length}`,
+    )
+    assert.ok(queries.length >= 150, `${queries.length} queries`)
+    assert.ok(nonEmpty >= queries.length * 0.8, `only ${nonEmpty} of ${queries.length} queries selected items`)
+    assert.ok(strictEvents.length >= 5, `events: true selects a strict subset of the same transactions' events in only ${strictEvents.length} queries`)
+    assert.ok(cases.messages.some((c) => c.byCall > 0), 'messages: true selects no message')
   })
 })

@@ -83,7 +83,10 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   }
   const run = contiguousRun(view.chunks, from)
   if (run.length === 0) {
-    throw badRequest('not-available', `data for block ${from} of dataset ${view.name} is not available on this worker`)
+    // Below the height the block exists, so the router sent the client here just as the chunk moved
+    // to another worker: a retryable answer makes the client ask the router again (a 400 would end
+    // the real SDK's sync).
+    throw new ApiError(503, 'not-available', `data for block ${from} of dataset ${view.name} is not on this worker (any more); ask the router again`, undefined, 1)
   }
   const to = Math.min(query.toBlock ?? Infinity, run[run.length - 1].last)
   const chunks = run.filter((c) => c.first <= to)
