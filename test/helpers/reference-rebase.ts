@@ -1,5 +1,3 @@
-import { readdirSync, readFileSync } from 'node:fs'
-import path from 'node:path'
 import {
   FILTERS,
   KINDS,
@@ -27,17 +25,7 @@ import {
  * the range (so single keys match more than the seed). An empty list stays empty.
  */
 
-export interface NamedQuery {
-  name: string
-  query: Obj
-}
-
-export function loadQueries(dir: string): NamedQuery[] {
-  return readdirSync(dir)
-    .filter((f) => f.endsWith('.json'))
-    .sort()
-    .map((f) => ({ name: f.replace(/\.json$/, ''), query: JSON.parse(readFileSync(path.join(dir, f), 'utf8')) }))
-}
+export { loadQueries, type NamedQuery } from './answers.js'
 
 /** List filters whose original values are kept when some item satisfies them. */
 const KEPT: Record<Kind, string[]> = {

@@ -1,9 +1,6 @@
-import { readdirSync, readFileSync } from 'node:fs'
-import path from 'node:path'
-
 /*
  * A reference evaluator of Starknet archive queries, written from the protocol documents only
- * (docs/protocol.md §3 and §6; shared/spec REFERENCE.md §3 and §6, DECISIONS.md §6–16, §25–26), in
+ * (docs/protocol.md §3 and §6), in
  * plain TypeScript and independent of the engine and of the family declaration (only the field,
  * filter and flag NAMES are the project's).
  *
@@ -16,6 +13,8 @@ import path from 'node:path'
  * Also here: re-basing the real queries of fixtures/queries/starknet onto the data we have (the
  * EVM re-basing in reference-rebase.ts is tied to the EVM filters), and answer comparison.
  */
+
+import { firstDifference as compareAnswers } from './answers.js'
 
 export type Obj = Record<string, any>
 
@@ -416,62 +415,7 @@ export const itemCount = (blocks: Obj[]) => blocks.reduce((n, b) => n + KINDS.re
 
 /** First difference between two answers as a readable message, or undefined when equal. */
 export function firstDifference(got: Obj[], expected: Obj[]): string | undefined {
-  const gn = got.map((b) => b?.header?.number)
-  const en = expected.map((b) => b.header.number)
-  if (JSON.stringify(gn) !== JSON.stringify(en)) {
-    const missing = en.filter((n) => !gn.includes(n))
-    const extra = gn.filter((n) => !en.includes(n))
-    return `blocks differ: ${JSON.stringify(gn.slice(0, 20))} returned, ${JSON.stringify(en.slice(0, 20))} expected; missing ${JSON.stringify(missing.slice(0, 10))}, extra ${JSON.stringify(extra.slice(0, 10))}`
-  }
-  for (let i = 0; i < got.length; i++) {
-    const g = got[i]
-    const e = expected[i]
-    const n = e.header.number
-    const gk = Object.keys(g)
-    if (gk[0] !== 'header') return `block ${n}: first key is ${gk[0]}, not header`
-    const ek = Object.keys(e)
-    if (JSON.stringify([...gk].sort()) !== JSON.stringify([...ek].sort())) return `block ${n}: keys ${JSON.stringify(gk)}, expected ${JSON.stringify(ek)}`
-    const d = diffValue(g.header, e.header)
-    if (d) return `block ${n} header: ${d}`
-    for (const k of ek.slice(1)) {
-      const ga: Obj[] = g[k]
-      const ea: Obj[] = e[k]
-      if (!Array.isArray(ga)) return `block ${n}: ${k} is not an array`
-      const kind = KINDS.find((x) => OUTPUT_KEY[x] === k)!
-      if (ga.length !== ea.length) {
-        const gks = ga.map((x) => itemKey(kind, x))
-        const eks = ea.map((x) => itemKey(kind, x))
-        return `block ${n}: ${ga.length} ${k}, expected ${ea.length}; missing ${JSON.stringify(eks.filter((x) => !gks.includes(x)).slice(0, 10))}, extra ${JSON.stringify(gks.filter((x) => !eks.includes(x)).slice(0, 10))}`
-      }
-      for (let j = 0; j < ea.length; j++) {
-        const d = diffValue(ga[j], ea[j])
-        if (d) return `block ${n} ${k}[${j}]: ${d}; got ${JSON.stringify(ga[j]).slice(0, 400)}, expected ${JSON.stringify(ea[j]).slice(0, 400)}`
-      }
-    }
-  }
-  return undefined
-}
-
-function diffValue(g: any, e: any, p = ''): string | undefined {
-  if (e === null || typeof e !== 'object') {
-    return Object.is(g, e) ? undefined : `${p || 'value'}: ${JSON.stringify(g)} ≠ expected ${JSON.stringify(e)}`
-  }
-  if (g === null || typeof g !== 'object' || Array.isArray(g) !== Array.isArray(e)) return `${p}: ${JSON.stringify(g)?.slice(0, 200)} ≠ expected ${JSON.stringify(e).slice(0, 200)}`
-  if (Array.isArray(e)) {
-    if (g.length !== e.length) return `${p}: length ${g.length} ≠ expected ${e.length}`
-    for (let i = 0; i < e.length; i++) {
-      const d = diffValue(g[i], e[i], `${p}[${i}]`)
-      if (d) return d
-    }
-    return undefined
-  }
-  for (const k of new Set([...Object.keys(g), ...Object.keys(e)])) {
-    if (!(k in e)) return `${p}.${k}: present (${JSON.stringify(g[k])?.slice(0, 100)}) but not expected`
-    if (!(k in g)) return `${p}.${k}: missing (expected ${JSON.stringify(e[k])?.slice(0, 100)})`
-    const d = diffValue(g[k], e[k], `${p}.${k}`)
-    if (d) return d
-  }
-  return undefined
+  return compareAnswers(got, expected, (output, item) => itemKey(KINDS.find((x) => OUTPUT_KEY[x] === output)!, item))
 }
 
 // ------------------------------------------------------------------------------------ re-basing
@@ -486,17 +430,7 @@ function diffValue(g: any, e: any, p = ''): string | undefined {
  * flags, number of requests, selected fields) stays.
  */
 
-export interface NamedQuery {
-  name: string
-  query: Obj
-}
-
-export function loadQueries(dir: string): NamedQuery[] {
-  return readdirSync(dir)
-    .filter((f) => f.endsWith('.json'))
-    .sort()
-    .map((f) => ({ name: f.replace(/\.json$/, ''), query: JSON.parse(readFileSync(path.join(dir, f), 'utf8')) }))
-}
+export { loadQueries, type NamedQuery } from './answers.js'
 
 export interface RebaseRange {
   fromBlock: number
