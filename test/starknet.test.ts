@@ -240,4 +240,37 @@ describe('Starknet: recorded mainnet blocks through ingest, router + 2 workers, 
     assert.equal(unknown.status, 400)
     assert.match(JSON.parse(unknown.text).message, /topics/)
   })
+
+  it('the other error classes answer as for EVM', async () => {
+    const w = await (await fetch(`${base}/25/worker`)).text()
+    const cases: [object, number, string][] = [
+      [{ type: 'starknet', fromBlock: 700000 }, 400, 'above-height'],
+      [{ type: 'starknet', fromBlock: 30, toBlock: 29 }, 400, 'invalid-range'],
+      [{ type: 'starknet', fromBlock: 26, toBlock: 100 }, 400, 'no-blocks-in-range'],
+      [{ type: 'starknet', fromBlock: 25, stateUpdates: [{}] }, 400, 'table-not-available'],
+      [{ type: 'starknet', fromBlock: 25, events: Array(101).fill({}) }, 400, 'too-many-requests'],
+      [{ type: 'starknet', fromBlock: 25, events: [{ fromAddress: '0x1' }] }, 400, 'invalid-query'],
+      [{ type: 'starknet', fromBlock: 25, messages: [{ transaction: true }] }, 400, 'invalid-query'],
+      [{ type: 'starknet', fromBlock: 25, parentBlockHash: 'zz' }, 400, 'invalid-query'],
+      [{ type: 'solana', fromBlock: 25 }, 400, 'unknown-type'],
+    ]
+    for (const [body, status, error] of cases) {
+      const res = await postJson(w, body)
+      assert.equal(res.status, status, `${JSON.stringify(body).slice(0, 100)}: ${res.text}`)
+      assert.equal(JSON.parse(res.text).error, error, JSON.stringify(body).slice(0, 100))
+    }
+  })
+
+  it('parentBlockHash is compared as a felt', async () => {
+    const r = rpc.get(623436)
+    // Any spelling is accepted (the parent of 623436 is not in this sparse dataset, so it is not compared there);
+    // the normalised value is what the fork check compares with the stored (normalised) hashes.
+    const w = await (await fetch(`${base}/623436/worker`)).text()
+    const spelled = '0X000' + r.block_hash.slice(2).toUpperCase()
+    const same = await postJson(w, { type: 'starknet', fromBlock: 623436, toBlock: 623436, parentBlockHash: spelled })
+    assert.equal(same.status, 200, same.text)
+    const { validateQuery } = await import('../src/query/validate.js')
+    const { starknetFamily } = await import('../src/families/starknet.js')
+    assert.equal(validateQuery(starknetFamily, { type: 'starknet', fromBlock: 1, parentBlockHash: '0X00AbC' }).parentBlockHash, '0xabc')
+  })
 })
