@@ -62,8 +62,9 @@ export function registerIngest(program: Command): void {
   program
     .command('ingest')
     .description('read blocks from an EVM or Starknet JSON-RPC node and write immutable Parquet chunks ({top}/{first}-{last}-{hash}/*.parquet); resumes after the last complete chunk')
-    .addOption(choice('--family <family>', 'chain family of the node', 'BLOCK_ARCHIVE_FAMILY', ['evm', 'starknet'], 'evm'))
-    .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https)', 'BLOCK_ARCHIVE_RPC').makeOptionMandatory())
+    .addOption(choice('--family <family>', 'chain family of the node', 'BLOCK_ARCHIVE_FAMILY', ['evm', 'starknet', 'substrate'], 'evm'))
+    .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https); required for evm and starknet', 'BLOCK_ARCHIVE_RPC'))
+    .addOption(opt('--sidecar <url>', 'substrate: a Substrate API Sidecar (decoded blocks, GET /blocks/{n}); see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_SIDECAR'))
     .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json in the output folder', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
     .addOption(opt('--out <folder>', 'dataset folder (created if missing); s3:// targets are not supported yet', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
     .addOption(opt('--from <n>', 'first block (default: after the last chunk in --out, else 0)', 'BLOCK_ARCHIVE_FROM', int(0)))
@@ -96,6 +97,9 @@ export function registerIngest(program: Command): void {
       if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new InvalidArgumentError('--blocks cannot be combined with --from, --to or --follow')
       if (o.follow && o.to != null) throw new InvalidArgumentError('--follow and --to exclude each other')
       const starknet = o.family === 'starknet'
+      if (o.family === 'substrate' ? !o.sidecar : !o.rpc) throw new InvalidArgumentError(o.family === 'substrate' ? 'a substrate ingest needs --sidecar <url>' : '--rpc <url> is required')
+      if (o.family !== 'substrate' && o.sidecar) throw new InvalidArgumentError('--sidecar is for --family substrate')
+      if (o.family === 'substrate' && (o.traces !== 'none' || o.stateDiffs !== 'none' || o.stateUpdates)) throw new InvalidArgumentError('--traces, --state-diffs and --state-updates do not apply to substrate')
       if (starknet && !['none', 'starknet'].includes(o.traces)) throw new InvalidArgumentError(`--traces ${o.traces} is for EVM nodes; a Starknet ingest takes --traces starknet`)
       if (!starknet && o.traces === 'starknet') throw new InvalidArgumentError('--traces starknet needs --family starknet')
       if (starknet && o.stateDiffs !== 'none') throw new InvalidArgumentError('--state-diffs is for EVM nodes; a Starknet ingest takes --state-updates')
@@ -105,6 +109,7 @@ export function registerIngest(program: Command): void {
       const r = await runIngest({
         family: o.family,
         rpc: o.rpc,
+        sidecar: o.sidecar,
         dataset: o.dataset,
         out: o.out,
         from: o.from,

@@ -91,11 +91,13 @@ export type FilterDecl =
  * - `descendants` / `ancestors`: rows of `target` in the same block with equal `on` columns whose
  *   address array (`targetAddress`) has the source's address (`sourceAddress`) as a strict prefix
  *   (descendants) or is a strict prefix of it (ancestors). `inclusive` also takes the equal address.
+ * - `siblings`: rows of `target` in the same block with equal `on` columns whose address has the same
+ *   parent as the source's (same length, equal but for the last element; the source itself included).
  */
 export type RelationDecl =
   | { kind: 'join'; target: string; on: [source: string, target: string][] }
   | {
-      kind: 'descendants' | 'ancestors'
+      kind: 'descendants' | 'ancestors' | 'siblings'
       target: string
       on: [source: string, target: string][]
       sourceAddress: string

@@ -21,8 +21,8 @@ import { RpcClient } from './rpc.js'
 export interface IngestOptions {
   /** Dataset family of the node (default `evm`). */
   family?: SourceSpec['family']
-  /** JSON-RPC endpoint. */
-  rpc: string
+  /** JSON-RPC endpoint (every family but a Substrate ingest from a Sidecar). */
+  rpc?: string
   /** Dataset name (written to dataset.json). */
   dataset: string
   /** Dataset folder. */
@@ -73,6 +73,8 @@ export interface IngestOptions {
   starknetTraces?: boolean
   /** Starknet: also `starknet_getStateUpdate` (state updates, storage diffs). */
   stateUpdates?: boolean
+  /** Substrate: read decoded blocks from this Substrate API Sidecar (instead of `rpc`). */
+  sidecar?: string
   progress?: ProgressMode
   /** Stop gracefully (the open chunk is written) when aborted. */
   signal?: AbortSignal
@@ -158,7 +160,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       prev = { number: meta.last, hash: meta.lastHash.toLowerCase(), where: `chunk ${lastChunk.path}` }
     }
 
-    const rpc = new RpcClient({ url: o.rpc, concurrency, attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs })
+    const rpc = new RpcClient({ url: endpoint(o), concurrency, attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs })
     const source = createSource(spec, rpc)
     const plan = new Planner(source, {
       list: o.blocks ? [...new Set(o.blocks)].sort((a, b) => a - b).filter((n) => !prev || n > prev.number) : undefined,
@@ -219,7 +221,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     }
     const pool = workers > 0
       ? new FetchPool(workers, {
-        rpc: { url: o.rpc, concurrency: Math.ceil(concurrency / workers), attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs },
+        rpc: { url: endpoint(o), concurrency: Math.ceil(concurrency / workers), attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs },
         source: spec,
       }, Worker, rpc.stats)
       : undefined
@@ -284,8 +286,19 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   }
 }
 
+/** The node's URL (a Sidecar's for Substrate, whose source does not use the JSON-RPC client). */
+function endpoint(o: IngestOptions): string {
+  const url = o.family === 'substrate' ? o.sidecar : o.rpc
+  if (!url) throw new Error(o.family === 'substrate' ? 'give the Sidecar URL (--sidecar)' : 'give the node URL (--rpc)')
+  return url
+}
+
 function sourceSpec(o: IngestOptions, batchSize: number): SourceSpec {
   const family = o.family ?? 'evm'
+  if (family === 'substrate') {
+    if (!o.sidecar) throw new Error('a Substrate ingest reads a Substrate API Sidecar for now: give --sidecar <url>')
+    return { family, options: { url: o.sidecar, batchSize, timeoutMs: o.timeoutMs } }
+  }
   if (family === 'starknet') {
     if ((o.traces && o.traces !== 'none') || (o.stateDiffs && o.stateDiffs !== 'none')) {
       throw new Error('--receipts, --traces trace_block|callTracer, --state-diffs and --missing-receipts are EVM options; a Starknet ingest takes --traces starknet and --state-updates')

@@ -7,6 +7,7 @@ import { StarknetRpcSource, type StarknetSourceOptions } from './starknet/source
 export type SourceSpec =
   | { family: 'evm'; options: EvmSourceOptions }
   | { family: 'starknet'; options: StarknetSourceOptions }
+  | { family: 'substrate'; options: { url: string; batchSize?: number; timeoutMs?: number } }
 
 export function createSource(spec: SourceSpec, rpc: RpcClient): BlockSource {
   switch (spec.family) {
@@ -14,5 +15,7 @@ export function createSource(spec: SourceSpec, rpc: RpcClient): BlockSource {
       return new EvmRpcSource(rpc, spec.options)
     case 'starknet':
       return new StarknetRpcSource(rpc, spec.options)
+    case 'substrate':
+      throw new Error('the Substrate Sidecar source is being wired')
   }
 }

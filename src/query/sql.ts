@@ -153,6 +153,10 @@ export function relationJoinSql(rel: RelationDecl, targetBlockColumn: string): s
     const ta = `t.${ident(rel.targetAddress)}`
     const sa = `m.${ident(rel.sourceAddress)}`
     parts.push(`len(${ta}) ${rel.inclusive ? '<=' : '<'} len(${sa})`, `list_slice(${sa}, 1, len(${ta})) = ${ta}`)
+  } else if (rel.kind === 'siblings') {
+    const ta = `t.${ident(rel.targetAddress)}`
+    const sa = `m.${ident(rel.sourceAddress)}`
+    parts.push(`len(${ta}) = len(${sa})`, `(len(${sa}) = 0 OR list_slice(${ta}, 1, len(${ta}) - 1) = list_slice(${sa}, 1, len(${sa}) - 1))`)
   }
   return parts.join(' AND ')
 }
