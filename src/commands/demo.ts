@@ -1,6 +1,7 @@
 import path from 'node:path'
 import type { Command } from 'commander'
 import { ingestRecorded, ingestRecordedStarknet } from '../ingest/recorded.js'
+import { ingestRecordedSidecar } from '../ingest/substrate/sidecar/recorded.js'
 import { log } from '../log.js'
 import { startCluster } from '../server/cluster.js'
 import { LocalStorage } from '../server/storage.js'
@@ -40,6 +41,40 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
       toBlock: 623436,
       events: [{ fromAddress: [STARKNET_ETH], key0: [STARKNET_TRANSFER], transaction: true }],
       fields: { block: { timestamp: true }, event: { fromAddress: true, keys: true, data: true }, transaction: { transactionHash: true, senderAddress: true } },
+    },
+  },
+  // Substrate: decoded blocks recorded from Substrate API Sidecar (sparse datasets; docs/ingest.md says what such a source lacks).
+  moonbeam: {
+    build: (dir, name) => ingestRecordedSidecar(dir, name, 'moonbeam'),
+    from: 11728459,
+    example: {
+      type: 'substrate',
+      fromBlock: 11728459,
+      toBlock: 11728459,
+      evmLogs: [{ address: ['0x709944a48caf83535e43471680fda4905fb3920a'], call: true, extrinsic: true }],
+      fields: { block: { timestamp: true }, event: { name: true, args: true }, call: { name: true }, extrinsic: { hash: true, fee: true } },
+    },
+  },
+  kusama: {
+    build: (dir, name) => ingestRecordedSidecar(dir, name, 'kusama'),
+    from: 13556605,
+    example: {
+      type: 'substrate',
+      fromBlock: 13556605,
+      toBlock: 13556605,
+      calls: [{ name: ['Utility.batch'], subcalls: true, events: true }],
+      fields: { call: { name: true, args: true, success: true }, event: { name: true } },
+    },
+  },
+  polkadot: {
+    build: (dir, name) => ingestRecordedSidecar(dir, name, 'polkadot'),
+    from: 8891183,
+    example: {
+      type: 'substrate',
+      fromBlock: 8891183,
+      toBlock: 8891183,
+      events: [{ name: ['Balances.Transfer'], stack: true, extrinsic: true }],
+      fields: { block: { timestamp: true }, event: { name: true, args: true }, call: { name: true }, extrinsic: { hash: true, signature: true } },
     },
   },
 }

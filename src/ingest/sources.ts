@@ -2,12 +2,13 @@ import { EvmRpcSource, type EvmSourceOptions } from './evm/source.js'
 import type { RpcClient } from './rpc.js'
 import type { BlockSource } from './source.js'
 import { StarknetRpcSource, type StarknetSourceOptions } from './starknet/source.js'
+import { createSidecarSource, type SidecarSourceOptions } from './substrate/sidecar/source.js'
 
 /** Which family's source an ingest reads, with its options: plain data, so that fetch workers can build their own. */
 export type SourceSpec =
   | { family: 'evm'; options: EvmSourceOptions }
   | { family: 'starknet'; options: StarknetSourceOptions }
-  | { family: 'substrate'; options: { url: string; batchSize?: number; timeoutMs?: number } }
+  | { family: 'substrate'; options: SidecarSourceOptions }
 
 export function createSource(spec: SourceSpec, rpc: RpcClient): BlockSource {
   switch (spec.family) {
@@ -16,6 +17,6 @@ export function createSource(spec: SourceSpec, rpc: RpcClient): BlockSource {
     case 'starknet':
       return new StarknetRpcSource(rpc, spec.options)
     case 'substrate':
-      throw new Error('the Substrate Sidecar source is being wired')
+      return createSidecarSource(spec.options, rpc.stats)
   }
 }

@@ -1,0 +1,167 @@
+import { substrateFamily } from '../../../families/substrate.js'
+import { log } from '../../../log.js'
+import { MalformedRpcData } from '../../evm/normalize.js'
+import { RpcUnavailable } from '../../rpc.js'
+import { BadRpcAnswer, BlockNotAvailable, blockOfRows, fetchWithRetry, type BlockOfRows, type BlockSource, type RowsBatch } from '../../source.js'
+import { normalizeSidecarBlock } from './normalize.js'
+
+/*
+ * Reads decoded Substrate blocks from a Substrate API Sidecar (REST, not JSON-RPC):
+ *
+ *   head             GET {url}/blocks/head/header   (the finalized head; `number`)
+ *   every table      GET {url}/blocks/{n}
+ *
+ * and normalises them with `normalizeSidecarBlock` (what such a source cannot fill is listed
+ * there). A 404, or a 400 saying the block does not exist (yet), is `BlockNotAvailable`; a body that
+ * is not JSON or not a block of that number is `BadRpcAnswer`. Connection errors, timeouts, 429 and
+ * 5xx are retried with exponential back-off, then `RpcUnavailable`.
+ */
+
+export interface SidecarSourceOptions {
+  /** Sidecar base URL, e.g. http://127.0.0.1:8080 */
+  url: string
+  /** Blocks per `fetchRows` batch (the loop's batch size); at most 8 requests of a batch are in flight. */
+  batchSize?: number
+  /** Time limit per HTTP request (default 60 s). */
+  timeoutMs?: number
+}
+
+/** The ingest loop's transfer counters (`RpcClient.stats`), to count Sidecar requests in. */
+export interface TransferStats {
+  requests: number
+  calls: number
+  retries: number
+  bytes: number
+  parseMs: number
+}
+
+const ATTEMPTS = 6
+const BACKOFF_MS = 200
+const MAX_BACKOFF_MS = 10_000
+const IN_FLIGHT = 8
+/** 400 answers that mean "no such block (yet)" (sidecar's messages for numbers above the head). */
+const NOT_FOUND = /not found|larger than|no block|unknown block|cannot find|could not find|does not exist/i
+
+export class SidecarSource implements BlockSource {
+  readonly family = substrateFamily
+  readonly url: string
+  readonly batchSize: number
+  readonly timeoutMs: number
+  private active = 0
+  private readonly waiting: (() => void)[] = []
+
+  constructor(opts: SidecarSourceOptions, readonly stats: TransferStats = { requests: 0, calls: 0, retries: 0, bytes: 0, parseMs: 0 }) {
+    this.url = opts.url.replace(/\/+$/, '')
+    this.batchSize = Math.max(1, opts.batchSize ?? 20)
+    this.timeoutMs = opts.timeoutMs ?? 60_000
+  }
+
+  tables(): string[] {
+    return ['blocks', 'extrinsics', 'calls', 'events']
+  }
+
+  describe(): Record<string, string> {
+    const m = 'substrate-api-sidecar GET /blocks/{n}'
+    return { blocks: m, extrinsics: m, calls: m, events: m }
+  }
+
+  async head(): Promise<number> {
+    const h = await this.get('/blocks/head/header', -1)
+    const n = typeof h?.number === 'string' && /^\d+$/.test(h.number) ? Number(h.number) : h?.number
+    if (!Number.isSafeInteger(n) || n < 0) throw new BadRpcAnswer(-1, 'GET /blocks/head/header', `expected a block number, got ${JSON.stringify(h?.number)}`)
+    return n
+  }
+
+  /** The sidecar answer of block n (checked to be block n). */
+  async fetchBlock(n: number): Promise<any> {
+    const b = await this.get(`/blocks/${n}`, n)
+    if (b == null || typeof b !== 'object' || Array.isArray(b)) throw new BadRpcAnswer(n, 'GET /blocks/{n}', 'expected a block object')
+    if (String(b.number) !== String(n)) throw new BadRpcAnswer(n, 'GET /blocks/{n}', `answered block ${JSON.stringify(b.number)}`)
+    return b
+  }
+
+  async fetchRows(numbers: number[]): Promise<RowsBatch> {
+    let fetched: any[]
+    try {
+      fetched = await fetchWithRetry((nums) => Promise.all(nums.map((n) => this.fetchBlock(n))), numbers)
+    } catch (error) {
+      return { blocks: [], error: { error }, normalizeMs: 0 }
+    }
+    const t0 = performance.now()
+    const blocks: BlockOfRows[] = []
+    for (const [i, b] of fetched.entries()) {
+      const n = numbers[i]
+      try {
+        const rows = normalizeSidecarBlock(b)
+        const header = rows.blocks[0]
+        blocks.push(blockOfRows(substrateFamily, { number: n, hash: header.hash as string, parentHash: header.parent_hash as string }, rows))
+      } catch (e) {
+        const error = e instanceof MalformedRpcData ? new BadRpcAnswer(n, 'GET /blocks/{n}', e.message) : e
+        const identity = { number: n, hash: String(b.hash ?? '').toLowerCase(), parentHash: String(b.parentHash ?? '').toLowerCase() }
+        return { blocks, error: { error, block: identity }, normalizeMs: performance.now() - t0 }
+      }
+    }
+    return { blocks, normalizeMs: performance.now() - t0 }
+  }
+
+  /** GET a JSON answer, retrying what is worth retrying. */
+  private async get(route: string, block: number): Promise<any> {
+    const method = `GET ${block >= 0 ? route.replace(/\d+$/, '{n}') : route}`
+    await this.acquire()
+    try {
+      let delay = BACKOFF_MS
+      for (let attempt = 1; ; attempt++) {
+        let retry: string
+        try {
+          const res = await fetch(this.url + route, { signal: AbortSignal.timeout(this.timeoutMs), headers: { accept: 'application/json' } })
+          const text = await res.text()
+          this.stats.requests++
+          this.stats.calls++
+          this.stats.bytes += text.length
+          if (res.ok) {
+            const t0 = performance.now()
+            try {
+              return JSON.parse(text)
+            } catch {
+              throw new BadRpcAnswer(block, method, `the answer is not JSON: ${text.slice(0, 100)}`)
+            } finally {
+              this.stats.parseMs += performance.now() - t0
+            }
+          }
+          if (res.status === 404 || (res.status === 400 && NOT_FOUND.test(text))) throw new BlockNotAvailable(block, method)
+          if (res.status !== 429 && res.status < 500) throw new BadRpcAnswer(block, method, `HTTP ${res.status}: ${text.slice(0, 200)}`)
+          retry = `HTTP ${res.status}`
+        } catch (e) {
+          if (e instanceof BadRpcAnswer || e instanceof BlockNotAvailable) throw e
+          retry = (e as Error).name === 'TimeoutError' ? `timed out after ${this.timeoutMs} ms` : String((e as Error).message ?? e)
+        }
+        if (attempt >= ATTEMPTS) throw new RpcUnavailable(`${method} at ${this.url} failed ${attempt} times, last: ${retry}`)
+        this.stats.retries++
+        log.warn({ url: this.url + route, attempt, err: retry }, 'sidecar request failed, retrying')
+        await new Promise((resolve) => setTimeout(resolve, delay))
+        delay = Math.min(delay * 2, MAX_BACKOFF_MS)
+      }
+    } finally {
+      this.release()
+    }
+  }
+
+  private async acquire(): Promise<void> {
+    if (this.active < IN_FLIGHT) {
+      this.active++
+      return
+    }
+    await new Promise<void>((resolve) => this.waiting.push(resolve))
+  }
+
+  private release(): void {
+    const next = this.waiting.shift()
+    if (next) next()
+    else this.active--
+  }
+}
+
+/** The source `SourceSpec` `{family: 'substrate', options}` builds; pass the loop's `rpc.stats` to count requests there. */
+export function createSidecarSource(options: SidecarSourceOptions, stats?: TransferStats): SidecarSource {
+  return new SidecarSource(options, stats)
+}
