@@ -5,7 +5,8 @@ import { ingestRecordedSidecar } from '../ingest/substrate/sidecar/recorded.js'
 import { log } from '../log.js'
 import { startCluster } from '../server/cluster.js'
 import { LocalStorage } from '../server/storage.js'
-import { hostOption, int, onShutdown, opt } from './serve.js'
+import { int, opt } from './options.js'
+import { hostOption, onShutdown } from './serve.js'
 
 /*
  * `demo` (what `npm start` runs): builds the bundled datasets from recorded real blocks on first

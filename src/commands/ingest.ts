@@ -1,25 +1,16 @@
-import { Command, InvalidArgumentError, Option } from 'commander'
+import { Command, InvalidArgumentError } from 'commander'
 import { configureDb } from '../db.js'
 import { DEFAULT_CHUNK_BLOCKS, runIngest } from '../ingest/loop.js'
 import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
 import { ReplayServer } from '../ingest/replay.js'
 import { log } from '../log.js'
+import { choice, int, opt } from './options.js'
 
 /*
  * `ingest` (EVM JSON-RPC → Parquet chunks) and `replay-rpc` (a JSON-RPC node answering from the
  * recorded fixtures). Every flag also reads an environment variable (shown in --help).
  * docs/ingest.md describes them.
  */
-
-function int(min: number) {
-  return (value: string): number => {
-    const n = Number(value)
-    if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min) {
-      throw new InvalidArgumentError(`expected an integer ≥ ${min}, got "${value}"`)
-    }
-    return n
-  }
-}
 
 function numberList(value: string): number[] {
   const out: number[] = []
@@ -34,16 +25,6 @@ function numberList(value: string): number[] {
   if (!out.length) throw new InvalidArgumentError('empty block list')
   return out
 }
-
-const opt = (flags: string, description: string, env: string, parse?: (v: string) => unknown, def?: unknown) => {
-  const o = new Option(flags, description).env(env)
-  if (parse) o.argParser(parse)
-  if (def !== undefined) o.default(def)
-  return o
-}
-
-const choice = (flags: string, description: string, env: string, choices: string[], def: string) =>
-  new Option(flags, description).env(env).choices(choices).default(def)
 
 /** Ctrl-C / SIGTERM: stop fetching and write the open chunk; a second signal exits at once. */
 function abortOnSignal(): AbortController {

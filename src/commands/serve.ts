@@ -8,28 +8,14 @@ import { DEFAULT_ROUTER_OPTIONS, RouterServer } from '../server/router-http.js'
 import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { LocalStorage } from '../server/storage.js'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
+import { int, opt } from './options.js'
 
 /*
  * `serve` (router + workers in one process), `router`, `worker` (separate processes) and `query`
  * (the client). Every flag also reads an environment variable (shown in --help).
  */
 
-export function int(min: number) {
-  return (value: string): number => {
-    const n = Number(value)
-    if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min) {
-      throw new InvalidArgumentError(`expected an integer ≥ ${min}, got "${value}"`)
-    }
-    return n
-  }
-}
 
-export const opt = (flags: string, description: string, env: string, parse?: (v: string) => unknown, def?: unknown) => {
-  const o = new Option(flags, description).env(env)
-  if (parse) o.argParser(parse)
-  if (def !== undefined) o.default(def)
-  return o
-}
 
 const dataOption = () => opt('--data <folder>', 'chunk folder: one dataset (has dataset.json) or a folder of dataset folders', 'BLOCK_ARCHIVE_DATA').makeOptionMandatory()
 export const hostOption = () => opt('--host <host>', 'interface to listen on', 'BLOCK_ARCHIVE_HOST', undefined, '127.0.0.1')

@@ -1,0 +1,24 @@
+import { InvalidArgumentError, Option } from 'commander'
+
+/* Option helpers shared by every command: each flag also reads an environment variable (shown in --help). */
+
+/** Parser of an integer flag ≥ `min`. */
+export function int(min: number) {
+  return (value: string): number => {
+    const n = Number(value)
+    if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min) {
+      throw new InvalidArgumentError(`expected an integer ≥ ${min}, got "${value}"`)
+    }
+    return n
+  }
+}
+
+export const opt = (flags: string, description: string, env: string, parse?: (v: string) => unknown, def?: unknown) => {
+  const o = new Option(flags, description).env(env)
+  if (parse) o.argParser(parse)
+  if (def !== undefined) o.default(def)
+  return o
+}
+
+export const choice = (flags: string, description: string, env: string, choices: string[], def: string) =>
+  new Option(flags, description).env(env).choices(choices).default(def)
