@@ -94,7 +94,13 @@ export function registerDemo(program: Command): void {
         console.log(`preparing ${name} in ${path.join(root, name)} …`)
         await d.build(path.join(root, name), name)
       }
-      const cluster = await startCluster({ storage: new LocalStorage(root), host: o.host, port: o.port, workers: o.workers, heartbeatMs: 1000 })
+      const start = (port: number) => startCluster({ storage: new LocalStorage(root), host: o.host, port, workers: o.workers, heartbeatMs: 1000 })
+      const cluster = await start(o.port).catch((e) => {
+        if (e?.code !== 'EADDRINUSE' || o.port === 0) throw e
+        // A second demo (or anything else) has the port: serve on a free one rather than fail.
+        console.log(`port ${o.port} on ${o.host} is taken (another demo running?); using a free port instead (choose one with --port or BLOCK_ARCHIVE_PORT)`)
+        return start(0)
+      })
       onShutdown(() => cluster.stop())
       await waitServed(cluster.datasets)
       console.log(`\nrouter ${cluster.router.url} with ${cluster.workers.length} workers`)
