@@ -113,7 +113,7 @@ export function registerDemo(program: Command): void {
         console.log(`             -d '${JSON.stringify(d.example)}' \\`)
         console.log(`             "$(curl -s ${base}/${d.from}/worker)"`)
       }
-      console.log('\nor with the client: block-archive query <base URL> --from N --to N \'<query JSON>\'   (Ctrl-C stops)')
+      console.log('\nor with the client (from this checkout): npx block-archive query <base URL> --from N --to N \'<query JSON>\'   (Ctrl-C stops)')
     })
 }
 
