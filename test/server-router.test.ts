@@ -87,6 +87,21 @@ describe('router', { timeout: 60_000 }, () => {
     assert.match(body.message, /dense/)
   })
 
+  it('GET / and GET /datasets list the datasets with their base URLs as the client reached the router', async () => {
+    for (const url of [`${router.url}/`, `${router.url}/datasets`]) {
+      const r = await get(url)
+      assert.equal(r.status, 200, url)
+      assert.match(r.type, /application\/json/)
+      const { datasets } = JSON.parse(r.text)
+      assert.deepEqual(datasets.map((d: any) => d.name).sort(), ['dense', 'empty', 'growing', 'sparse'])
+      for (const d of datasets) {
+        assert.equal(d.baseUrl, base(d.name))
+        assert.equal(d.family, 'evm')
+        assert.equal(typeof d.height, 'number')
+      }
+    }
+  })
+
   it('answers 404 for unknown datasets and routes, 400 for bad blocks and pings', async () => {
     for (const url of [`${base('nope')}/height`, `${base('nope')}/0/worker`, `${router.url}/datasets/dense/height/x`, `${router.url}/nothing`]) {
       const r = await get(url)

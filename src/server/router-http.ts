@@ -92,6 +92,18 @@ export class RouterServer {
       return url
     })
 
+    // What a newcomer (or a script) asks first: which datasets are here, and their base URLs as seen by the client.
+    const listing = async (req: { protocol: string; headers: Record<string, unknown> }) => ({
+      datasets: state.status().datasets.map((d) => ({
+        name: d.name,
+        family: d.family,
+        height: d.height,
+        baseUrl: `${req.protocol}://${String(req.headers.host ?? '')}/datasets/${encodeURIComponent(d.name)}`,
+      })),
+    })
+    app.get('/', listing)
+    app.get('/datasets', listing)
+
     app.post('/ping', async (req) => state.ping(parsePing(req.body)))
 
     app.get('/status', async () => state.status())

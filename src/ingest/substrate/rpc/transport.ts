@@ -1,0 +1,104 @@
+import { RpcClient as SqdRpcClient } from '@subsquid/rpc-client'
+import { RpcClient, RpcError, type RpcCall } from '../../rpc.js'
+
+/*
+ * How the Substrate source talks to a node: JSON-RPC calls and batches over HTTP(S) (our own
+ * RpcClient: batching, bounded concurrency, retries) or over WebSocket (@subsquid/rpc-client, the
+ * client squid's own Substrate data source uses, with its reconnects and retries). A batch answers
+ * each call with its result or an `RpcError` (the node's error answer), never throwing for one call.
+ */
+
+export interface SubstrateTransport {
+  readonly url: string
+  call(method: string, params?: unknown[]): Promise<any>
+  /** Each call's result, or an `RpcError` for a call the node answered with an error. */
+  batch(calls: RpcCall[]): Promise<unknown[]>
+  close(): Promise<void>
+}
+
+export interface TransportOptions {
+  url: string
+  /** Requests in flight at once (default 4). */
+  concurrency?: number
+  /** Calls per JSON-RPC batch (default 100; 1 sends every call on its own). */
+  batchSize?: number
+  /** Time limit per request (default 60 s). */
+  timeoutMs?: number
+  /** Tries per request (default 8). */
+  attempts?: number
+}
+
+export function createTransport(opts: TransportOptions): SubstrateTransport {
+  const protocol = new URL(opts.url).protocol
+  if (protocol === 'ws:' || protocol === 'wss:') return new WsTransport(opts)
+  if (protocol === 'http:' || protocol === 'https:') return new HttpTransport(opts)
+  throw new Error(`a Substrate RPC URL must be ws(s):// or http(s)://, got ${opts.url}`)
+}
+
+function chunks<T>(list: T[], size: number): T[][] {
+  const out: T[][] = []
+  for (let i = 0; i < list.length; i += size) out.push(list.slice(i, i + size))
+  return out
+}
+
+export class HttpTransport implements SubstrateTransport {
+  readonly url: string
+  readonly client: RpcClient
+  private readonly batchSize: number
+
+  constructor(opts: TransportOptions) {
+    this.url = opts.url
+    this.batchSize = Math.max(1, opts.batchSize ?? 100)
+    this.client = new RpcClient({ url: opts.url, concurrency: opts.concurrency, timeoutMs: opts.timeoutMs, attempts: opts.attempts })
+  }
+
+  call(method: string, params: unknown[] = []): Promise<any> {
+    return this.client.call(method, params)
+  }
+
+  async batch(calls: RpcCall[]): Promise<unknown[]> {
+    const parts = await Promise.all(chunks(calls, this.batchSize).map((c) => this.client.batch(c)))
+    return parts.flat()
+  }
+
+  async close(): Promise<void> {}
+}
+
+export class WsTransport implements SubstrateTransport {
+  readonly url: string
+  readonly client: SqdRpcClient
+  private readonly batchSize: number
+
+  constructor(opts: TransportOptions) {
+    this.url = opts.url
+    this.batchSize = Math.max(1, opts.batchSize ?? 100)
+    this.client = new SqdRpcClient({
+      url: opts.url,
+      capacity: Math.max(1, opts.concurrency ?? 4),
+      requestTimeout: opts.timeoutMs ?? 60_000,
+      retryAttempts: Math.max(0, (opts.attempts ?? 8) - 1),
+      log: null,
+    })
+  }
+
+  call(method: string, params: unknown[] = []): Promise<any> {
+    return this.client.call(method, params, {
+      validateError: (info) => {
+        throw new RpcError(method, params, info.code, info.message, info.data)
+      },
+    })
+  }
+
+  async batch(calls: RpcCall[]): Promise<unknown[]> {
+    const parts = await Promise.all(chunks(calls, this.batchSize).map((part) =>
+      this.client.batchCall(part.map((c) => ({ method: c.method, params: c.params })), {
+        validateError: (info, req) => new RpcError(req.method, (req.params as unknown[]) ?? [], info.code, info.message, info.data),
+      }),
+    ))
+    return parts.flat()
+  }
+
+  async close(): Promise<void> {
+    this.client.close()
+  }
+}
