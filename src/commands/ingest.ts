@@ -44,8 +44,8 @@ export function registerIngest(program: Command): void {
     .command('ingest')
     .description('read blocks from an EVM or Starknet JSON-RPC node and write immutable Parquet chunks ({top}/{first}-{last}-{hash}/*.parquet); resumes after the last complete chunk')
     .addOption(choice('--family <family>', 'chain family of the node', 'BLOCK_ARCHIVE_FAMILY', ['evm', 'starknet', 'substrate'], 'evm'))
-    .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https); required for evm and starknet', 'BLOCK_ARCHIVE_RPC'))
-    .addOption(opt('--sidecar <url>', 'substrate: a Substrate API Sidecar (decoded blocks, GET /blocks/{n}); see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_SIDECAR'))
+    .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https; ws/wss for substrate)', 'BLOCK_ARCHIVE_RPC'))
+    .addOption(opt('--sidecar <url>', 'substrate: read decoded blocks from a Substrate API Sidecar instead of the node (GET /blocks/{n}); see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_SIDECAR'))
     .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json in the output folder', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
     .addOption(opt('--out <folder>', 'dataset folder (created if missing); s3:// targets are not supported yet', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
     .addOption(opt('--from <n>', 'first block (default: after the last chunk in --out, else 0)', 'BLOCK_ARCHIVE_FROM', int(0)))
@@ -78,7 +78,9 @@ export function registerIngest(program: Command): void {
       if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new InvalidArgumentError('--blocks cannot be combined with --from, --to or --follow')
       if (o.follow && o.to != null) throw new InvalidArgumentError('--follow and --to exclude each other')
       const starknet = o.family === 'starknet'
-      if (o.family === 'substrate' ? !o.sidecar : !o.rpc) throw new InvalidArgumentError(o.family === 'substrate' ? 'a substrate ingest needs --sidecar <url>' : '--rpc <url> is required')
+      if (o.family === 'substrate' ? !o.sidecar === !o.rpc : !o.rpc) {
+        throw new InvalidArgumentError(o.family === 'substrate' ? 'a substrate ingest reads either the node (--rpc ws://…|http://…) or a Sidecar (--sidecar <url>)' : '--rpc <url> is required')
+      }
       if (o.family !== 'substrate' && o.sidecar) throw new InvalidArgumentError('--sidecar is for --family substrate')
       if (o.family === 'substrate' && (o.traces !== 'none' || o.stateDiffs !== 'none' || o.stateUpdates)) throw new InvalidArgumentError('--traces, --state-diffs and --state-updates do not apply to substrate')
       if (starknet && !['none', 'starknet'].includes(o.traces)) throw new InvalidArgumentError(`--traces ${o.traces} is for EVM nodes; a Starknet ingest takes --traces starknet`)

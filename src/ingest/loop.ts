@@ -275,6 +275,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       throw e
     } finally {
       progress.stop()
+      await source.close?.()
     }
     result.elapsedMs = performance.now() - started
     const cpu = process.cpuUsage(cpu0)
@@ -288,16 +289,19 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
 
 /** The node's URL (a Sidecar's for Substrate, whose source does not use the JSON-RPC client). */
 function endpoint(o: IngestOptions): string {
-  const url = o.family === 'substrate' ? o.sidecar : o.rpc
+  const url = o.family === 'substrate' ? (o.sidecar ?? o.rpc) : o.rpc
   if (!url) throw new Error(o.family === 'substrate' ? 'give the Sidecar URL (--sidecar)' : 'give the node URL (--rpc)')
-  return url
+  // A Substrate node over WebSocket has its own transport; the HTTP client is then only a counter.
+  return url.replace(/^ws(s?):/i, 'http$1:')
 }
 
 function sourceSpec(o: IngestOptions, batchSize: number): SourceSpec {
   const family = o.family ?? 'evm'
   if (family === 'substrate') {
-    if (!o.sidecar) throw new Error('a Substrate ingest reads a Substrate API Sidecar for now: give --sidecar <url>')
-    return { family, options: { url: o.sidecar, batchSize, timeoutMs: o.timeoutMs } }
+    if (o.sidecar && o.rpc) throw new Error('give either the node (--rpc) or a Sidecar (--sidecar), not both')
+    if (o.sidecar) return { family, from: 'sidecar', options: { url: o.sidecar, batchSize, timeoutMs: o.timeoutMs } }
+    if (!o.rpc) throw new Error('a Substrate ingest needs the node (--rpc ws://…|http://…) or a Sidecar (--sidecar)')
+    return { family, from: 'node', options: { url: o.rpc, batchSize, timeoutMs: o.timeoutMs, attempts: o.attempts, concurrency: Math.max(1, o.concurrency ?? 4) } }
   }
   if (family === 'starknet') {
     if ((o.traces && o.traces !== 'none') || (o.stateDiffs && o.stateDiffs !== 'none')) {

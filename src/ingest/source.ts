@@ -39,6 +39,8 @@ export interface BlockSource {
   head(): Promise<number>
   /** Fetch and normalise blocks, in the given order; a failure comes back with the blocks before it. */
   fetchRows(numbers: number[]): Promise<RowsBatch>
+  /** Close connections (a WebSocket), when the source holds any. */
+  close?(): Promise<void>
 }
 
 /** A malformed or inconsistent answer: names the block and the method. */

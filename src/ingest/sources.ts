@@ -2,13 +2,16 @@ import { EvmRpcSource, type EvmSourceOptions } from './evm/source.js'
 import type { RpcClient } from './rpc.js'
 import type { BlockSource } from './source.js'
 import { StarknetRpcSource, type StarknetSourceOptions } from './starknet/source.js'
+import { SubstrateNodeSource } from './substrate/rpc/block-source.js'
+import type { TransportOptions } from './substrate/rpc/transport.js'
 import { createSidecarSource, type SidecarSourceOptions } from './substrate/sidecar/source.js'
 
 /** Which family's source an ingest reads, with its options: plain data, so that fetch workers can build their own. */
 export type SourceSpec =
   | { family: 'evm'; options: EvmSourceOptions }
   | { family: 'starknet'; options: StarknetSourceOptions }
-  | { family: 'substrate'; options: SidecarSourceOptions }
+  | { family: 'substrate'; options: SidecarSourceOptions; from: 'sidecar' }
+  | { family: 'substrate'; options: TransportOptions; from: 'node' }
 
 export function createSource(spec: SourceSpec, rpc: RpcClient): BlockSource {
   switch (spec.family) {
@@ -17,6 +20,6 @@ export function createSource(spec: SourceSpec, rpc: RpcClient): BlockSource {
     case 'starknet':
       return new StarknetRpcSource(rpc, spec.options)
     case 'substrate':
-      return createSidecarSource(spec.options, rpc.stats)
+      return spec.from === 'sidecar' ? createSidecarSource(spec.options, rpc.stats) : new SubstrateNodeSource(spec.options)
   }
 }
