@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
-import { existsSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
+import { gunzipSync } from 'node:zlib'
 import { ApiPromise, WsProvider } from '@polkadot/api'
 import { Metadata, TypeRegistry } from '@polkadot/types'
 import { compactToU8a, hexToU8a, u8aConcat, u8aToHex } from '@polkadot/util'
@@ -326,15 +326,16 @@ describe('substrate rpc source on chopsticks (offline Rococo Asset Hub genesis)'
 })
 
 /*
- * Recorded real blocks (shared/data/ocelloids-sdk: SCALE SignedBlocks and event records captured
+ * Recorded real blocks (fixtures/substrate/ocelloids-sdk: SCALE SignedBlocks and event records captured
  * from live networks, with the metadata of their runtime) served by a transport that answers the
  * same JSON-RPC methods a node would; checked against the @polkadot/types oracle decoded next to
  * them. These cover what the dev chain cannot: Contracts.ContractEmitted (the `_contractAddress`
  * helper), multisig call trees, Polkadot's relay-chain runtime.
  */
 
-const DATA = path.join(REPO_ROOT, '../shared/data/ocelloids-sdk')
-const HAVE_DATA = existsSync(path.join(DATA, 'derived'))
+const DATA = path.join(REPO_ROOT, 'fixtures/substrate/ocelloids-sdk')
+/** A fixture file (gzip-compressed copy of the recording, see fixtures/SOURCES.md) as text. */
+const readFixture = async (...p: string[]) => gunzipSync(await readFile(path.join(DATA, ...p) + '.gz')).toString('utf8')
 
 interface RecordedSet {
   name: string
@@ -348,9 +349,9 @@ const RECORDED: RecordedSet[] = [
 ]
 
 async function recordedTransport(set: RecordedSet): Promise<{ transport: SubstrateTransport; numbers: number[]; calls: RpcCall[] }> {
-  const ts = await readFile(path.join(DATA, 'packages/test/src/__data__/metadata', set.metadataFile), 'utf8')
+  const ts = await readFixture('packages/test/src/__data__/metadata', set.metadataFile)
   const metadataHex = /'(0x[0-9a-f]+)'/.exec(ts)![1]
-  const records: { block: string; events: string[] }[] = JSON.parse(await readFile(path.join(DATA, 'derived', `${set.name}.raw.json`), 'utf8'))
+  const records: { block: string; events: string[] }[] = JSON.parse(await readFixture('derived', `${set.name}.raw.json`))
   const registry = new TypeRegistry()
   registry.setMetadata(new Metadata(registry, metadataHex as `0x${string}`))
   const byHash = new Map<string, { header: any; extrinsics: string[]; events: string }>()
@@ -419,9 +420,9 @@ function ss58Hex(address: string): string {
 
 describe('substrate rpc source on recorded real blocks', () => {
   for (const set of RECORDED) {
-    it(`${set.name}: decodes like the @polkadot/types oracle`, { skip: HAVE_DATA ? false : `${DATA} is not there` }, async () => {
+    it(`${set.name}: decodes like the @polkadot/types oracle`, async () => {
       const { transport, numbers, calls: rpcCalls } = await recordedTransport(set)
-      const oracle = JSON.parse(await readFile(path.join(DATA, 'derived', `${set.name}.decoded.json`), 'utf8'))
+      const oracle = JSON.parse(await readFixture('derived', `${set.name}.decoded.json`))
       const src = new SubstrateRpcSource({ url: transport.url, transport, validator: false })
       const blocks = await src.fetchBlocks(numbers)
       assert.equal(src.stats.metadataFetched, 1)
