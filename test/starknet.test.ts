@@ -10,6 +10,7 @@ import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { anvilRecords, REPO_ROOT, tempDir, writeDataset } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
+import { walkRange } from './helpers/walk.js'
 
 /*
  * Starknet end to end: the recorded mainnet blocks go through the real ingest path (a replay node
@@ -74,16 +75,8 @@ function expectedTransaction(i: number, tx: any, receipt: any) {
 const ALL_TX_FIELDS = Object.fromEntries(Object.keys(expectedTransaction(0, { transaction_hash: '0x1' }, { actual_fee: '0x0' })).map((k) => [k, true]))
 
 /** The real client's range loop: ask the router for a worker, continue after the last block returned. */
-async function walk(client: ArchiveClient, query: object, from: number, to: number): Promise<any[]> {
-  const out: any[] = []
-  for (let next = from; next <= to;) {
-    const blocks = await client.query<any, any>({ ...query, fromBlock: next, toBlock: to })
-    assert.ok(blocks.length > 0)
-    out.push(...blocks)
-    next = blocks[blocks.length - 1].header.number + 1
-  }
-  return out
-}
+const walk = (client: ArchiveClient, query: object, from: number, to: number): Promise<any[]> =>
+  walkRange(from, to, (next) => client.query<any, any>({ ...query, fromBlock: next, toBlock: to }))
 
 describe('Starknet: recorded mainnet blocks through ingest, router + 2 workers, real archive client', { timeout: 120_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>

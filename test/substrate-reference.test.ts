@@ -9,17 +9,14 @@ import type { SidecarChain } from '../src/ingest/substrate/sidecar/replay.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { REPO_ROOT, tempDir } from './helpers/dataset.js'
-import { postJson } from './helpers/http.js'
 import {
   BLOCK_FIELDS,
   COMPARE,
   FIELDS,
   ID_FIELDS,
-  InvalidQuery,
   KINDS,
   LISTS,
   LIST_NAMES,
-  NoBlocksInRange,
   OUTPUT_KEY,
   compareAddress,
   ethereumTransactOf,
@@ -37,9 +34,26 @@ import {
   validate,
   valuesOf,
   type FullBlock,
-  type Kind,
   type Obj,
 } from './helpers/reference-substrate.js'
+import {
+  fetchRange,
+  inRange,
+  newStats,
+  randomFields as randomFieldsOf,
+  randomValues,
+  readLayout,
+  rng,
+  waitForHeight,
+  walkAll,
+  walkServed,
+  type GenQuery,
+  type Range,
+  type Rng,
+  type Served as ServedOf,
+  type Stats,
+  type WalkReference,
+} from './helpers/walk.js'
 
 /*
  * Substrate queries against an independent evaluation (helpers/reference-substrate.ts). The recorded
@@ -171,186 +185,22 @@ function nestedBlock(b: any, transfer: any): { block: any; callAddresses: (numbe
   return { block, callAddresses }
 }
 
-// ------------------------------------------------------------------------------------ served layout
+// ------------------------------------------------------------------------------------ serving
 
-interface ChunkInfo {
-  first: number
-  last: number
-  /** First block number the chunk answers for (after the previous chunk; gaps belong to the next chunk). */
-  coverFrom: number
-  tables: string[]
-}
+/** The Substrate reference as the walk uses it (every chunk has every table). */
+const REFERENCE: WalkReference<FullBlock> = { validate, evaluate, firstDifference, itemCount }
 
-/** Chunks of a dataset as stored (docs/protocol.md §8: `<top>/<first>-<last>-<hash>/<table>.parquet`). */
-function readLayout(dir: string): ChunkInfo[] {
-  const chunks: ChunkInfo[] = []
-  for (const top of readdirSync(dir).filter((x) => /^\d+$/.test(x))) {
-    for (const name of readdirSync(path.join(dir, top))) {
-      const m = /^(\d+)-(\d+)-/.exec(name)
-      if (!m) continue
-      const tables = readdirSync(path.join(dir, top, name)).filter((f) => f.endsWith('.parquet')).map((f) => f.replace(/\.parquet$/, '')).sort()
-      chunks.push({ first: Number(m[1]), last: Number(m[2]), coverFrom: 0, tables })
-    }
-  }
-  chunks.sort((a, b) => a.first - b.first)
-  chunks.forEach((c, i) => (c.coverFrom = i === 0 ? 0 : chunks[i - 1].last + 1))
-  return chunks
-}
-
-// ------------------------------------------------------------------------------------ serving and walking
-
-interface Stats {
-  queries: number
-  requests: number
-  answers: number
-  items: number
-  refusals: number
-}
-const newStats = (): Stats => ({ queries: 0, requests: 0, answers: 0, items: 0, refusals: 0 })
-
-/** A dataset served by the cluster, with its full answer (`data`). */
-interface Served {
-  name: Dataset
-  base: string
-  height: number
-  chunks: ChunkInfo[]
-  data: FullBlock[]
-  workerUrls: Map<ChunkInfo, string>
-  stats: Stats
-}
-
-const chunkOf = (s: Served, n: number) => s.chunks.find((c) => c.coverFrom <= n && n <= c.last)
-
-async function workerFor(s: Served, n: number): Promise<string> {
-  const c = chunkOf(s, n)!
-  let url = s.workerUrls.get(c)
-  if (!url) {
-    const res = await fetch(`${s.base}/${n}/worker`)
-    assert.equal(res.status, 200, `router: no worker for ${s.name} block ${n}`)
-    url = await res.text()
-    s.workerUrls.set(c, url)
-  }
-  return url
-}
-
-/**
- * Post `body` to the worker serving block `n`. Right after start the router may move a chunk to the
- * second worker and the first one drops it: its 503 `not-available` sends the client back to the
- * router, as a client does.
- */
-async function postRouted(s: Served, n: number, body: Obj): Promise<Awaited<ReturnType<typeof postJson>>> {
-  for (let attempt = 0; ; attempt++) {
-    const res = await postJson(await workerFor(s, n), body)
-    if (res.status !== 503 || attempt >= 50 || JSON.parse(res.text).error !== 'not-available') return res
-    s.workerUrls.delete(chunkOf(s, n)!)
-    await new Promise((r) => setTimeout(r, 100))
-  }
-}
-
-/**
- * Walk `q` from `fromBlock` to `toBlock` (or the height) as a client does, comparing every answer
- * with the reference for the range it covers; a 400 is expected (and ends the walk) for an invalid
- * query and where the rest of the range has no block. Returns the blocks received.
- */
-async function walkServed(s: Served, q: Obj, what: string): Promise<Obj[]> {
-  const { data, height, stats } = s
-  stats.queries++
-  const received: Obj[] = []
-  let invalid = false
-  try {
-    validate(q)
-  } catch (e) {
-    if (!(e instanceof InvalidQuery)) throw e
-    invalid = true
-  }
-  const to = q.toBlock ?? Infinity
-  for (let next = q.fromBlock; next <= to && next <= height;) {
-    const sub = { ...q, fromBlock: next }
-    const res = await postRouted(s, next, sub)
-    stats.requests++
-    const ctx = () => `${s.name}: ${what}\nquery: ${JSON.stringify(sub).slice(0, 1500)}\nanswer ${res.status}: ${res.text.slice(0, 300)}`
-    if (invalid) {
-      assert.equal(res.status, 400, ctx())
-      assert.equal(JSON.parse(res.text).error, 'invalid-query', ctx())
-      stats.refusals++
-      break
-    }
-    let noBlocks = false
-    try {
-      evaluate(data, { ...sub, toBlock: to === Infinity ? undefined : to })
-    } catch (e) {
-      if (!(e instanceof NoBlocksInRange)) throw e
-      noBlocks = true
-    }
-    if (noBlocks) {
-      assert.equal(res.status, 400, `expected 400 no-blocks-in-range\n${ctx()}`)
-      assert.equal(JSON.parse(res.text).error, 'no-blocks-in-range', ctx())
-      stats.refusals++
-      break
-    }
-    assert.equal(res.status, 200, ctx())
-    const got: Obj[] = JSON.parse(res.text)
-    assert.ok(Array.isArray(got) && got.length > 0, `empty answer\n${ctx()}`)
-    const last = got[got.length - 1].header?.number
-    assert.ok(Number.isInteger(last) && last >= next && last <= to, `last block ${last} outside [${next}, ${to}]\n${ctx()}`)
-    const expected = evaluate(data, { ...sub, toBlock: last })
-    const diff = firstDifference(got, expected)
-    assert.equal(diff, undefined, `${s.name}: ${what}\n${diff}\nquery: ${JSON.stringify(sub).slice(0, 1500)}`)
-    stats.answers++
-    stats.items += itemCount(got)
-    received.push(...got)
-    next = last + 1
-  }
-  return received
-}
-
-/** The dataset height once the router sees every chunk (or the last height seen). */
-async function waitForHeight(base: string, want: number): Promise<number> {
-  let height = -1
-  for (let i = 0; i < 100; i++) {
-    const res = await fetch(`${base}/height`)
-    height = res.ok ? Number(await res.text()) : -1
-    if (height >= want) break
-    await new Promise((r) => setTimeout(r, 100))
-  }
-  return height
-}
+/** A dataset served by the cluster. */
+type Served = ServedOf<FullBlock> & { name: Dataset }
 
 /** The full answer, walked (answers may stop early). */
-async function fetchFull(s: Served): Promise<FullBlock[]> {
-  const data: FullBlock[] = []
-  const q = fullQuery(0)
-  for (let next = 0; next <= s.height;) {
-    const res = await postRouted(s, next, { ...q, fromBlock: next })
-    assert.equal(res.status, 200, res.text.slice(0, 500))
-    const blocks = JSON.parse(res.text) as FullBlock[]
-    for (const b of blocks) for (const k of KINDS) assert.ok(Array.isArray(b[OUTPUT_KEY[k]]), `${s.name} block ${b.header.number}: no ${OUTPUT_KEY[k]}`)
-    data.push(...blocks)
-    next = blocks[blocks.length - 1].header.number + 1
-  }
-  return data
+function fetchFull(s: Served): Promise<FullBlock[]> {
+  return fetchRange(s, fullQuery(0), 0, s.height, (b) => {
+    for (const k of KINDS) assert.ok(Array.isArray(b[OUTPUT_KEY[k]]), `${s.name} block ${b.header.number}: no ${OUTPUT_KEY[k]}`)
+  })
 }
 
 // ------------------------------------------------------------------------------------ generated queries
-
-/** Deterministic pseudo-random numbers (mulberry32). */
-function rng(seed: number) {
-  let a = seed >>> 0
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-  return {
-    next,
-    int: (n: number) => Math.floor(next() * n),
-    pick: <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)],
-    chance: (p: number) => next() < p,
-  }
-}
-type Rng = ReturnType<typeof rng>
 
 /** The same hex value written another way: upper-case digits, `0X`, mixed case. */
 function hexVariant(v: string, which: number): string {
@@ -369,16 +219,6 @@ function hexVariant(v: string, which: number): string {
 
 const MISS_HEX = '0x' + '77'.repeat(20)
 
-interface Range {
-  fromBlock: number
-  toBlock?: number
-}
-
-interface GenQuery {
-  name: string
-  q: Obj
-}
-
 /** Ranges of each dataset: whole, single blocks, sub-ranges, gaps only, open-ended from inside. */
 function rangesOf(data: FullBlock[]): Range[] {
   const ns = data.map((b) => b.header.number as number)
@@ -394,28 +234,8 @@ function rangesOf(data: FullBlock[]): Range[] {
   return out
 }
 
-function inRange(data: FullBlock[], range: Range): FullBlock[] {
-  return data.filter((b) => b.header.number >= range.fromBlock && b.header.number <= (range.toBlock ?? Infinity))
-}
-
 /** Random field selection: some selectors, some fields each, identifier fields sometimes set to false. */
-function randomFields(r: Rng): Obj {
-  const fields: Obj = {}
-  const selectors: [string, readonly string[]][] = [['block', BLOCK_FIELDS], ...KINDS.map((k) => [k, FIELDS[k]] as [string, readonly string[]])]
-  for (const [sel, names] of selectors) {
-    if (!r.chance(0.6)) continue
-    const f: Obj = {}
-    for (const n of names) {
-      const roll = r.next()
-      if (roll < 0.3) f[n] = true
-      else if (roll < 0.4) f[n] = false
-    }
-    const ids = ID_FIELDS[sel as Kind | 'block']
-    if (r.chance(0.2)) f[r.pick(ids)] = false
-    fields[sel] = f
-  }
-  return fields
-}
+const randomFields = (r: Rng): Obj => randomFieldsOf(r, [['block', BLOCK_FIELDS], ...KINDS.map((k) => [k, FIELDS[k]] as [string, readonly string[]])], ID_FIELDS)
 
 /** Lists whose kind of item the data has (the others only ever select nothing). */
 const listsWithData = (data: FullBlock[]) =>
@@ -425,23 +245,13 @@ const listsWithData = (data: FullBlock[]) =>
   })
 
 /** A random list of values for a filter: frequent and rare ones, other spellings, misses. */
-function randomList(r: Rng, list: string, key: string, blocks: FullBlock[], all: FullBlock[]): string[] {
+function randomList(r: Rng, list: string, key: string, blocks: FullBlock[], all: FullBlock[]): unknown[] {
   const f = LISTS[list].filters[key]
   let values = valuesOf(blocks, list, key)
   if (values.length === 0) values = valuesOf(all, list, key)
-  const out: string[] = []
-  const n = 1 + r.int(3)
-  for (let i = 0; i < n; i++) {
-    const roll = r.next()
-    if (values.length === 0 || roll < 0.12) out.push(f.values === 'hex' ? MISS_HEX : 'No.such_name')
-    else {
-      const v = roll < 0.55 ? values[r.int(Math.min(3, values.length))] : values[values.length - 1 - r.int(Math.min(5, values.length))]
-      if (f.values === 'hex' && r.chance(0.6)) out.push(hexVariant(v, r.int(4)))
-      else if (f.values === 'exact' && r.chance(0.1)) out.push(v.toLowerCase())
-      else out.push(v)
-    }
-  }
-  return out
+  return randomValues(r, values, f.values === 'hex' ? MISS_HEX : 'No.such_name', (v) =>
+    f.values === 'hex' && r.chance(0.6) ? hexVariant(v, r.int(4)) : f.values === 'exact' && r.chance(0.1) ? v.toLowerCase() : v,
+  )
 }
 
 function randomRequest(r: Rng, list: string, blocks: FullBlock[], all: FullBlock[]): Obj {
@@ -678,7 +488,7 @@ describe('Substrate queries against the reference evaluation (recorded Sidecar b
       const want = Math.max(...raw.get(name)!.map((b) => Number(b.number)))
       const height = await waitForHeight(base, want)
       assert.equal(height, want, name)
-      const s: Served = { name, base, height, chunks: readLayout(path.join(store, name)), data: [], workerUrls: new Map(), stats }
+      const s: Served = { name, base, height, chunks: readLayout(path.join(store, name)), data: [], workerUrls: new Map(), stats, reference: REFERENCE }
       s.data = await fetchFull(s)
       served.set(name, s)
     }
@@ -759,15 +569,7 @@ describe('Substrate queries against the reference evaluation (recorded Sidecar b
       const queries = generateQueries(s.data, 20240700 + i)
       generated.set(name, queries)
       total += queries.length
-      const queue = [...queries]
-      await Promise.all(
-        Array.from({ length: 4 }, async () => {
-          for (let next = queue.shift(); next; next = queue.shift()) {
-            const got = await walkServed(s, next.q, next.name)
-            if (itemCount(got) > 0) nonEmpty++
-          }
-        }),
-      )
+      nonEmpty += await walkAll(s, queries)
     }
     const secs = ((performance.now() - t0) / 1000).toFixed(1)
     const d = (k: keyof Stats) => stats[k] - before[k]

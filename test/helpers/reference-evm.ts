@@ -9,10 +9,13 @@
  * are returned, which arrays each block carries, item order, field projection (identifier fields
  * always present, trace `action`/`result` nesting with nulls omitted).
  *
- * Reusable outside tests (the benchmark can check its answers with it).
+ * Reusable outside tests (the benchmark can check its answers with it). The projection and the
+ * evaluation skeleton every family shares are in answers.ts; the EVM rules are here.
  */
 
-import { firstDifference as compareAnswers } from './answers.js'
+import { InvalidQuery, allFields, cmpStr, compareAddress, evaluation, fieldNames, listPerKind, pick, type EvaluateOptions } from './answers.js'
+
+export { InvalidQuery, NoBlocksInRange, byFrequency, compareAddress, type EvaluateOptions } from './answers.js'
 
 export type Json = null | boolean | number | string | Json[] | { [k: string]: Json }
 export type Obj = Record<string, any>
@@ -84,14 +87,12 @@ export const TRACE_FIELDS = [...TRACE_FLAT_FIELDS, ...Object.keys(TRACE_NESTED_F
 
 export const STATE_DIFF_FIELDS = ['transactionIndex', 'address', 'key', 'kind', 'prev', 'next'] as const
 
-const all = (names: readonly string[]) => Object.fromEntries(names.map((n) => [n, true]))
-
 export const ALL_FIELDS = {
-  block: all(BLOCK_FIELDS),
-  transaction: all(TRANSACTION_FIELDS),
-  log: all(LOG_FIELDS),
-  trace: all(TRACE_FIELDS),
-  stateDiff: all(STATE_DIFF_FIELDS),
+  block: allFields(BLOCK_FIELDS),
+  transaction: allFields(TRANSACTION_FIELDS),
+  log: allFields(LOG_FIELDS),
+  trace: allFields(TRACE_FIELDS),
+  stateDiff: allFields(STATE_DIFF_FIELDS),
 }
 
 /** Identifier fields, always present (DECISIONS §12). */
@@ -242,8 +243,6 @@ export function normaliseValue(kind: ValueKind, v: unknown): string | number {
   }
 }
 
-export class InvalidQuery extends Error {}
-
 const big = (v: unknown): bigint => BigInt(v as any)
 
 /** Does one request object select this item? (AND across keys, OR inside lists, DECISIONS §6.) */
@@ -293,14 +292,6 @@ export function compileRequest(kind: Kind, request: Obj): (item: Obj) => boolean
 
 // ------------------------------------------------------------------------------------ keys
 
-/** `[] < [0] < [0,0] < [0,1] < [1]` (REFERENCE §3.6). */
-export function compareAddress(a: number[], b: number[]): number {
-  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i]
-  return a.length - b.length
-}
-
-const cmpStr = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
-
 /** Primary-key order of items of each kind (REFERENCE §4). */
 export const COMPARE: Record<Kind, (a: Obj, b: Obj) => number> = {
   transaction: (a, b) => a.transactionIndex - b.transactionIndex,
@@ -336,31 +327,11 @@ function related(rel: Relation['rel'], source: Obj, target: Obj): boolean {
   }
 }
 
-// ------------------------------------------------------------------------------------ projection
+// ------------------------------------------------------------------------------------ projection and evaluation
 
-function selected(fields: Obj | undefined, selector: string): string[] {
-  const f = fields?.[selector]
-  if (!f) return []
-  return Object.entries(f)
-    .filter(([, v]) => v === true)
-    .map(([k]) => k)
-}
-
-function pick(full: Obj, names: string[], what: string): Obj {
-  const out: Obj = {}
-  for (const n of names) {
-    if (!(n in full)) throw new Error(`the full answer lacks ${what}.${n}: select every field in it`)
-    out[n] = full[n]
-  }
-  return out
-}
-
-export function projectHeader(h: Obj, fields: Obj | undefined): Obj {
-  return pick(h, [...new Set([...ID_FIELDS.block, ...selected(fields, 'block')])], 'header')
-}
-
-export function projectItem(kind: Kind, item: Obj, fields: Obj | undefined): Obj {
-  const names = [...new Set([...ID_FIELDS[kind], ...selected(fields, kind)])]
+/** Identifier and selected fields; a trace's type-specific ones nested in `action` / `result`. */
+function projectEvmItem(kind: Kind, item: Obj, fields: Obj | undefined): Obj {
+  const names = fieldNames(ID_FIELDS[kind], fields, kind)
   if (kind !== 'trace') return pick(item, names, kind)
   const out = pick(item, names.filter((n) => !TRACE_NESTED_FIELDS[n]), kind)
   const nested: Record<'action' | 'result', Obj | undefined> = { action: undefined, result: undefined }
@@ -378,99 +349,21 @@ export function projectItem(kind: Kind, item: Obj, fields: Obj | undefined): Obj
   return out
 }
 
-// ------------------------------------------------------------------------------------ evaluation
+const EVM = evaluation<Kind, FullBlock>({
+  kinds: KINDS,
+  outputKey: OUTPUT_KEY,
+  lists: listPerKind(KINDS, REQUEST_KEY, (b: FullBlock, kind) => b[OUTPUT_KEY[kind]] as Obj[], matches, RELATIONS, related),
+  itemKey,
+  compare: COMPARE,
+  idFields: ID_FIELDS,
+  project: projectEvmItem,
+})
 
-export interface EvaluateOptions {
-  /**
-   * Last block the worker's range covers (its data end). Without `toBlock` the answer runs to here;
-   * default: the last block of `data`.
-   */
-  rangeEnd?: number
-}
-
-/** The item kinds a query involves, by a request or a relation (DECISIONS §11). */
-export function involvedKinds(query: Obj): Set<Kind> {
-  const out = new Set<Kind>()
-  for (const kind of KINDS) {
-    const requests: Obj[] | undefined = query[REQUEST_KEY[kind]]
-    if (!requests?.length) continue
-    out.add(kind)
-    for (const r of requests) {
-      for (const [flag, rel] of Object.entries(RELATIONS[kind])) if (r[flag] === true) out.add(rel.target)
-    }
-  }
-  return out
-}
-
-/** Items of each kind a query selects in one block, by primary key. */
-export function selectItems(block: FullBlock, query: Obj): Record<Kind, Set<string>> {
-  const sel: Record<Kind, Set<string>> = { transaction: new Set(), log: new Set(), trace: new Set(), stateDiff: new Set() }
-  for (const kind of KINDS) {
-    for (const request of (query[REQUEST_KEY[kind]] ?? []) as Obj[]) {
-      const hit = (block[OUTPUT_KEY[kind]] as Obj[]).filter((i) => matches(kind, request, i))
-      for (const i of hit) sel[kind].add(itemKey(kind, i))
-      for (const [flag, rel] of Object.entries(RELATIONS[kind])) {
-        if (request[flag] !== true) continue
-        for (const t of block[OUTPUT_KEY[rel.target]] as Obj[]) {
-          if (hit.some((s) => related(rel.rel, s, t))) sel[rel.target].add(itemKey(rel.target, t))
-        }
-      }
-    }
-  }
-  return sel
-}
+export const { projectHeader, projectItem, involvedKinds, selectItems, itemsOf, firstDifference } = EVM
 
 /**
  * What the worker must answer for `query` given `data` (the full answer over every block the worker
- * holds, ascending), assuming budgets large enough not to cut it. Throws `NoBlocksInRange` when the
- * range holds no block (DECISIONS §26) and `InvalidQuery` for invalid filter values.
+ * holds, ascending), assuming budgets large enough not to cut it (answers.ts). `rangeEnd`: the last
+ * block the worker's range covers (its data end); without `toBlock` the answer runs to here.
  */
-export function evaluate(data: FullBlock[], query: Obj, opts: EvaluateOptions = {}): Obj[] {
-  const end = Math.min(query.toBlock ?? Infinity, opts.rangeEnd ?? Infinity)
-  const blocks = data.filter((b) => b.header.number >= query.fromBlock && b.header.number <= end)
-  if (blocks.length === 0) throw new NoBlocksInRange(`no block in [${query.fromBlock}, ${end}]`)
-  const kinds = involvedKinds(query)
-  const first = blocks[0].header.number
-  const last = blocks[blocks.length - 1].header.number
-  const out: Obj[] = []
-  for (const b of blocks) {
-    const sel = selectItems(b, query)
-    const any = KINDS.some((k) => sel[k].size > 0)
-    const n = b.header.number
-    if (!(query.includeAllBlocks === true || any || n === first || n === last)) continue
-    const block: Obj = { header: projectHeader(b.header, query.fields) }
-    for (const kind of KINDS) {
-      if (!kinds.has(kind)) continue
-      block[OUTPUT_KEY[kind]] = (b[OUTPUT_KEY[kind]] as Obj[])
-        .filter((i) => sel[kind].has(itemKey(kind, i)))
-        .sort(COMPARE[kind])
-        .map((i) => projectItem(kind, i, query.fields))
-    }
-    out.push(block)
-  }
-  return out
-}
-
-export class NoBlocksInRange extends Error {}
-
-// ------------------------------------------------------------------------------------ helpers
-
-/** Every item of `kind` in `data`, with its block number. */
-export function itemsOf(data: FullBlock[], kind: Kind): { block: number; item: Obj }[] {
-  return data.flatMap((b) => (b[OUTPUT_KEY[kind]] as Obj[]).map((item) => ({ block: b.header.number, item })))
-}
-
-/** Values of a getter over items, most frequent first (nulls left out). */
-export function byFrequency<T>(values: T[]): T[] {
-  const counts = new Map<T, number>()
-  for (const v of values) if (v !== null && v !== undefined) counts.set(v, (counts.get(v) ?? 0) + 1)
-  return [...counts.entries()].sort((a, b) => b[1] - a[1]).map(([v]) => v)
-}
-
-/**
- * First difference between two answers, as a readable message (or undefined when equal), so a
- * failing comparison of large answers names the block, array and item.
- */
-export function firstDifference(got: Obj[], expected: Obj[]): string | undefined {
-  return compareAnswers(got, expected, (output, item) => itemKey(KINDS.find((x) => OUTPUT_KEY[x] === output)!, item))
-}
+export const evaluate: (data: FullBlock[], query: Obj, opts?: EvaluateOptions) => Obj[] = EVM.evaluate

@@ -10,11 +10,14 @@
  * which blocks are returned, which arrays each block carries, item order and field projection
  * (identifier fields always present; a state update with nothing selected is `{}`).
  *
- * Also here: re-basing the real queries of fixtures/queries/starknet onto the data we have (the
- * EVM re-basing in reference-rebase.ts is tied to the EVM filters), and answer comparison.
+ * The projection and the evaluation skeleton every family shares are in answers.ts; the Starknet
+ * rules are here. Also here: re-basing the real queries of fixtures/queries/starknet onto the data
+ * we have (the EVM re-basing in reference-rebase.ts is tied to the EVM filters).
  */
 
-import { firstDifference as compareAnswers } from './answers.js'
+import { InvalidQuery, allFields, byFrequency, cmpStr, compareAddress, evaluation, listPerKind } from './answers.js'
+
+export { InvalidQuery, NoBlocksInRange, byFrequency, compareAddress, type EvaluateOptions } from './answers.js'
 
 export type Obj = Record<string, any>
 
@@ -84,11 +87,9 @@ export const FIELDS: Record<Kind, readonly string[]> = {
   storageDiff: ['address', 'key', 'value'],
 }
 
-const all = (names: readonly string[]) => Object.fromEntries(names.map((n) => [n, true]))
-
 export const ALL_FIELDS: Obj = {
-  block: all(BLOCK_FIELDS),
-  ...Object.fromEntries(KINDS.map((k) => [k, all(FIELDS[k])])),
+  block: allFields(BLOCK_FIELDS),
+  ...Object.fromEntries(KINDS.map((k) => [k, allFields(FIELDS[k])])),
 }
 
 /** Identifier fields, always present (DECISIONS §12, docs/protocol.md §6). */
@@ -195,9 +196,6 @@ export const RELATIONS: Record<Kind, Record<string, Relation>> = {
   storageDiff: {},
 }
 
-export class InvalidQuery extends Error {}
-export class NoBlocksInRange extends Error {}
-
 export const FELT_RE = /^0[xX][0-9a-fA-F]*$/
 
 /** A felt as stored and as filters compare it: lower case, no leading zeros, `0x0` for zero. */
@@ -254,14 +252,6 @@ export function matches(kind: Kind, request: Obj, item: Obj): boolean {
 
 // ------------------------------------------------------------------------------------ keys and order
 
-/** `[] < [0] < [0,0] < [0,1] < [1]`. */
-export function compareAddress(a: number[], b: number[]): number {
-  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i]
-  return a.length - b.length
-}
-
-const cmpStr = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
-
 /** Primary-key order of the items of each kind. */
 export const COMPARE: Record<Kind, (a: Obj, b: Obj) => number> = {
   transaction: (a, b) => a.transactionIndex - b.transactionIndex,
@@ -297,126 +287,23 @@ function related(rel: Relation['rel'], source: Obj, target: Obj): boolean {
   return rel === 'sameTx' || sameAddress(source.traceAddress, target.traceAddress)
 }
 
-// ------------------------------------------------------------------------------------ projection
-
-function selected(fields: Obj | undefined, selector: string): string[] {
-  const f = fields?.[selector]
-  if (!f) return []
-  return Object.entries(f)
-    .filter(([, v]) => v === true)
-    .map(([k]) => k)
-}
-
-function pick(full: Obj, names: string[], what: string): Obj {
-  const out: Obj = {}
-  for (const n of names) {
-    if (!(n in full)) throw new Error(`the full answer lacks ${what}.${n}: select every field in it`)
-    out[n] = full[n]
-  }
-  return out
-}
-
-export function projectHeader(h: Obj, fields: Obj | undefined): Obj {
-  return pick(h, [...new Set([...ID_FIELDS.block, ...selected(fields, 'block')])], 'header')
-}
-
-export function projectItem(kind: Kind, item: Obj, fields: Obj | undefined): Obj {
-  return pick(item, [...new Set([...ID_FIELDS[kind], ...selected(fields, kind)])], kind)
-}
-
 // ------------------------------------------------------------------------------------ evaluation
 
-/** The item kinds a query involves, by a non-empty request list or a relation flag (DECISIONS §11). */
-export function involvedKinds(query: Obj): Set<Kind> {
-  const out = new Set<Kind>()
-  for (const kind of KINDS) {
-    const requests: Obj[] | undefined = query[REQUEST_KEY[kind]]
-    if (!requests?.length) continue
-    out.add(kind)
-    for (const r of requests) {
-      for (const [flag, rel] of Object.entries(RELATIONS[kind])) if (r[flag] === true) out.add(rel.target)
-    }
-  }
-  return out
-}
-
-/** Items of each kind a query selects in one block, by primary key. */
-export function selectItems(block: FullBlock, query: Obj): Record<Kind, Set<string>> {
-  const sel = Object.fromEntries(KINDS.map((k) => [k, new Set<string>()])) as Record<Kind, Set<string>>
-  for (const kind of KINDS) {
-    for (const request of (query[REQUEST_KEY[kind]] ?? []) as Obj[]) {
-      const hit = block[OUTPUT_KEY[kind]].filter((i) => matches(kind, request, i))
-      for (const i of hit) sel[kind].add(itemKey(kind, i))
-      for (const [flag, rel] of Object.entries(RELATIONS[kind])) {
-        if (request[flag] !== true) continue
-        for (const t of block[OUTPUT_KEY[rel.target]]) {
-          if (hit.some((s) => related(rel.rel, s, t))) sel[rel.target].add(itemKey(rel.target, t))
-        }
-      }
-    }
-  }
-  return sel
-}
-
-export interface EvaluateOptions {
-  /** Last block of the range the worker served (without `toBlock` the answer runs to here). */
-  rangeEnd?: number
-}
+const STARKNET = evaluation<Kind, FullBlock>({
+  kinds: KINDS,
+  outputKey: OUTPUT_KEY,
+  lists: listPerKind(KINDS, REQUEST_KEY, (b: FullBlock, kind) => b[OUTPUT_KEY[kind]], matches, RELATIONS, related),
+  itemKey,
+  compare: COMPARE,
+  idFields: ID_FIELDS,
+})
 
 /**
- * What the worker must answer for `query` given `data` (the full answer over every block it holds,
- * ascending), budgets not cutting it: every block with a selected item plus the first and the last
- * existing block of the range (every block with `includeAllBlocks`); each with its header and one
- * array per involved kind. Throws `NoBlocksInRange` for a range without blocks (DECISIONS §26) and
- * `InvalidQuery` for invalid filter values.
+ * `evaluate`: what the worker must answer (answers.ts; a state update with nothing selected is `{}`);
+ * `involvedKinds`: by a non-empty request list or a relation flag (DECISIONS §11); `selectItems`: the
+ * items of each kind a query selects in one block, by primary key.
  */
-export function evaluate(data: FullBlock[], query: Obj, opts: EvaluateOptions = {}): Obj[] {
-  const end = Math.min(query.toBlock ?? Infinity, opts.rangeEnd ?? Infinity)
-  const blocks = data.filter((b) => b.header.number >= query.fromBlock && b.header.number <= end)
-  if (blocks.length === 0) throw new NoBlocksInRange(`no block in [${query.fromBlock}, ${end}]`)
-  const kinds = involvedKinds(query)
-  const first = blocks[0].header.number
-  const last = blocks[blocks.length - 1].header.number
-  const out: Obj[] = []
-  for (const b of blocks) {
-    const sel = selectItems(b, query)
-    const any = KINDS.some((k) => sel[k].size > 0)
-    const n = b.header.number
-    if (!(query.includeAllBlocks === true || any || n === first || n === last)) continue
-    const block: Obj = { header: projectHeader(b.header, query.fields) }
-    for (const kind of KINDS) {
-      if (!kinds.has(kind)) continue
-      block[OUTPUT_KEY[kind]] = b[OUTPUT_KEY[kind]]
-        .filter((i) => sel[kind].has(itemKey(kind, i)))
-        .sort(COMPARE[kind])
-        .map((i) => projectItem(kind, i, query.fields))
-    }
-    out.push(block)
-  }
-  return out
-}
-
-// ------------------------------------------------------------------------------------ helpers
-
-/** Every item of `kind` in `data`, with its block number. */
-export function itemsOf(data: FullBlock[], kind: Kind): { block: number; item: Obj }[] {
-  return data.flatMap((b) => b[OUTPUT_KEY[kind]].map((item) => ({ block: b.header.number as number, item })))
-}
-
-/** Values, most frequent first (nulls left out). */
-export function byFrequency<T>(values: T[]): T[] {
-  const counts = new Map<T, number>()
-  for (const v of values) if (v !== null && v !== undefined) counts.set(v, (counts.get(v) ?? 0) + 1)
-  return [...counts.entries()].sort((a, b) => b[1] - a[1]).map(([v]) => v)
-}
-
-/** Number of items in an answer. */
-export const itemCount = (blocks: Obj[]) => blocks.reduce((n, b) => n + KINDS.reduce((m, k) => m + (b[OUTPUT_KEY[k]]?.length ?? 0), 0), 0)
-
-/** First difference between two answers as a readable message, or undefined when equal. */
-export function firstDifference(got: Obj[], expected: Obj[]): string | undefined {
-  return compareAnswers(got, expected, (output, item) => itemKey(KINDS.find((x) => OUTPUT_KEY[x] === output)!, item))
-}
+export const { projectHeader, projectItem, involvedKinds, selectItems, evaluate, itemsOf, itemCount, firstDifference } = STARKNET
 
 // ------------------------------------------------------------------------------------ re-basing
 

@@ -14,11 +14,14 @@
  * answer here, in the form squid typegen decodes (docs/protocol.md §7.1), not from the engine's
  * helper columns.
  *
- * Also here: re-basing the real queries of fixtures/queries/moonbeam onto the data we have, and
- * answer comparison.
+ * The projection and the evaluation skeleton every family shares are in answers.ts; the Substrate
+ * rules are here. Also here: re-basing the real queries of fixtures/queries/moonbeam onto the data
+ * we have.
  */
 
-import { firstDifference as compareAnswers } from './answers.js'
+import { InvalidQuery, allFields, byFrequency, compareAddress, evaluation, type EvaluateOptions, type RelationRule } from './answers.js'
+
+export { InvalidQuery, NoBlocksInRange, byFrequency, compareAddress, type EvaluateOptions } from './answers.js'
 
 export type Obj = Record<string, any>
 
@@ -56,11 +59,9 @@ export const FIELDS: Record<Kind, readonly string[]> = {
   extrinsic: ['index', 'version', 'signature', 'fee', 'tip', 'error', 'success', 'hash'],
 }
 
-const all = (names: readonly string[]) => Object.fromEntries(names.map((n) => [n, true]))
-
 export const ALL_FIELDS: Obj = {
-  block: all(BLOCK_FIELDS),
-  ...Object.fromEntries(KINDS.map((k) => [k, all(FIELDS[k])])),
+  block: allFields(BLOCK_FIELDS),
+  ...Object.fromEntries(KINDS.map((k) => [k, allFields(FIELDS[k])])),
 }
 
 /** Identifier fields, always present (docs/protocol.md §7). */
@@ -136,10 +137,7 @@ const reviveTopic = (n: number): Getter => (e) => {
 }
 
 /** Relation flags: the target kind and whether `target` is related to `source`. */
-export interface Relation {
-  target: Kind
-  related: (source: Obj, target: Obj) => boolean
-}
+export type Relation = RelationRule<Kind>
 
 export type Address = number[]
 const isPrefix = (p: Address, a: Address) => p.length <= a.length && p.every((x, i) => a[i] === x)
@@ -204,9 +202,6 @@ export const LISTS: Record<string, RequestList> = {
 }
 export const LIST_NAMES = Object.keys(LISTS)
 
-export class InvalidQuery extends Error {}
-export class NoBlocksInRange extends Error {}
-
 export const HEX_RE = /^0[xX][0-9a-fA-F]*$/
 
 function normaliseValue(kind: ValueKind, v: unknown): string {
@@ -266,12 +261,6 @@ export function validate(query: Obj): void {
 
 // ------------------------------------------------------------------------------------ keys and order
 
-/** `[] < [0] < [0,0] < [0,1] < [1]`. */
-export function compareAddress(a: Address, b: Address): number {
-  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i]
-  return a.length - b.length
-}
-
 export const COMPARE: Record<Kind, (a: Obj, b: Obj) => number> = {
   event: (a, b) => a.index - b.index,
   call: (a, b) => a.extrinsicIndex - b.extrinsicIndex || compareAddress(a.address, b.address),
@@ -289,46 +278,7 @@ export function itemKey(kind: Kind, i: Obj): string {
   }
 }
 
-// ------------------------------------------------------------------------------------ projection
-
-function selected(fields: Obj | undefined, selector: string): string[] {
-  const f = fields?.[selector]
-  if (!f) return []
-  return Object.entries(f)
-    .filter(([, v]) => v === true)
-    .map(([k]) => k)
-}
-
-function pick(full: Obj, names: string[], what: string): Obj {
-  const out: Obj = {}
-  for (const n of names) {
-    if (!(n in full)) throw new Error(`the full answer lacks ${what}.${n}: select every field in it`)
-    out[n] = full[n]
-  }
-  return out
-}
-
-export function projectHeader(h: Obj, fields: Obj | undefined): Obj {
-  return pick(h, [...new Set([...ID_FIELDS.block, ...selected(fields, 'block')])], 'header')
-}
-
-export function projectItem(kind: Kind, item: Obj, fields: Obj | undefined): Obj {
-  return pick(item, [...new Set([...ID_FIELDS[kind], ...selected(fields, kind)])], kind)
-}
-
 // ------------------------------------------------------------------------------------ evaluation
-
-/** The item kinds a query involves: by a non-empty request list or a relation flag set to true. */
-export function involvedKinds(query: Obj): Set<Kind> {
-  const out = new Set<Kind>()
-  for (const [list, decl] of Object.entries(LISTS)) {
-    const requests: Obj[] | undefined = query[list]
-    if (!requests?.length) continue
-    out.add(decl.kind)
-    for (const r of requests) for (const [flag, rel] of Object.entries(decl.relations)) if (r[flag] === true) out.add(rel.target)
-  }
-  return out
-}
 
 const itemsOfKind = (b: FullBlock, kind: Kind): Obj[] => b[OUTPUT_KEY[kind]]
 
@@ -344,73 +294,25 @@ export function relatedItems(block: FullBlock, list: string, flag: string, sourc
   return itemsOfKind(block, rel.target).filter((t) => sources.some((s) => rel.related(s, t)))
 }
 
-/** Items of each kind a query selects in one block, by key. */
-export function selectItems(block: FullBlock, query: Obj): Record<Kind, Set<string>> {
-  const sel = Object.fromEntries(KINDS.map((k) => [k, new Set<string>()])) as Record<Kind, Set<string>>
-  for (const [list, decl] of Object.entries(LISTS)) {
-    for (const request of (query[list] ?? []) as Obj[]) {
-      const hit = matchedItems(block, list, request)
-      for (const i of hit) sel[decl.kind].add(itemKey(decl.kind, i))
-      for (const [flag, rel] of Object.entries(decl.relations)) {
-        if (request[flag] !== true) continue
-        for (const t of relatedItems(block, list, flag, hit)) sel[rel.target].add(itemKey(rel.target, t))
-      }
-    }
-  }
-  return sel
-}
-
-export interface EvaluateOptions {
-  /** Last block of the range the worker served (without `toBlock` the answer runs to here). */
-  rangeEnd?: number
-}
+const SUBSTRATE = evaluation<Kind, FullBlock>({
+  kinds: KINDS,
+  outputKey: OUTPUT_KEY,
+  lists: Object.entries(LISTS).map(([list, decl]) => ({ list, kind: decl.kind, matched: (block, request) => matchedItems(block, list, request), relations: decl.relations })),
+  itemKey,
+  compare: COMPARE,
+  idFields: ID_FIELDS,
+})
 
 /**
- * What the worker must answer for `query` given `data` (the full answer over every block it holds,
- * ascending), budgets not cutting it: every block with a selected item plus the first and the last
- * existing block of the range (every block with `includeAllBlocks`), each with its header and one
- * array per involved kind. Throws `NoBlocksInRange` for a range without blocks and `InvalidQuery`
- * for invalid requests.
+ * `involvedKinds`: by a non-empty request list or a relation flag set to true; `selectItems`: the
+ * items of each kind a query selects in one block, by key.
  */
+export const { projectHeader, projectItem, involvedKinds, selectItems, itemsOf, itemCount, firstDifference } = SUBSTRATE
+
+/** What the worker must answer (answers.ts), after checking every request (`InvalidQuery`). */
 export function evaluate(data: FullBlock[], query: Obj, opts: EvaluateOptions = {}): Obj[] {
   validate(query)
-  const end = Math.min(query.toBlock ?? Infinity, opts.rangeEnd ?? Infinity)
-  const blocks = data.filter((b) => b.header.number >= query.fromBlock && b.header.number <= end)
-  if (blocks.length === 0) throw new NoBlocksInRange(`no block in [${query.fromBlock}, ${end}]`)
-  const kinds = involvedKinds(query)
-  const first = blocks[0].header.number
-  const last = blocks[blocks.length - 1].header.number
-  const out: Obj[] = []
-  for (const b of blocks) {
-    const sel = selectItems(b, query)
-    const any = KINDS.some((k) => sel[k].size > 0)
-    const n = b.header.number
-    if (!(query.includeAllBlocks === true || any || n === first || n === last)) continue
-    const block: Obj = { header: projectHeader(b.header, query.fields) }
-    for (const kind of KINDS) {
-      if (!kinds.has(kind)) continue
-      block[OUTPUT_KEY[kind]] = itemsOfKind(b, kind)
-        .filter((i) => sel[kind].has(itemKey(kind, i)))
-        .sort(COMPARE[kind])
-        .map((i) => projectItem(kind, i, query.fields))
-    }
-    out.push(block)
-  }
-  return out
-}
-
-// ------------------------------------------------------------------------------------ helpers
-
-/** Every item of `kind` in `data`, with its block number. */
-export function itemsOf(data: FullBlock[], kind: Kind): { block: number; item: Obj }[] {
-  return data.flatMap((b) => itemsOfKind(b, kind).map((item) => ({ block: b.header.number as number, item })))
-}
-
-/** Values, most frequent first (nulls left out). */
-export function byFrequency<T>(values: T[]): T[] {
-  const counts = new Map<T, number>()
-  for (const v of values) if (v !== null && v !== undefined) counts.set(v, (counts.get(v) ?? 0) + 1)
-  return [...counts.entries()].sort((a, b) => b[1] - a[1]).map(([v]) => v)
+  return SUBSTRATE.evaluate(data, query, opts)
 }
 
 /** Values a filter key of a list takes in `blocks` (as the data has them), most frequent first. */
@@ -419,14 +321,6 @@ export function valuesOf(blocks: FullBlock[], list: string, key: string): string
   const f = decl.filters[key]
   const items = itemsOf(blocks, decl.kind).map((x) => x.item).filter((i) => decl.name === undefined || i.name === decl.name)
   return byFrequency(items.map((i) => f.get(i))).filter((v): v is string => typeof v === 'string')
-}
-
-/** Number of items in an answer. */
-export const itemCount = (blocks: Obj[]) => blocks.reduce((n, b) => n + KINDS.reduce((m, k) => m + (b[OUTPUT_KEY[k]]?.length ?? 0), 0), 0)
-
-/** First difference between two answers as a readable message, or undefined when equal. */
-export function firstDifference(got: Obj[], expected: Obj[]): string | undefined {
-  return compareAnswers(got, expected, (output, item) => itemKey(KINDS.find((x) => OUTPUT_KEY[x] === output)!, item))
 }
 
 // ------------------------------------------------------------------------------------ re-basing
