@@ -52,6 +52,36 @@ export function toApiError(e: unknown, req?: FastifyRequest): ApiError {
   return new ApiError(500, 'internal-error', `internal error: ${err?.message ?? String(e)}`)
 }
 
+/** How much of an oversized body is read and thrown away so that the 413 reaches the client. */
+const DRAIN_MAX_BYTES = 256 * 1024 * 1024
+const DRAIN_MAX_MS = 10_000
+
+/** Read and discard what is left of a request body, up to `maxBytes` or `maxMs`. */
+function drain(req: NodeJS.ReadableStream & { complete?: boolean }, maxBytes: number, maxMs: number): Promise<void> {
+  if (req.complete) return Promise.resolve()
+  return new Promise((resolve) => {
+    let bytes = 0
+    const done = () => {
+      clearTimeout(timer)
+      req.removeListener('data', onData)
+      req.removeListener('end', done)
+      req.removeListener('error', done)
+      req.removeListener('close', done)
+      resolve()
+    }
+    const onData = (chunk: Buffer) => {
+      bytes += chunk.length
+      if (bytes > maxBytes) done()
+    }
+    const timer = setTimeout(done, maxMs)
+    req.on('data', onData)
+    req.once('end', done)
+    req.once('error', done)
+    req.once('close', done)
+    req.resume()
+  })
+}
+
 export interface HttpOptions {
   service: 'router' | 'worker'
   bodyLimit?: number
@@ -65,8 +95,15 @@ export function createHttp(opts: HttpOptions): FastifyInstance {
   })
   // Only JSON bodies are queries: without fastify's text/plain parser, other types answer 415.
   app.removeContentTypeParser('text/plain')
-  app.setErrorHandler((e, req, reply) => {
-    sendApiError(reply, toApiError(e, req))
+  app.setErrorHandler(async (e, req, reply) => {
+    const err = toApiError(e, req)
+    // Answering while the client is still uploading makes it see a reset (EPIPE), not the 413, and
+    // clients retry connection errors: read the rest of the body first (bounded), then close.
+    if (err.status === 413) {
+      await drain(req.raw, DRAIN_MAX_BYTES, DRAIN_MAX_MS)
+      reply.header('connection', 'close')
+    }
+    sendApiError(reply, err)
   })
   app.setNotFoundHandler((req, reply) => {
     sendApiError(reply, new ApiError(404, 'not-found', `no such route: ${req.method} ${req.url.split('?')[0]}`))
