@@ -424,10 +424,9 @@ describe('Substrate reference evaluation over a live chopsticks node (RPC ingest
         }
         for (const e of b.events) {
           if (e.extrinsicIndex === null) assert.equal(e.callAddress, null, `block ${n} event ${e.index}: callAddress outside extrinsics`)
-          // docs/protocol.md §7 gives every event of an extrinsic a callAddress; the RPC ingest
-          // (squid's call parser) leaves the outcome event (System.ExtrinsicSuccess / Failed) and
-          // every event of a failed extrinsic without one (the Sidecar ingest puts them on []):
-          // tolerated for exactly these, counted, reported.
+          // docs/protocol.md §7: as squid's call parser assigns them, the outcome event
+          // (System.ExtrinsicSuccess / Failed) and every event of a failed extrinsic have no
+          // callAddress; exactly these, counted, reported.
           else if (e.callAddress === null) {
             const ok = /^System\.Extrinsic(Success|Failed)$/.test(e.name) || !b.extrinsics[e.extrinsicIndex].success
             assert.ok(ok, `block ${n} event ${e.index} (${e.name}, extrinsic ${e.extrinsicIndex}): no callAddress`)

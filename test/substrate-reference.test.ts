@@ -135,7 +135,8 @@ const NESTED_HASH = '0x' + 'ab'.repeat(32)
  *   [2]       Proxy.proxy            [2,0]       Balances.transfer_keep_alive (recorded kusama 6566865 extrinsic 1)
  *
  * Its events and the call each belongs to by the runtime's order (a batch item's events come before
- * its Utility.ItemCompleted, which belongs to the batch; the fee withdrawal goes with the first item).
+ * its Utility.ItemCompleted, which belongs to the batch; the fee withdrawal goes with the first item;
+ * the closing System.ExtrinsicSuccess has no call address, as squid's parser leaves it).
  */
 function nestedBlock(b: any, transfer: any): { block: any; callAddresses: (number[] | null | undefined)[] } {
   const block = structuredClone(b)
@@ -151,7 +152,7 @@ function nestedBlock(b: any, transfer: any): { block: any; callAddresses: (numbe
   const PS = () => ev('staking', 'PayoutStarted')
   const R = () => ev('staking', 'Rewarded')
   const D = () => ev('balances', 'Deposit')
-  const events: [any, number[]][] = [
+  const events: [any, number[] | null][] = [
     [ev('balances', 'Withdraw'), [0, 0]],
     [PS(), [0, 0]], [R(), [0, 0]], [IC(), [0]],
     [PS(), [0, 1]], [R(), [0, 1]], [IC(), [0]], [BC(), [0]],
@@ -160,7 +161,7 @@ function nestedBlock(b: any, transfer: any): { block: any; callAddresses: (numbe
     [IC(), []],
     [structuredClone(transfer.events[0]), [2, 0]], [{ method: { pallet: 'proxy', method: 'ProxyExecuted' }, data: [{ ok: null }] }, [2]],
     [IC(), []], [BC(), []],
-    ...tail.map((e: any): [any, number[]] => [structuredClone(e), []]),
+    ...tail.map((e: any): [any, number[] | null] => [structuredClone(e), e.method.method === 'ExtrinsicSuccess' ? null : []]),
   ]
   const x3 = {
     ...structuredClone(x2),
@@ -518,7 +519,12 @@ describe('Substrate queries against the reference evaluation (recorded Sidecar b
         // events: names in System.Events order, phase, extrinsic
         const re = rawEvents(rb)
         assert.deepEqual(b.events.map((e) => [e.index, e.name, e.phase, e.extrinsicIndex]), re.map((r, j) => [j, rawEventName(r.e), r.phase, r.ex]), `${w} events`)
-        for (const e of b.events) assert.equal(e.callAddress === null, e.extrinsicIndex === null, `${w} event ${e.index}: callAddress outside extrinsics`)
+        // no callAddress: events outside extrinsics, the closing System.ExtrinsicSuccess / ExtrinsicFailed
+        // and every event of a failed extrinsic (squid's parser, the node source); every other event has one
+        for (const e of b.events) {
+          const none = e.extrinsicIndex === null || /^System\.Extrinsic(Success|Failed)$/.test(e.name) || !rb.extrinsics[e.extrinsicIndex].success
+          assert.equal(e.callAddress === null, none, `${w} event ${e.index} (${e.name}): callAddress ${JSON.stringify(e.callAddress)}`)
+        }
         // calls: one tree per extrinsic as the args describe it, in (extrinsicIndex, address) order
         const expCalls = rb.extrinsics.flatMap((x: any, j: number) => rawCallTree(x).map((c) => [j, c.address, c.name]))
         assert.deepEqual(b.calls.map((c) => [c.extrinsicIndex, c.address, c.name]), expCalls, `${w} calls`)
@@ -652,7 +658,15 @@ describe('Substrate queries against the reference evaluation (recorded Sidecar b
     assert.deepEqual(calls(rel({ name: ['Utility.batch'] }, '[]', 'subcalls')).length, 7)
     const evs = rel({ name: ['Utility.batch'] }, '[0]', 'events')
     assert.deepEqual(evs.map((e) => JSON.stringify(e.callAddress)), ['[0,0]', '[0,0]', '[0,0]', '[0]', '[0,1]', '[0,1]', '[0]', '[0]'])
-    assert.equal(rel({ name: ['Utility.batch'] }, '[]', 'events').length, b.events.filter((e) => e.extrinsicIndex === 3).length)
+    // `events` of the root call: every event of the extrinsic but the closing ExtrinsicSuccess (no call address)
+    const own = b.events.filter((e) => e.extrinsicIndex === 3)
+    const closing = own.filter((e) => e.callAddress === null)
+    assert.deepEqual(closing.map((e) => e.name), ['System.ExtrinsicSuccess'])
+    assert.deepEqual(closing, [own.at(-1)])
+    assert.deepEqual(rel({ name: ['Utility.batch'] }, '[]', 'events'), own.slice(0, -1))
+    // the closing event reaches its extrinsic, but no call and no stack
+    assert.deepEqual(relatedItems(b, 'events', 'extrinsic', closing).map((x) => x.index), [3])
+    for (const flag of ['call', 'stack']) assert.deepEqual(relatedItems(b, 'events', flag, closing), [])
     // events outside extrinsics have no extrinsic, call or stack
     const outside = matchedItems(b, 'events', {}).filter((e) => e.extrinsicIndex === null)
     assert.equal(outside.length, 3)

@@ -45,6 +45,13 @@ const addr = (rows: any[]) => rows.map((r) => JSON.stringify(r.address))
 const of = (rows: any[], ex: number) => rows.filter((r) => r.extrinsic_index === ex)
 const parse = (t: unknown) => (t == null ? null : JSON.parse(t as string))
 const signed = (account: string) => ({ __kind: 'system', value: { __kind: 'Signed', value: account } })
+const CLOSING = /^System\.Extrinsic(Success|Failed)$/
+/**
+ * squid's rule (and the node source's): the closing System.ExtrinsicSuccess / ExtrinsicFailed and
+ * every event of a failed extrinsic have no call address (null); the other events of an extrinsic
+ * have one. (Only an extrinsic whose events do not fit the parser puts every event at [].)
+ */
+const unattributed = (name: string, x: any) => !x.success || CLOSING.test(name)
 
 describe('Substrate Sidecar normaliser', () => {
   it('names, SS58, eras: the conversions the mapping relies on', () => {
@@ -115,11 +122,14 @@ describe('Substrate Sidecar normaliser', () => {
           assert.equal(r.phase, phase)
           assert.equal(r.extrinsic_index, ex)
           if (ex == null) assert.equal(r.call_address, null)
+          else if (unattributed(r.name as string, b.extrinsics[ex])) assert.equal(r.call_address, null, `${w} event ${i} (${r.name}) has no call address`)
           else assert.ok(Array.isArray(r.call_address), `${w} event ${i} has a call address`)
           assert.equal(JSON.parse(r.args as string).length, e.data.length)
         })
-        // the closing System.ExtrinsicSuccess / ExtrinsicFailed belongs to the root call
-        for (const r of rows.events) if (/^System\.Extrinsic(Success|Failed)$/.test(r.name as string)) assert.deepEqual(r.call_address, [])
+        // the closing System.ExtrinsicSuccess / ExtrinsicFailed: one per extrinsic, without a call address
+        const closing = rows.events.filter((r) => CLOSING.test(r.name as string))
+        assert.deepEqual(closing.map((r) => r.extrinsic_index), b.extrinsics.map((_: any, i: number) => i), w)
+        assert.ok(closing.every((r) => r.call_address === null), w)
         blocks++
       }
     }
@@ -141,7 +151,8 @@ describe('Substrate Sidecar normaliser', () => {
     let item = 0
     for (const e of x.events) {
       const name = evName(e)
-      if (name === 'Utility.ItemCompleted') {
+      if (name === 'System.ExtrinsicSuccess') expected.push('null')
+      else if (name === 'Utility.ItemCompleted') {
         expected.push('[]')
         item++
       } else expected.push(item < x.args.calls.length ? `[${item}]` : '[]')
@@ -165,7 +176,8 @@ describe('Substrate Sidecar normaliser', () => {
     assert.deepEqual(parse(calls[1].args), { dest: { __kind: 'Id', value: ss58ToHex(x.args.call.args.dest.id) }, value: x.args.call.args.value })
     assert.deepEqual(parse(calls[0].args).call, { __kind: 'Balances', value: { __kind: 'transfer', ...parse(calls[1].args) } })
     const at = x.events.findIndex((e: any) => e === executed)
-    assert.deepEqual(of(rows.events, 4).map((e) => JSON.stringify(e.call_address)), x.events.map((_: any, i: number) => (i < at ? '[0]' : '[]')))
+    assert.ok(x.success && evName(x.events.at(-1)) === 'System.ExtrinsicSuccess')
+    assert.deepEqual(of(rows.events, 4).map((e) => JSON.stringify(e.call_address)), x.events.map((_: any, i: number) => (i < at ? '[0]' : i < x.events.length - 1 ? '[]' : 'null')))
   })
 
   it('Kusama 6566865: batchAll without ItemCompleted lists its items, events stay with the batch; a failed batchAll has its root call only', () => {
@@ -185,7 +197,11 @@ describe('Substrate Sidecar normaliser', () => {
         assert.deepEqual(parse(calls[0].error), { __kind: 'Module', value: failed.data[0].module })
         assert.equal(calls[0].error, rows.extrinsics[i].error)
       }
-      assert.ok(of(rows.events, i).every((e) => JSON.stringify(e.call_address) === '[]'))
+      // succeeded: every event with the batch at [], the closing ExtrinsicSuccess without a call address;
+      // failed: no event has a call address
+      const evs = of(rows.events, i)
+      assert.equal(evs.length, x.events.length)
+      assert.deepEqual(evs.map((e) => JSON.stringify(e.call_address)), evs.map((e) => (x.success && e.name !== 'System.ExtrinsicSuccess' ? '[]' : 'null')))
     }
   })
 
@@ -214,19 +230,29 @@ describe('Substrate Sidecar normaliser', () => {
     const evs = inner.events
     const success = evs.pop()
     const fee = evs.pop()
-    for (const result of [{ ok: null }, { err: { module: { index: '29', error: '1' } } }]) {
+    for (const result of [{ ok: null }, { err: { module: { index: '29', error: '1' } } }, 'no ProxyExecuted' as const]) {
       const x = {
         ...inner,
         method: { pallet: 'proxy', method: 'proxy' },
         args: { real: { id: real }, force_proxy_type: null, call: { method: inner.method, args: inner.args } },
-        events: result.ok === null
-          ? [...evs, { method: { pallet: 'proxy', method: 'ProxyExecuted' }, data: [result] }, fee, success]
-          : [{ method: { pallet: 'proxy', method: 'ProxyExecuted' }, data: [result] }, fee, success],
+        events: result === 'no ProxyExecuted'
+          ? [...evs, fee, success]
+          : result.ok === null
+            ? [...evs, { method: { pallet: 'proxy', method: 'ProxyExecuted' }, data: [result] }, fee, success]
+            : [{ method: { pallet: 'proxy', method: 'ProxyExecuted' }, data: [result] }, fee, success],
       }
       const rows = normalizeSidecarBlock({ ...b, extrinsics: [b.extrinsics[0], x] })
       const calls = of(rows.calls, 1)
       const events = of(rows.events, 1)
-      if (result.ok === null) {
+      if (result === 'no ProxyExecuted') {
+        // the events do not fit the parser (the closing event of the proxy is missing): the fallback,
+        // every derivable call with the extrinsic's success, every event at [] (the closing one too)
+        assert.deepEqual(addr(calls), ['[]', '[0]', '[0,0]', '[0,1]', '[0,2]'])
+        assert.ok(calls.every((c) => c.success))
+        assert.deepEqual(events.map((e) => `${e.name} ${JSON.stringify(e.call_address)}`), [
+          'Balances.Transfer []', 'Balances.Transfer []', 'Balances.Transfer []', 'Utility.BatchCompleted []', 'Balances.Deposit []', 'System.ExtrinsicSuccess []',
+        ])
+      } else if (result.ok === null) {
         assert.deepEqual(addr(calls), ['[]', '[0]', '[0,0]', '[0,1]', '[0,2]'])
         assert.deepEqual(calls.map((c) => c.name), ['Proxy.proxy', 'Utility.batch_all', 'Balances.transfer', 'Balances.transfer', 'Balances.transfer'])
         assert.ok(calls.every((c) => c.success))
@@ -234,12 +260,14 @@ describe('Substrate Sidecar normaliser', () => {
         assert.deepEqual(parse(calls[0].args).forceProxyType, null)
         assert.deepEqual(events.map((e) => `${e.name} ${JSON.stringify(e.call_address)}`), [
           'Balances.Transfer [0]', 'Balances.Transfer [0]', 'Balances.Transfer [0]', 'Utility.BatchCompleted [0]',
-          'Proxy.ProxyExecuted []', 'Balances.Deposit []', 'System.ExtrinsicSuccess []',
+          'Proxy.ProxyExecuted []', 'Balances.Deposit []', 'System.ExtrinsicSuccess null',
         ])
       } else {
         assert.deepEqual(addr(calls), ['[]', '[0]'])
         assert.equal(calls[1].success, false)
         assert.deepEqual(parse(calls[1].error), { __kind: 'Module', value: { index: '29', error: '1' } })
+        // the failed inner call emitted nothing; the extrinsic succeeded, its closing event has no call address
+        assert.deepEqual(events.map((e) => `${e.name} ${JSON.stringify(e.call_address)}`), ['Proxy.ProxyExecuted []', 'Balances.Deposit []', 'System.ExtrinsicSuccess null'])
       }
     }
   })
@@ -374,7 +402,9 @@ describe('Substrate: recorded Sidecar blocks through ingest, served by a router 
     })
     assert.deepEqual(got.calls.map((c: any) => [c.extrinsicIndex, c.address, c.name, c.success]), want.map(({ i }: any) => [i, [], 'Ethereum.transact', true]))
     assert.deepEqual(got.extrinsics.map((x: any) => [x.index, x.hash]), want.map(({ x, i }: any) => [i, x.hash.toLowerCase()]))
-    assert.deepEqual(got.events.map((e: any) => [e.extrinsicIndex, e.name]), want.flatMap(({ x, i }: any) => x.events.map((e: any) => [i, evName(e)])))
+    // `events` of the call: every event of its extrinsic but the closing ExtrinsicSuccess (no call address)
+    assert.ok(want.every(({ x }: any) => x.success && evName(x.events.at(-1)) === 'System.ExtrinsicSuccess'))
+    assert.deepEqual(got.events.map((e: any) => [e.extrinsicIndex, e.name]), want.flatMap(({ x, i }: any) => x.events.slice(0, -1).map((e: any) => [i, evName(e)])))
   })
 
   it('kusama calls: a batch with subcalls and events, its items with stack and siblings', async () => {
@@ -383,8 +413,10 @@ describe('Substrate: recorded Sidecar blocks through ingest, served by a router 
     const base = b.onInitialize.events.length + b.extrinsics.slice(0, 2).reduce((n: number, y: any) => n + y.events.length, 0)
     const batch = await query('kusama', 13556605, { calls: [{ name: ['Utility.batch'], subcalls: true, events: true }], fields: { call: { name: true, success: true }, event: { name: true } } })
     assert.deepEqual(batch.calls.map((c: any) => [c.extrinsicIndex, c.address, c.name]), [[2, [], 'Utility.batch'], ...x.args.calls.map((_: any, k: number) => [2, [k], 'Staking.payout_stakers'])])
-    // `events` of the root call: every event of the extrinsic (the root's and its descendants')
-    assert.deepEqual(batch.events.map((e: any) => [e.index, e.name]), x.events.map((e: any, k: number) => [base + k, evName(e)]))
+    // `events` of the root call: every event of the extrinsic (the root's and its descendants') but the
+    // closing ExtrinsicSuccess, which has no call address
+    assert.equal(evName(x.events.at(-1)), 'System.ExtrinsicSuccess')
+    assert.deepEqual(batch.events.map((e: any) => [e.index, e.name]), x.events.slice(0, -1).map((e: any, k: number) => [base + k, evName(e)]))
 
     const items = await query('kusama', 13556605, { calls: [{ name: ['Staking.payout_stakers'], stack: true, siblings: true }], fields: { call: { name: true, args: true } } })
     assert.deepEqual(items.calls.map((c: any) => [c.address, c.name]), [[[], 'Utility.batch'], [[0], 'Staking.payout_stakers'], [[1], 'Staking.payout_stakers']])
@@ -424,10 +456,11 @@ describe('Substrate: recorded Sidecar blocks through ingest, served by a router 
 
   it('headers and failed extrinsics', async () => {
     const b = rawBlock('polkadot', 7300000)
+    const fields = { block: { timestamp: true, validator: true, specName: true, digest: true }, event: { name: true, callAddress: true }, extrinsic: { success: true, error: true, fee: true }, call: { name: true, success: true, error: true } }
     const got = await query('polkadot', 7300000, {
       includeAllBlocks: true,
       events: [{ name: ['System.ExtrinsicFailed'], extrinsic: true, call: true }],
-      fields: { block: { timestamp: true, validator: true, specName: true, digest: true }, extrinsic: { success: true, error: true, fee: true }, call: { name: true, success: true, error: true } },
+      fields,
     })
     const ts = b.extrinsics.find((x: any) => x.method.pallet === 'timestamp')
     assert.equal(got.header.timestamp, Number(ts.args.now))
@@ -435,12 +468,23 @@ describe('Substrate: recorded Sidecar blocks through ingest, served by a router 
     assert.deepEqual(got.header.digest, { logs: b.logs })
     const failed = b.extrinsics.map((x: any, i: number) => ({ x, i })).filter(({ x }: any) => !x.success)
     assert.ok(failed.length > 0)
+    assert.deepEqual(got.events.map((e: any) => [e.extrinsicIndex, e.name, e.callAddress]), failed.map(({ i }: any) => [i, 'System.ExtrinsicFailed', null]))
+    // ExtrinsicFailed has no call address: `call` reaches no call
+    assert.deepEqual(got.calls, [])
     assert.deepEqual(got.extrinsics.map((x: any) => [x.index, x.success, x.fee]), failed.map(({ x, i }: any) => [i, false, expectedFee(x)]))
-    for (const [k, { x }] of failed.entries()) {
+    // the failed extrinsics' root calls (by name, with their extrinsics) carry the extrinsic's error
+    const roots = await query('polkadot', 7300000, { calls: [{ name: [...new Set(failed.map(({ x }: any) => `${pallet(x.method.pallet)}.${callName(x.method.method)}`))], extrinsic: true, events: true }], fields })
+    const rootCalls = roots.calls.filter((c: any) => !b.extrinsics[c.extrinsicIndex].success)
+    assert.deepEqual(rootCalls.map((c: any) => [c.extrinsicIndex, c.address]), failed.map(({ i }: any) => [i, []]))
+    // and `events` of a failed extrinsic's call reaches none of its events (none has a call address)
+    assert.ok(roots.events.every((e: any) => b.extrinsics[e.extrinsicIndex].success && e.callAddress !== null))
+    for (const [k, { x, i }] of failed.entries()) {
       const ev = x.events.find((e: any) => evName(e) === 'System.ExtrinsicFailed')
       assert.equal(got.extrinsics[k].error.__kind.toLowerCase(), Object.keys(ev.data[0])[0])
-      assert.deepEqual(got.calls[k].error, got.extrinsics[k].error)
-      assert.equal(got.calls[k].success, false)
+      const ext = roots.extrinsics.find((y: any) => y.index === i)
+      assert.deepEqual(ext, got.extrinsics[k])
+      assert.deepEqual(rootCalls[k].error, got.extrinsics[k].error)
+      assert.equal(rootCalls[k].success, false)
     }
   })
 })

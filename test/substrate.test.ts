@@ -117,8 +117,10 @@ describe('Substrate: Moonbeam through ingest, router + 2 workers, real archive c
     })
     assert.deepEqual(all.calls.map((c: any) => [c.extrinsicIndex, c.address, c.name]), transacts.map((t) => [t.extrinsicIndex, [], 'Ethereum.transact']))
     assert.deepEqual(all.extrinsics.map((x: any) => [x.index, x.hash]), transacts.map((t) => [t.extrinsicIndex, raw.extrinsics[t.extrinsicIndex].hash.toLowerCase()]))
-    const eventCount = transacts.reduce((n, t) => n + raw.extrinsics[t.extrinsicIndex].events.length, 0)
+    // The events of each transact call, less its closing System.ExtrinsicSuccess (no call address, docs/protocol.md §7).
+    const eventCount = transacts.reduce((n, t) => n + raw.extrinsics[t.extrinsicIndex].events.length - 1, 0)
     assert.equal(all.events.length, eventCount)
+    assert.ok(all.events.every((e: any) => e.name !== 'System.ExtrinsicSuccess'))
     const withInput = transacts.find((t) => t.sighash !== '0x')!
     const [bySighash] = await client.query<any, any>({ type: 'substrate', fromBlock: BLOCK, toBlock: BLOCK, ethereumTransactions: [{ sighash: [withInput.sighash.toUpperCase().replace('0X', '0x')] }] })
     assert.deepEqual(bySighash.calls.map((c: any) => c.extrinsicIndex), transacts.filter((t) => t.sighash === withInput.sighash).map((t) => t.extrinsicIndex))

@@ -67,8 +67,8 @@ import { MalformedRpcData } from '../../evm/normalize.js'
  * failed extrinsic, batch items after the interrupted one); events before the first batch item (the
  * fee withdrawal) go to item 0 when the runtime emits ItemCompleted; without ItemCompleted (old
  * runtimes, seen as: no ItemCompleted among the extrinsic's events) items are listed but their events
- * stay with the batch. Differences: the closing `System.ExtrinsicSuccess`/`ExtrinsicFailed` and all
- * events of a failed extrinsic get `[]` (squid leaves them without a call address); an opaque (hex)
+ * stay with the batch. As in squid, the closing `System.ExtrinsicSuccess`/`ExtrinsicFailed` and the
+ * events of a failed extrinsic have no call address (null), like the node source's. An opaque (hex)
  * inner call is not decoded (no metadata), and when the events do not fit the algorithm (a missing
  * closing event) the extrinsic falls back to: every derivable inner call with the extrinsic's
  * success, every event at `[]`. Origins as squid: signed `{__kind: "system", value: {__kind:
@@ -786,12 +786,12 @@ export function normalizeSidecarBlock(block: any): BlockRows {
       tree = p.calls
     } catch (e) {
       if (!(e instanceof Unparseable)) throw e
-      for (const ev of evs) ev.callAddress = undefined
+      // The events do not fit the parser: every event goes to the extrinsic's own call.
       const p = new CallTreeParser(evs, hasItemCompleted, false)
       p.unwrapAll({ ...root }, success, error)
       tree = p.calls
+      for (const ev of evs) ev.callAddress = []
     }
-    for (const ev of evs) if (ev.callAddress === undefined) ev.callAddress = []
     tree.sort((a, b) => compareAddress(a.address, b.address))
     for (const c of tree) {
       const args = argsOf(c.raw.args)
