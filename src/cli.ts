@@ -18,5 +18,5 @@ registerDemo(program)
 
 program.parseAsync(process.argv).catch((e) => {
   console.error(e instanceof Error ? e.message : e)
-  process.exit(1)
+  process.exit(typeof e?.exitCode === 'number' ? e.exitCode : 1)
 })

@@ -125,10 +125,17 @@ describe('CLI: router and workers as separate processes', { timeout: 120_000 }, 
     assert.deepEqual(logs, expected)
   })
 
+  it('query takes its range from the query when --from/--to are not given; above the height: one message, exit code 3', async () => {
+    const own = await runCli(['query', base, '-q', '{"fromBlock":120,"toBlock":127,"includeAllBlocks":true}'])
+    assert.equal(own.code, 0, own.stderr)
+    assert.deepEqual(own.stdout.trim().split('\n').map((l) => JSON.parse(l).header.number), [120, 121, 122, 123, 124, 125, 126, 127])
+    const above = await runCli(['query', base, '--from', '100000', '{}'])
+    assert.equal(above.code, 3)
+    assert.match(above.stderr, /block 100000 is above the dataset height 127/)
+    assert.equal(above.stderr.trim().split('\n').length, 1, above.stderr)
+  })
+
   it('query reports bad input clearly', async () => {
-    const noFrom = await runCli(['query', base])
-    assert.notEqual(noFrom.code, 0)
-    assert.match(noFrom.stderr, /--from/)
     const badJson = await runCli(['query', base, '--from', '0', '{oops'])
     assert.notEqual(badJson.code, 0)
     assert.match(badJson.stderr, /not valid JSON/)

@@ -3,7 +3,9 @@ import { ArchiveClient, type ArchiveQuery } from './archive-client.js'
 
 export interface QueryCliOptions {
   baseUrl: string
-  from: number
+  /** First block (default: the query's `fromBlock`, else 0). */
+  from?: number
+  /** Last block (default: the query's `toBlock`, else the height). */
   to?: number
   /** Inline JSON text or undefined. */
   inline?: string
@@ -15,8 +17,13 @@ export interface QueryCliOptions {
   quiet: boolean
 }
 
-/** Read the query (inline or file); range keys in it are replaced by `--from`/`--to`. */
-export async function loadQuery(opts: Pick<QueryCliOptions, 'inline' | 'file'>): Promise<ArchiveQuery> {
+/** The range holds nothing to query (above the height, or upside down): exit code 3, so scripts can tell. */
+export class QueryRangeError extends Error {
+  readonly exitCode = 3
+}
+
+/** Read the query (inline or file); its range keys are taken out (they become `--from`/`--to` defaults). */
+export async function loadQuery(opts: Pick<QueryCliOptions, 'inline' | 'file'>): Promise<ArchiveQuery & { range: { fromBlock?: number; toBlock?: number } }> {
   if (opts.inline !== undefined && opts.file !== undefined) throw new Error('give the query either inline or with --query, not both')
   const text = opts.file !== undefined ? await readFile(opts.file, 'utf8') : (opts.inline ?? '{}')
   let q: unknown
@@ -26,16 +33,25 @@ export async function loadQuery(opts: Pick<QueryCliOptions, 'inline' | 'file'>):
     throw new Error(`the query is not valid JSON (${opts.file ?? 'inline'}): ${(e as Error).message}`)
   }
   if (!q || typeof q !== 'object' || Array.isArray(q)) throw new Error('the query must be a JSON object')
-  const { fromBlock: _f, toBlock: _t, ...rest } = q as Record<string, unknown>
-  return rest
+  const { fromBlock, toBlock, ...rest } = q as Record<string, unknown>
+  const block = (v: unknown, key: string) => {
+    if (v == null) return undefined
+    if (!Number.isSafeInteger(v) || (v as number) < 0) throw new Error(`${key} in the query must be a block number, got ${JSON.stringify(v)}`)
+    return v as number
+  }
+  return { ...rest, range: { fromBlock: block(fromBlock, 'fromBlock'), toBlock: block(toBlock, 'toBlock') } }
 }
 
 /**
  * `block-archive query`: run the range loop and print one block per line (NDJSON) on stdout;
  * progress and retries go to stderr. Returns the number of blocks printed.
  */
-export async function runQueryCli(opts: QueryCliOptions): Promise<number> {
-  const query = await loadQuery(opts)
+export async function runQueryCli(cli: QueryCliOptions): Promise<number> {
+  const { range, ...query } = await loadQuery(cli)
+  const from = cli.from ?? range.fromBlock ?? 0
+  const to = cli.to ?? range.toBlock
+  if (to !== undefined && to < from) throw new QueryRangeError(`the last block ${to} is below the first ${from}`)
+  const opts = { ...cli, from, to }
   const err = (line: string) => {
     if (!opts.quiet) process.stderr.write(line + '\n')
   }
@@ -63,7 +79,9 @@ export async function runQueryCli(opts: QueryCliOptions): Promise<number> {
     const r = await client.rangeEnd({ fromBlock: opts.from, toBlock: opts.to })
     end = r.end
     if (opts.to !== undefined && opts.to > r.height) err(`note: toBlock ${opts.to} is above the dataset height ${r.height}; stopping at ${r.height}`)
-    if (r.end < opts.from) err(`nothing to do: the dataset height is ${r.height}`)
+    if (r.end < opts.from) {
+      throw new QueryRangeError(r.height < 0 ? `the dataset has no blocks yet (height -1); nothing to query from block ${opts.from}` : `block ${opts.from} is above the dataset height ${r.height}: nothing to query (--follow waits for it)`)
+    }
   }
   try {
     for await (const batch of client.batches(query, {

@@ -171,16 +171,16 @@ export function registerServe(program: Command): void {
     .command('query')
     .description('run a query over a block range through a router; prints one JSON block per line, progress on stderr')
     .argument('<baseUrl>', 'dataset base URL, e.g. http://127.0.0.1:8080/datasets/ethereum')
-    .argument('[json]', 'the query as inline JSON (fromBlock/toBlock in it are replaced by --from/--to)')
-    .addOption(new Option('--from <n>', 'first block').argParser(int(0)).makeOptionMandatory())
-    .addOption(new Option('--to <n>', 'last block (default: the dataset height)').argParser(int(0)))
+    .argument('[json]', 'the query as inline JSON (--from/--to override its fromBlock/toBlock)')
+    .addOption(new Option('--from <n>', "first block (default: the query's fromBlock, else 0)").argParser(int(0)))
+    .addOption(new Option('--to <n>', "last block (default: the query's toBlock, else the dataset height)").argParser(int(0)))
     .option('--query <file>', 'read the query from a JSON file')
     .addOption(new Option('--parallel <n>', 'requests in flight at once (output stays in order)').argParser(int(1)).default(1))
     .option('--follow', 'keep waiting for new blocks instead of stopping at the height', false)
     .addOption(new Option('--max-attempts <n>', 'tries per request on retryable errors').argParser(int(1)).default(8))
     .option('-q, --quiet', 'no progress on stderr', false)
     .action(async (baseUrl: string, json: string | undefined, o) => {
-      if (o.to !== undefined && o.to < o.from) throw new InvalidArgumentError(`--to ${o.to} is below --from ${o.from}`)
+      if (o.to !== undefined && o.from !== undefined && o.to < o.from) throw new InvalidArgumentError(`--to ${o.to} is below --from ${o.from}`)
       await runQueryCli({
         baseUrl,
         from: o.from,
