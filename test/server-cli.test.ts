@@ -1,3 +1,4 @@
+import net from 'node:net'
 import assert from 'node:assert/strict'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { writeFile } from 'node:fs/promises'
@@ -133,6 +134,17 @@ describe('CLI: router and workers as separate processes', { timeout: 120_000 }, 
     assert.equal(above.code, 3)
     assert.match(above.stderr, /block 100000 is above the dataset height 127/)
     assert.equal(above.stderr.trim().split('\n').length, 1, above.stderr)
+  })
+
+  it('query against a closed port names the cause and does not retry a wrong address', async () => {
+    const probe = net.createServer()
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve))
+    const port = (probe.address() as net.AddressInfo).port
+    await new Promise((resolve) => probe.close(resolve))
+    const r = await runCli(['query', `http://127.0.0.1:${port}/datasets/x`, '{}'])
+    assert.equal(r.code, 1)
+    assert.match(r.stderr, /connection refused/)
+    assert.doesNotMatch(r.stderr, /retry/)
   })
 
   it('query reports bad input clearly', async () => {

@@ -79,11 +79,48 @@ export class HttpError extends Error {
 /** The server broke the protocol (empty answer, blocks out of range or order); not retried. */
 export class ProtocolError extends Error {}
 
+/** The server could not be reached at all (refused, unknown host, reset); `code` is the system's. */
+export class ConnectionError extends Error {
+  constructor(readonly url: string, readonly code: string | undefined, cause: unknown) {
+    super(`cannot reach ${url}: ${describeCode(code) ?? (cause as Error)?.message ?? String(cause)}`, { cause })
+  }
+}
+
+const CODES: Record<string, string> = {
+  ECONNREFUSED: 'connection refused (nothing listens there)',
+  ENOTFOUND: 'unknown host',
+  EAI_AGAIN: 'the host name could not be resolved (yet)',
+  ECONNRESET: 'the connection was reset',
+  EHOSTUNREACH: 'host unreachable',
+  ETIMEDOUT: 'the connection timed out',
+}
+
+function describeCode(code: string | undefined): string | undefined {
+  return code ? `${CODES[code] ?? 'network error'} (${code})` : undefined
+}
+
+/** Errors that mean "wrong address" when nothing was ever reached: not worth retrying at start-up. */
+const WRONG_ADDRESS = new Set(['ECONNREFUSED', 'ENOTFOUND'])
+
+/** fetch, with a network failure turned into a ConnectionError that names its cause. */
+async function fetchOrExplain(url: string, init: RequestInit): Promise<Response> {
+  try {
+    return await fetch(url, init)
+  } catch (e) {
+    if (e instanceof TypeError) {
+      const cause = (e as { cause?: { code?: string; errors?: { code?: string }[] } }).cause
+      throw new ConnectionError(url, cause?.code ?? cause?.errors?.[0]?.code, e)
+    }
+    throw e
+  }
+}
+
 const RETRYABLE_STATUS = new Set([429, 502, 503, 504, 521, 522, 523, 524])
 
 export function isRetryable(e: unknown): boolean {
   if (e instanceof HttpError) return RETRYABLE_STATUS.has(e.status) || e.retryAfterMs !== undefined
   if (e instanceof ProtocolError) return false
+  if (e instanceof ConnectionError) return true
   const name = (e as Error)?.name
   // fetch network failures are TypeErrors ("fetch failed", "terminated"); timeouts are TimeoutError/AbortError.
   return e instanceof TypeError || name === 'TimeoutError' || name === 'AbortError'
@@ -225,12 +262,19 @@ export class ArchiveClient {
     }
   }
 
+  /** Some server answered this client: from then on, a refused connection is a restart worth waiting for. */
+  private reached = false
+
   private async retry<T>(step: () => Promise<T>, signal?: AbortSignal): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await step()
+        const r = await step()
+        this.reached = true
+        return r
       } catch (e) {
         if (signal?.aborted || attempt >= this.opts.maxAttempts || !isRetryable(e)) throw e
+        // Nothing has answered yet and nothing listens there: a wrong URL, not worth 20 s of retries.
+        if (!this.reached && e instanceof ConnectionError && e.code && WRONG_ADDRESS.has(e.code)) throw e
         const backoff = this.opts.backoffMs[Math.min(attempt - 1, this.opts.backoffMs.length - 1)]
         const retryAfter = e instanceof HttpError ? e.retryAfterMs : undefined
         const pauseMs = retryAfter !== undefined ? Math.min(Math.max(retryAfter, backoff), this.opts.maxRetryAfterMs) : backoff
@@ -241,14 +285,14 @@ export class ArchiveClient {
   }
 
   private async get(url: string, signal?: AbortSignal): Promise<string> {
-    const res = await fetch(url, { headers: this.opts.headers, signal: timeout(this.opts.routerTimeoutMs, signal) })
+    const res = await fetchOrExplain(url, { headers: this.opts.headers, signal: timeout(this.opts.routerTimeoutMs, signal) })
     const text = await res.text()
     if (!res.ok) throw httpError(res, text, url)
     return text
   }
 
   private async post(url: string, body: unknown, signal?: AbortSignal): Promise<Block[]> {
-    const res = await fetch(url, {
+    const res = await fetchOrExplain(url, {
       method: 'POST',
       headers: { ...this.opts.headers, 'content-type': 'application/json', 'accept-encoding': 'gzip, br' },
       body: JSON.stringify(body),
