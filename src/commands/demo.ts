@@ -1,6 +1,7 @@
 import path from 'node:path'
 import type { Command } from 'commander'
 import { ingestRecorded, ingestRecordedStarknet } from '../ingest/recorded.js'
+import { ingestRecordedPapi } from '../ingest/substrate/papi/recorded.js'
 import { ingestRecordedSidecar } from '../ingest/substrate/sidecar/recorded.js'
 import { log } from '../log.js'
 import { startCluster } from '../server/cluster.js'
@@ -44,9 +45,15 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
       fields: { block: { timestamp: true }, event: { fromAddress: true, keys: true, data: true }, transaction: { transactionHash: true, senderAddress: true } },
     },
   },
-  // Substrate: decoded blocks recorded from Substrate API Sidecar (sparse datasets; docs/ingest.md says what such a source lacks).
+  // Substrate: decoded blocks recorded from Substrate API Sidecar and, for moonbeam, polkadot-api (sparse datasets;
+  // docs/ingest.md says what such sources lack).
   moonbeam: {
-    build: (dir, name) => ingestRecordedSidecar(dir, name, 'moonbeam'),
+    // 11728459 from the Sidecar recording, then 16083402 (48 Ethereum.transact, 51 EVM.Log) from the
+    // polkadot-api recording: a second ingest run into the same folder, resuming after the first chunk.
+    build: async (dir, name) => {
+      await ingestRecordedSidecar(dir, name, 'moonbeam')
+      return ingestRecordedPapi(dir, name)
+    },
     from: 11728459,
     example: {
       type: 'substrate',

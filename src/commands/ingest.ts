@@ -46,6 +46,7 @@ export function registerIngest(program: Command): void {
     .addOption(choice('--family <family>', 'chain family of the node', 'BLOCK_ARCHIVE_FAMILY', ['evm', 'starknet', 'substrate'], 'evm'))
     .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https; ws/wss for substrate)', 'BLOCK_ARCHIVE_RPC'))
     .addOption(opt('--sidecar <url>', 'substrate: read decoded blocks from a Substrate API Sidecar instead of the node (GET /blocks/{n}); see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_SIDECAR'))
+    .addOption(opt('--decoded-dir <folder>', 'substrate: read blocks decoded by polkadot-api, as JSON files (<anything>.json[.gz], one block each, numbered by their content) from this folder instead of the node; see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_DECODED_DIR'))
     .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json in the output folder', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
     .addOption(opt('--out <folder>', 'dataset folder (created if missing); s3:// targets are not supported yet', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
     .addOption(opt('--from <n>', 'first block (default: after the last chunk in --out, else 0)', 'BLOCK_ARCHIVE_FROM', int(0)))
@@ -78,10 +79,13 @@ export function registerIngest(program: Command): void {
       if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new InvalidArgumentError('--blocks cannot be combined with --from, --to or --follow')
       if (o.follow && o.to != null) throw new InvalidArgumentError('--follow and --to exclude each other')
       const starknet = o.family === 'starknet'
-      if (o.family === 'substrate' ? !o.sidecar === !o.rpc : !o.rpc) {
-        throw new InvalidArgumentError(o.family === 'substrate' ? 'a substrate ingest reads either the node (--rpc ws://…|http://…) or a Sidecar (--sidecar <url>)' : '--rpc <url> is required')
+      if (o.family === 'substrate' ? [o.rpc, o.sidecar, o.decodedDir].filter((x) => x).length !== 1 : !o.rpc) {
+        throw new InvalidArgumentError(o.family === 'substrate'
+          ? 'a substrate ingest reads one of: the node (--rpc ws://…|http://…), a Sidecar (--sidecar <url>) or blocks decoded by polkadot-api (--decoded-dir <folder>)'
+          : '--rpc <url> is required')
       }
       if (o.family !== 'substrate' && o.sidecar) throw new InvalidArgumentError('--sidecar is for --family substrate')
+      if (o.family !== 'substrate' && o.decodedDir) throw new InvalidArgumentError('--decoded-dir is for --family substrate')
       if (o.family === 'substrate' && (o.traces !== 'none' || o.stateDiffs !== 'none' || o.stateUpdates)) throw new InvalidArgumentError('--traces, --state-diffs and --state-updates do not apply to substrate')
       if (starknet && !['none', 'starknet'].includes(o.traces)) throw new InvalidArgumentError(`--traces ${o.traces} is for EVM nodes; a Starknet ingest takes --traces starknet`)
       if (!starknet && o.traces === 'starknet') throw new InvalidArgumentError('--traces starknet needs --family starknet')
@@ -93,6 +97,7 @@ export function registerIngest(program: Command): void {
         family: o.family,
         rpc: o.rpc,
         sidecar: o.sidecar,
+        decodedDir: o.decodedDir,
         dataset: o.dataset,
         out: o.out,
         from: o.from,

@@ -21,7 +21,7 @@ import { RpcClient } from './rpc.js'
 export interface IngestOptions {
   /** Dataset family of the node (default `evm`). */
   family?: SourceSpec['family']
-  /** JSON-RPC endpoint (every family but a Substrate ingest from a Sidecar). */
+  /** JSON-RPC endpoint (every family but a Substrate ingest from a Sidecar or from decoded files). */
   rpc?: string
   /** Dataset name (written to dataset.json). */
   dataset: string
@@ -75,6 +75,8 @@ export interface IngestOptions {
   stateUpdates?: boolean
   /** Substrate: read decoded blocks from this Substrate API Sidecar (instead of `rpc`). */
   sidecar?: string
+  /** Substrate: read blocks decoded by polkadot-api from JSON files in this folder (instead of `rpc`). */
+  decodedDir?: string
   progress?: ProgressMode
   /** Stop gracefully (the open chunk is written) when aborted. */
   signal?: AbortSignal
@@ -289,6 +291,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
 
 /** The node's URL (a Sidecar's for Substrate, whose source does not use the JSON-RPC client). */
 function endpoint(o: IngestOptions): string {
+  // Decoded files: no endpoint; the JSON-RPC client is then only a counter (files read) and never connects.
+  if (o.family === 'substrate' && o.decodedDir && !o.sidecar && !o.rpc) return 'http://127.0.0.1/'
   const url = o.family === 'substrate' ? (o.sidecar ?? o.rpc) : o.rpc
   if (!url) throw new Error(o.family === 'substrate' ? 'give the Sidecar URL (--sidecar)' : 'give the node URL (--rpc)')
   // A Substrate node over WebSocket has its own transport; the HTTP client is then only a counter.
@@ -297,10 +301,14 @@ function endpoint(o: IngestOptions): string {
 
 function sourceSpec(o: IngestOptions, batchSize: number): SourceSpec {
   const family = o.family ?? 'evm'
+  if (family !== 'substrate' && o.decodedDir) throw new Error('--decoded-dir is for --family substrate')
   if (family === 'substrate') {
-    if (o.sidecar && o.rpc) throw new Error('give either the node (--rpc) or a Sidecar (--sidecar), not both')
+    if ([o.rpc, o.sidecar, o.decodedDir].filter((x) => x).length > 1) {
+      throw new Error('give one of the node (--rpc), a Sidecar (--sidecar) or a folder of decoded blocks (--decoded-dir), not several')
+    }
     if (o.sidecar) return { family, from: 'sidecar', options: { url: o.sidecar, batchSize, timeoutMs: o.timeoutMs } }
-    if (!o.rpc) throw new Error('a Substrate ingest needs the node (--rpc ws://…|http://…) or a Sidecar (--sidecar)')
+    if (o.decodedDir) return { family, from: 'decoded', options: { dir: path.resolve(o.decodedDir) } }
+    if (!o.rpc) throw new Error('a Substrate ingest needs the node (--rpc ws://…|http://…), a Sidecar (--sidecar) or a folder of blocks decoded by polkadot-api (--decoded-dir)')
     return { family, from: 'node', options: { url: o.rpc, batchSize, timeoutMs: o.timeoutMs, attempts: o.attempts, concurrency: Math.max(1, o.concurrency ?? 4) } }
   }
   if (family === 'starknet') {

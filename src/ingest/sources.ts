@@ -2,6 +2,7 @@ import { EvmRpcSource, type EvmSourceOptions } from './evm/source.js'
 import type { RpcClient } from './rpc.js'
 import type { BlockSource } from './source.js'
 import { StarknetRpcSource, type StarknetSourceOptions } from './starknet/source.js'
+import { createPapiDirSource, type DecodedDirOptions } from './substrate/papi/source.js'
 import { SubstrateNodeSource } from './substrate/rpc/block-source.js'
 import type { TransportOptions } from './substrate/rpc/transport.js'
 import { createSidecarSource, type SidecarSourceOptions } from './substrate/sidecar/source.js'
@@ -12,6 +13,7 @@ export type SourceSpec =
   | { family: 'starknet'; options: StarknetSourceOptions }
   | { family: 'substrate'; options: SidecarSourceOptions; from: 'sidecar' }
   | { family: 'substrate'; options: TransportOptions; from: 'node' }
+  | { family: 'substrate'; options: DecodedDirOptions; from: 'decoded' }
 
 export function createSource(spec: SourceSpec, rpc: RpcClient): BlockSource {
   switch (spec.family) {
@@ -20,6 +22,13 @@ export function createSource(spec: SourceSpec, rpc: RpcClient): BlockSource {
     case 'starknet':
       return new StarknetRpcSource(rpc, spec.options)
     case 'substrate':
-      return spec.from === 'sidecar' ? createSidecarSource(spec.options, rpc.stats) : new SubstrateNodeSource(spec.options)
+      switch (spec.from) {
+        case 'sidecar':
+          return createSidecarSource(spec.options, rpc.stats)
+        case 'decoded':
+          return createPapiDirSource(spec.options, rpc.stats)
+        case 'node':
+          return new SubstrateNodeSource(spec.options)
+      }
   }
 }
