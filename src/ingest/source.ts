@@ -43,6 +43,9 @@ export interface BlockSource {
   close?(): Promise<void>
 }
 
+/** A normaliser found the node's answer malformed (the source turns it into BadRpcAnswer). */
+export class MalformedRpcData extends Error {}
+
 /** A malformed or inconsistent answer: names the block and the method. */
 export class BadRpcAnswer extends Error {
   constructor(readonly block: number, readonly method: string, message: string) {
@@ -86,4 +89,43 @@ export function blockOfRows(family: FamilyDecl, f: { number: number; hash: strin
   }
   bytes += blockRowsSize(family, Object.keys(rows), rows)
   return { number: f.number, hash: f.hash, parentHash: f.parentHash, rows, bytes, texts }
+}
+
+/** How a source's raw answers become rows. */
+export interface Normaliser<T> {
+  family: FamilyDecl
+  /** Raw answers → rows of the family's tables (throws MalformedRpcData on bad input). */
+  rows(raw: T): BlockRows
+  /** The method a normaliser complaint is about (for the error message). */
+  method(message: string): string
+  /** The block's identity as the raw answer gives it, for the loop's continuity check before failing. */
+  identity(raw: T): { hash: string; parentHash: string }
+}
+
+/**
+ * Fetch `numbers` (blocks that changed or are briefly missing are fetched again) and normalise each;
+ * a normaliser complaint ends the batch as BadRpcAnswer naming the block and method, with the blocks
+ * before it.
+ */
+export async function fetchAndNormalize<T>(numbers: number[], fetch: (numbers: number[]) => Promise<T[]>, n: Normaliser<T>): Promise<RowsBatch> {
+  let fetched: T[]
+  try {
+    fetched = await fetchWithRetry(fetch, numbers)
+  } catch (error) {
+    return { blocks: [], error: { error }, normalizeMs: 0 }
+  }
+  const t0 = performance.now()
+  const blocks: BlockOfRows[] = []
+  for (const [i, raw] of fetched.entries()) {
+    const number = numbers[i]
+    try {
+      const rows = n.rows(raw)
+      const header = rows[n.family.header.table][0]
+      blocks.push(blockOfRows(n.family, { number, hash: header.hash as string, parentHash: header.parent_hash as string }, rows))
+    } catch (e) {
+      const error = e instanceof MalformedRpcData ? new BadRpcAnswer(number, n.method(e.message), e.message) : e
+      return { blocks, error: { error, block: { number, ...n.identity(raw) } }, normalizeMs: performance.now() - t0 }
+    }
+  }
+  return { blocks, normalizeMs: performance.now() - t0 }
 }

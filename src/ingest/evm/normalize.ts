@@ -1,4 +1,5 @@
 import type { BlockRows, Row } from '../../chunks/writer.js'
+import { MalformedRpcData } from '../source.js'
 
 /*
  * EVM JSON-RPC answers → table rows (columns of src/families/evm.ts).
@@ -25,7 +26,7 @@ export interface EvmBlockBundle {
   prestateDiffs?: any[]
 }
 
-export class MalformedRpcData extends Error {}
+export { MalformedRpcData }
 
 function fail(what: string): never {
   throw new MalformedRpcData(what)

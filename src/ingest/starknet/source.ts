@@ -1,7 +1,6 @@
 import { starknetFamily } from '../../families/starknet.js'
-import { MalformedRpcData } from '../evm/normalize.js'
 import { RpcError, type RpcCall, type RpcClient } from '../rpc.js'
-import { BadRpcAnswer, BlockChanged, BlockNotAvailable, blockOfRows, fetchWithRetry, type BlockOfRows, type BlockSource, type RowsBatch } from '../source.js'
+import { BadRpcAnswer, BlockChanged, BlockNotAvailable, fetchAndNormalize, type BlockSource, type RowsBatch } from '../source.js'
 import { feltOf, normalizeStarknetBlock, type StarknetBlockBundle } from './normalize.js'
 
 /*
@@ -96,29 +95,13 @@ export class StarknetRpcSource implements BlockSource {
     return bundles
   }
 
-  async fetchRows(numbers: number[]): Promise<RowsBatch> {
-    let fetched: StarknetBlockBundle[]
-    try {
-      fetched = await fetchWithRetry((n) => this.fetch(n), numbers)
-    } catch (error) {
-      return { blocks: [], error: { error }, normalizeMs: 0 }
-    }
-    const t0 = performance.now()
-    const blocks: BlockOfRows[] = []
-    for (const [i, bundle] of fetched.entries()) {
-      const n = numbers[i]
-      try {
-        const rows = normalizeStarknetBlock(bundle)
-        const header = rows.blocks[0]
-        blocks.push(blockOfRows(starknetFamily, { number: n, hash: header.hash as string, parentHash: header.parent_hash as string }, rows))
-      } catch (e) {
-        const error = e instanceof MalformedRpcData ? new BadRpcAnswer(n, methodOf(e.message), e.message) : e
-        const b = bundle.block
-        const identity = { number: n, hash: safeFelt(b.block_hash) ?? '', parentHash: safeFelt(b.parent_hash) ?? '' }
-        return { blocks, error: { error, block: identity }, normalizeMs: performance.now() - t0 }
-      }
-    }
-    return { blocks, normalizeMs: performance.now() - t0 }
+  fetchRows(numbers: number[]): Promise<RowsBatch> {
+    return fetchAndNormalize(numbers, (n) => this.fetch(n), {
+      family: starknetFamily,
+      rows: normalizeStarknetBlock,
+      method: methodOf,
+      identity: (b) => ({ hash: safeFelt(b.block.block_hash) ?? '', parentHash: safeFelt(b.block.parent_hash) ?? '' }),
+    })
   }
 
   private async callMany(method: string, numbers: number[]): Promise<unknown[]> {

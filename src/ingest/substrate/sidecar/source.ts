@@ -1,8 +1,7 @@
 import { substrateFamily } from '../../../families/substrate.js'
 import { log } from '../../../log.js'
-import { MalformedRpcData } from '../../evm/normalize.js'
 import { RpcUnavailable } from '../../rpc.js'
-import { BadRpcAnswer, BlockNotAvailable, blockOfRows, fetchWithRetry, type BlockOfRows, type BlockSource, type RowsBatch } from '../../source.js'
+import { BadRpcAnswer, BlockNotAvailable, fetchAndNormalize, type BlockSource, type RowsBatch } from '../../source.js'
 import { normalizeSidecarBlock } from './normalize.js'
 
 /*
@@ -80,29 +79,15 @@ export class SidecarSource implements BlockSource {
     return b
   }
 
-  async fetchRows(numbers: number[]): Promise<RowsBatch> {
-    let fetched: any[]
-    try {
-      fetched = await fetchWithRetry((nums) => Promise.all(nums.map((n) => this.fetchBlock(n))), numbers)
-    } catch (error) {
-      return { blocks: [], error: { error }, normalizeMs: 0 }
-    }
-    const t0 = performance.now()
-    const blocks: BlockOfRows[] = []
-    for (const [i, b] of fetched.entries()) {
-      const n = numbers[i]
-      try {
-        const rows = normalizeSidecarBlock(b)
-        const header = rows.blocks[0]
-        blocks.push(blockOfRows(substrateFamily, { number: n, hash: header.hash as string, parentHash: header.parent_hash as string }, rows))
-      } catch (e) {
-        const error = e instanceof MalformedRpcData ? new BadRpcAnswer(n, 'GET /blocks/{n}', e.message) : e
-        const identity = { number: n, hash: String(b.hash ?? '').toLowerCase(), parentHash: String(b.parentHash ?? '').toLowerCase() }
-        return { blocks, error: { error, block: identity }, normalizeMs: performance.now() - t0 }
-      }
-    }
-    return { blocks, normalizeMs: performance.now() - t0 }
+  fetchRows(numbers: number[]): Promise<RowsBatch> {
+    return fetchAndNormalize(numbers, (nums) => Promise.all(nums.map((n) => this.fetchBlock(n))), {
+      family: substrateFamily,
+      rows: normalizeSidecarBlock,
+      method: () => 'GET /blocks/{n}',
+      identity: (b: any) => ({ hash: String(b.hash ?? '').toLowerCase(), parentHash: String(b.parentHash ?? '').toLowerCase() }),
+    })
   }
+
 
   /** GET a JSON answer, retrying what is worth retrying. */
   private async get(route: string, block: number): Promise<any> {
