@@ -9,8 +9,7 @@ import { ChunkBuilder } from '../src/chunks/writer.js'
 import { starknetFamily } from '../src/families/starknet.js'
 import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
 import { normalizeStarknetBlock, type StarknetBlockBundle } from '../src/ingest/starknet/normalize.js'
-import { startCluster, type Cluster } from '../src/server/cluster.js'
-import { LocalStorage } from '../src/server/storage.js'
+import type { Cluster } from '../src/server/cluster.js'
 import { REPO_ROOT, tempDir } from './helpers/dataset.js'
 import { derived480000, invocations, ROOT_KEYS, type Derived480000 } from './helpers/starknet-480000.js'
 import {
@@ -49,7 +48,7 @@ import {
   randomValues,
   readLayout,
   rng,
-  waitForHeight,
+  startServed,
   walkAll,
   walkServed,
   type ChunkInfo,
@@ -447,6 +446,9 @@ async function fetchFull(s: Served): Promise<FullBlock[]> {
 
 // ------------------------------------------------------------------------------------ the test
 
+/** A small size budget: answers over the large blocks stop early and the walk continues. */
+const CLUSTER_OPTIONS = { concurrency: 4, queue: 64, budgets: { sizeBytes: 300_000 } }
+
 describe('Starknet queries against the reference evaluation (recorded mainnet blocks, router + 2 workers)', { timeout: 240_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
@@ -462,12 +464,11 @@ describe('Starknet queries against the reference evaluation (recorded mainnet bl
     const dir = path.join(tmp.dir, 'starknet-mainnet')
     await ingestRecordedStarknet(dir, 'starknet-mainnet')
     chunks = readLayout(dir)
-    // A small size budget: answers over the large blocks stop early and the walk continues.
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100, concurrency: 4, queue: 64, budgets: { sizeBytes: 300_000 } })
-    const base = cluster.datasets.get('starknet-mainnet')!
-    height = await waitForHeight(base, 623436)
+    let heights: Record<string, number>
+    ;({ cluster, heights } = await startServed(tmp.dir, { 'starknet-mainnet': 623436 }, CLUSTER_OPTIONS))
+    height = heights['starknet-mainnet']
     assert.equal(height, 623436)
-    srv = { base, height, chunks, data: [], workerUrls: new Map(), stats, reference: REFERENCE }
+    srv = { base: cluster.datasets.get('starknet-mainnet')!, height, chunks, data: [], workerUrls: new Map(), stats, reference: REFERENCE }
     data = srv.data = await fetchFull(srv)
   })
 
@@ -737,11 +738,11 @@ describe('Starknet trace relations against the reference: block 25 recorded, blo
     const block25: StarknetBlockBundle = { block: fixture('nethermind-idealis', 'starknet', 'get_block_with_txs_25.json.gz'), traces: fixture('nethermind-idealis', 'starknet', 'trace_block_25.json.gz') }
     await writeStarknetDataset(dir, TRACED_DATASET, [block25, derived.bundle])
     const chunks = readLayout(dir)
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100, concurrency: 4, queue: 64, budgets: { sizeBytes: 300_000 } })
-    const base = cluster.datasets.get(TRACED_DATASET)!
-    const height = await waitForHeight(base, 480000)
+    let heights: Record<string, number>
+    ;({ cluster, heights } = await startServed(tmp.dir, { [TRACED_DATASET]: 480000 }, CLUSTER_OPTIONS))
+    const height = heights[TRACED_DATASET]
     assert.equal(height, 480000)
-    srv = { base, height, chunks, data: [], workerUrls: new Map(), stats: newStats(), reference: REFERENCE }
+    srv = { base: cluster.datasets.get(TRACED_DATASET)!, height, chunks, data: [], workerUrls: new Map(), stats: newStats(), reference: REFERENCE }
     data = srv.data = await fetchFull(srv)
   })
 

@@ -6,11 +6,10 @@ import { after, before, describe, it } from 'node:test'
 import { HttpClient } from '@subsquid/http-client'
 import { ArchiveClient } from '@subsquid/util-internal-archive-client'
 import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
-import { startCluster, type Cluster } from '../src/server/cluster.js'
-import { LocalStorage } from '../src/server/storage.js'
+import type { Cluster } from '../src/server/cluster.js'
 import { anvilRecords, REPO_ROOT, tempDir, writeDataset } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
-import { walkRange } from './helpers/walk.js'
+import { startServed, walkRange } from './helpers/walk.js'
 
 /*
  * Starknet end to end: the recorded mainnet blocks go through the real ingest path (a replay node
@@ -97,11 +96,12 @@ describe('Starknet: recorded mainnet blocks through ingest, router + 2 workers, 
     console.log(`# starknet ingest from the replay node: ${blocks} blocks, ${rows} rows in ${secs.toFixed(2)} s (${(blocks / secs).toFixed(1)} blocks/s, ${(rows / secs).toFixed(0)} rows/s, 3 ingest runs)`)
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', (await anvilRecords()).slice(0, 8), 8)
     // A small size budget makes answers stop early, so the client's range loop has to continue.
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100, budgets: { sizeBytes: 200_000 } })
+    let heights: Record<string, number>
+    ;({ cluster, heights } = await startServed(tmp.dir, { 'starknet-mainnet': 623436 }, { budgets: { sizeBytes: 200_000 } }))
+    height = heights['starknet-mainnet']
     base = cluster.datasets.get('starknet-mainnet')!
     evmBase = cluster.datasets.get('anvil')!
     client = new ArchiveClient({ http: new HttpClient({ httpTimeout: 20_000 }), url: base })
-    for (let i = 0; i < 100 && (height = await client.getHeight()) < 623436; i++) await new Promise((r) => setTimeout(r, 100))
   })
 
   after(async () => {

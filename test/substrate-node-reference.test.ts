@@ -1,32 +1,23 @@
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { ApiPromise, WsProvider } from '@polkadot/api'
 import { Keyring } from '@polkadot/keyring'
 import type { KeyringPair } from '@polkadot/keyring/types'
 import { runIngest } from '../src/ingest/loop.js'
-import { startCluster, type Cluster } from '../src/server/cluster.js'
-import { LocalStorage } from '../src/server/storage.js'
+import type { Cluster } from '../src/server/cluster.js'
 import { DEV_ACCOUNTS, runScenario, startChopsticks, type Chopsticks, type Scenario } from './helpers/chopsticks.js'
 import { tempDir } from './helpers/dataset.js'
+import { callTree, connectApi, key, nodeNames } from './helpers/node-view.js'
 import {
-  BLOCK_FIELDS,
   COMPARE,
-  FIELDS,
-  ID_FIELDS,
   KINDS,
   LISTS,
   LIST_NAMES,
   OUTPUT_KEY,
-  evaluate,
-  firstDifference,
   fullQuery,
-  itemCount,
-  itemKey,
   itemsOf,
   matchedItems,
   relatedItems,
-  validate,
   valuesOf,
   type FullBlock,
   type Obj,
@@ -35,18 +26,17 @@ import {
   fetchRange,
   inRange,
   newStats,
-  randomFields as randomFieldsOf,
   randomValues,
   readLayout,
   rng,
-  waitForHeight,
+  startServed,
   walkAll,
   type GenQuery,
   type Range,
   type Rng,
   type Served,
-  type WalkReference,
 } from './helpers/walk.js'
+import { SUBSTRATE_REFERENCE, randomFields, relationTallies, type RelationTally } from './helpers/walk-substrate.js'
 
 /*
  * The independent reference evaluation of Substrate queries (helpers/reference-substrate.ts) over
@@ -78,7 +68,6 @@ import {
  */
 
 const DATASET = 'chopsticks'
-const key = (a: number[]) => a.join('.')
 
 /** What this test submitted on top of the scenario. */
 interface Extra {
@@ -94,7 +83,7 @@ interface Extra {
 }
 
 async function submitNesting(node: Chopsticks): Promise<{ extras: Extra[]; forceBatch: boolean }> {
-  const api = await ApiPromise.create({ provider: new WsProvider(node.url, 1000, {}, 30_000), noInitWarn: true, throwOnConnect: true })
+  const api = await connectApi(node.url)
   try {
     const keyring = new Keyring({ type: 'sr25519', ss58Format: 42 })
     const pair = Object.fromEntries(DEV_ACCOUNTS.map((n) => [n, keyring.addFromUri(`//${n}`)])) as Record<(typeof DEV_ACCOUNTS)[number], KeyringPair>
@@ -154,10 +143,6 @@ async function submitNesting(node: Chopsticks): Promise<{ extras: Extra[]; force
 }
 
 // ------------------------------------------------------------------------------------ generated queries
-
-const REFERENCE: WalkReference<FullBlock> = { validate, evaluate, firstDifference, itemCount }
-
-const randomFields = (r: Rng): Obj => randomFieldsOf(r, [['block', BLOCK_FIELDS], ...KINDS.map((k) => [k, FIELDS[k]] as [string, readonly string[]])], ID_FIELDS)
 
 function randomRequest(r: Rng, list: string, blocks: FullBlock[], all: FullBlock[]): Obj {
   const decl = LISTS[list]
@@ -268,66 +253,6 @@ function generateQueries(data: FullBlock[], interesting: number[], seed: number)
   return out
 }
 
-// ------------------------------------------------------------------------------------ relation tallies
-
-interface RelationTally {
-  cases: number
-  notSameExtrinsic: number
-  notAlternative: number
-}
-
-/**
- * For single-request queries: whether each flag's selection is a strict subset of "same extrinsic"
- * and differs from the flag's simpler alternative (siblings: same depth; calls' events: the call's
- * own events; events' stack: the emitting call only).
- */
-function relationTallies(data: FullBlock[], queries: GenQuery[]): Map<string, RelationTally> {
-  const tallies = new Map<string, RelationTally>()
-  for (const { q } of queries) {
-    for (const list of LIST_NAMES) {
-      const requests: Obj[] = q[list] ?? []
-      if (requests.length !== 1) continue
-      const request = requests[0]
-      try {
-        validate({ [list]: requests })
-      } catch {
-        continue
-      }
-      for (const flag of Object.keys(LISTS[list].relations)) {
-        if (request[flag] !== true) continue
-        const rel = LISTS[list].relations[flag]
-        let got = 0
-        let sameExt = 0
-        let altDiffers = false
-        for (const b of inRange(data, q as Range)) {
-          const sources = matchedItems(b, list, request)
-          const related = relatedItems(b, list, flag, sources)
-          const targets: Obj[] = b[OUTPUT_KEY[rel.target]]
-          const exts = new Set(sources.map((x) => x.extrinsicIndex).filter((x) => x != null))
-          const inExt = targets.filter((t) => exts.has(rel.target === 'extrinsic' ? t.index : t.extrinsicIndex))
-          let alternative = inExt
-          if (flag === 'siblings') alternative = inExt.filter((t) => sources.some((x) => x.extrinsicIndex === t.extrinsicIndex && x.address.length === t.address.length))
-          else if (flag === 'events') alternative = inExt.filter((t) => sources.some((x) => x.extrinsicIndex === t.extrinsicIndex && key(x.address) === key(t.callAddress ?? [-1])))
-          else if (flag === 'stack' && LISTS[list].kind === 'event') alternative = inExt.filter((t) => sources.some((x) => x.extrinsicIndex === t.extrinsicIndex && x.callAddress && key(x.callAddress) === key(t.address)))
-          for (const t of related) assert.ok(inExt.includes(t), `${list}.${flag}: a related item outside the matched items' extrinsics`)
-          got += related.length
-          sameExt += inExt.length
-          const keys = (xs: Obj[]) => JSON.stringify(xs.map((x) => itemKey(rel.target, x)).sort())
-          if (keys(related) !== keys(alternative)) altDiffers = true
-        }
-        const t = tallies.get(`${list}.${flag}`) ?? { cases: 0, notSameExtrinsic: 0, notAlternative: 0 }
-        if (got > 0) {
-          t.cases++
-          if (got < sameExt) t.notSameExtrinsic++
-          if (altDiffers) t.notAlternative++
-        }
-        tallies.set(`${list}.${flag}`, t)
-      }
-    }
-  }
-  return tallies
-}
-
 // ------------------------------------------------------------------------------------ the test
 
 describe('Substrate reference evaluation over a live chopsticks node (RPC ingest, router + 2 workers)', { timeout: 150_000 }, () => {
@@ -353,10 +278,10 @@ describe('Substrate reference evaluation over a live chopsticks node (RPC ingest
     // Small chunks: several chunks spread over the two workers.
     const r = await runIngest({ family: 'substrate', rpc: node.url, dataset: DATASET, out, from: 0, to: last, progress: 'none', confirmations: 0, chunkBlocks: 3, workers: 0 })
     assert.equal(r.blocks, last + 1)
-    cluster = await startCluster({ storage: new LocalStorage(store), workers: 2, replication: 1, heartbeatMs: 100, concurrency: 4, queue: 64, budgets: { sizeBytes: 20_000 } })
-    const base = cluster.datasets.get(DATASET)!
-    assert.equal(await waitForHeight(base, last), last)
-    s = { name: DATASET, base, height: last, chunks: readLayout(out), data: [], workerUrls: new Map(), stats, reference: REFERENCE }
+    let heights: Record<string, number>
+    ;({ cluster, heights } = await startServed(store, { [DATASET]: last }, { concurrency: 4, queue: 64, budgets: { sizeBytes: 20_000 } }))
+    assert.equal(heights[DATASET], last)
+    s = { name: DATASET, base: cluster.datasets.get(DATASET)!, height: last, chunks: readLayout(out), data: [], workerUrls: new Map(), stats, reference: SUBSTRATE_REFERENCE }
     assert.ok(s.chunks.length >= 3, `${s.chunks.length} chunks`)
     s.data = await fetchRange(s, fullQuery(0), 0, last, (b) => {
       for (const k of KINDS) assert.ok(Array.isArray((b as Obj)[OUTPUT_KEY[k]]), `block ${b.header.number}: no ${OUTPUT_KEY[k]}`)
@@ -372,19 +297,11 @@ describe('Substrate reference evaluation over a live chopsticks node (RPC ingest
   })
 
   it('the full answer agrees with the node read through @polkadot/api', async () => {
-    const api = await ApiPromise.create({ provider: new WsProvider(node.url, 1000, {}, 30_000), noInitWarn: true, throwOnConnect: true })
+    const api = await connectApi(node.url)
     try {
-      const palletName = (index: number) => api.registry.metadata.pallets.find((p) => p.index.toNumber() === index)!.name.toString()
-      const callName = (call: any) => `${palletName(call.callIndex[0])}.${api.registry.findMetaCall(call.callIndex).meta.name.toString()}`
-      const callTree = (call: any, address: number[] = [], out = new Map<string, string>()): Map<string, string> => {
-        out.set(key(address), callName(call))
-        for (const a of call.args) {
-          if (a?.callIndex && a.method) callTree(a, [...address, 0], out)
-          else if (Array.isArray(a) && a.length && a[0]?.callIndex) a.forEach((sub: any, i: number) => callTree(sub, [...address, i], out))
-          else if (a?.isSome && a.unwrap().callIndex) callTree(a.unwrap(), [...address, 0], out)
-        }
-        return out
-      }
+      const { eventName, callName } = nodeNames(() => api)
+      /** Call names by address. */
+      const callNames = (call: any) => new Map([...callTree(call)].map(([a, c]) => [a, callName(c)]))
       assert.deepEqual(s.data.map((b) => b.header.number), Array.from({ length: last + 1 }, (_, i) => i))
       let nExtrinsics = 0
       let nEvents = 0
@@ -404,14 +321,14 @@ describe('Substrate reference evaluation over a live chopsticks node (RPC ingest
         // events: names, order, phase, extrinsic
         assert.deepEqual(
           b.events.map((e) => [e.index, e.name, e.phase, e.extrinsicIndex ?? null]),
-          records.map((r: any, i: number) => [i, `${palletName(r.event.index[0])}.${r.event.method}`, r.phase.type, r.phase.isApplyExtrinsic ? r.phase.asApplyExtrinsic.toNumber() : null]),
+          records.map((r: any, i: number) => [i, eventName(r), r.phase.type, r.phase.isApplyExtrinsic ? r.phase.asApplyExtrinsic.toNumber() : null]),
           `block ${n} events`,
         )
         // calls: one root per extrinsic with its name; the whole tree of a successful one where every item ran
         assert.deepEqual(b.calls.filter((c) => c.address.length === 0).map((c) => [c.extrinsicIndex, c.name]), exs.map((ex, i) => [i, callName(ex.method)]), `block ${n} root calls`)
         for (const [i, ex] of exs.entries()) {
           const got = b.calls.filter((c) => c.extrinsicIndex === i)
-          const tree = callTree(ex.method)
+          const tree = callNames(ex.method)
           const own = records.filter((r: any) => r.phase.isApplyExtrinsic && r.phase.asApplyExtrinsic.toNumber() === i)
           const partial = own.some((r: any) => r.event.section === 'utility' && /^(ItemFailed|BatchInterrupted)$/.test(r.event.method))
           for (const c of got) assert.equal(tree.get(key(c.address)), c.name, `block ${n} extrinsic ${i} call [${c.address}]`)
@@ -479,7 +396,7 @@ describe('Substrate reference evaluation over a live chopsticks node (RPC ingest
     // the data nests 3 levels deep
     assert.ok(itemsOf(s.data, 'call').some((x) => x.item.address.length >= 3), 'no call 3 levels deep')
 
-    const tallies = relationTallies(s.data, queries)
+    const tallies = relationTallies([{ data: s.data, queries }])
     console.log(`# node relations (cases / strict subset of same extrinsic / ≠ alternative): ${[...tallies].filter(([, t]) => t.cases).map(([k, t]) => `${k} ${t.cases}/${t.notSameExtrinsic}/${t.notAlternative}`).join(', ')}`)
     const need: [string, keyof RelationTally][] = [
       ['calls.extrinsic', 'cases'],

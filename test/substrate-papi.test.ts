@@ -11,9 +11,9 @@ import { decodePapiBlock, papiRows, papiValue } from '../src/ingest/substrate/pa
 import { ingestRecordedPapi, papiFixturesDir } from '../src/ingest/substrate/papi/recorded.js'
 import { PapiDirSource } from '../src/ingest/substrate/papi/source.js'
 import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
-import { startCluster, type Cluster } from '../src/server/cluster.js'
-import { LocalStorage } from '../src/server/storage.js'
+import type { Cluster } from '../src/server/cluster.js'
 import { REPO_ROOT, tempDir } from './helpers/dataset.js'
+import { startServed } from './helpers/walk.js'
 
 /*
  * Substrate blocks already decoded by polkadot-api (`--decoded-dir`, src/ingest/substrate/papi/):
@@ -299,9 +299,8 @@ describe('Moonbeam 11728459 (Sidecar) + 16083402 (polkadot-api) through ingest, 
     assert.deepEqual(second.rows, { blocks: 1, extrinsics: 52, calls: 52, events: 306 })
     const again = await ingestRecordedPapi(dir, 'moonbeam')
     assert.equal(again.blocks, 0, 'a rerun has nothing to do')
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100 })
+    ;({ cluster } = await startServed(tmp.dir, { moonbeam: BLOCK }))
     client = new ArchiveClient({ http: new HttpClient({ httpTimeout: 20_000 }), url: cluster.datasets.get('moonbeam')! })
-    for (let i = 0; i < 100 && (await client.getHeight()) < BLOCK; i++) await new Promise((r) => setTimeout(r, 100))
   })
 
   after(async () => {

@@ -5,12 +5,13 @@ import { writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { after, before, describe, it } from 'node:test'
-import { ApiPromise, WsProvider } from '@polkadot/api'
+import type { ApiPromise } from '@polkadot/api'
 import { runIngest } from '../src/ingest/loop.js'
-import { startCluster, type Cluster } from '../src/server/cluster.js'
-import { LocalStorage } from '../src/server/storage.js'
+import type { Cluster } from '../src/server/cluster.js'
 import { runScenario, startChopsticks, type Chopsticks, type Scenario, type Submitted } from './helpers/chopsticks.js'
 import { tempDir } from './helpers/dataset.js'
+import { callTree, connectApi, key, nodeNames } from './helpers/node-view.js'
+import { startServed } from './helpers/walk.js'
 import type { SubstrateProcessorRunConfig } from './helpers/substrate-processor-run.js'
 
 /*
@@ -27,7 +28,6 @@ import type { SubstrateProcessorRunConfig } from './helpers/substrate-processor-
  */
 
 const RUNNER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'helpers', 'substrate-processor-run.js')
-const key = (a: number[]) => a.join('.')
 const BATCHES = ['Utility.batch', 'Utility.batch_all']
 
 const FIELDS = {
@@ -117,15 +117,10 @@ describe('@subsquid/substrate-processor on chopsticks (RPC) + our router (gatewa
     const ingest = await runIngest({ family: 'substrate', rpc: node.url, dataset: 'asset-hub', out: path.join(tmp.dir, 'asset-hub'), from: 0, to: last, progress: 'none', confirmations: 0 })
     lap(`ingested blocks 0..${ingest.last} (${JSON.stringify(ingest.rows)})`)
 
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100 })
+    let heights: Record<string, number>
+    ;({ cluster, heights } = await startServed(tmp.dir, { 'asset-hub': last }))
     gateway = cluster.datasets.get('asset-hub')!
-    assert.ok(gateway, 'the router serves asset-hub')
-    for (let i = 0; ; i++) {
-      const res = await fetch(`${gateway}/height`)
-      if (res.ok && Number(await res.text()) >= last) break
-      if (i > 200) assert.fail(`${gateway}/height never reached ${last}`)
-      await new Promise((r) => setTimeout(r, 50))
-    }
+    assert.ok(heights['asset-hub'] >= last, `${gateway}/height never reached ${last}`)
     lap('served')
 
     // Three processors side by side, so that each relation is seen alone (an item another request
@@ -150,7 +145,7 @@ describe('@subsquid/substrate-processor on chopsticks (RPC) + our router (gatewa
     lap(`processors done (${Object.entries(runs).map(([k, r]) => `${k}: ${r.batches} batch(es), ${r.queries.length} query(ies)`).join('; ')})`)
     for (const [k, r] of Object.entries(runs)) console.log(`queries sent by the "${k}" run:\n${r.queries.join('\n')}`)
 
-    api = await ApiPromise.create({ provider: new WsProvider(node.url, 1000, {}, 30_000), noInitWarn: true, throwOnConnect: true })
+    api = await connectApi(node.url)
     nodeBlocks = new Map()
     for (let n = 0; n <= last; n++) {
       const hash = (await api.rpc.chain.getBlockHash(n)).toHex()
@@ -180,24 +175,7 @@ describe('@subsquid/substrate-processor on chopsticks (RPC) + our router (gatewa
 
   // ------------------------------------------------------------ the node's view (@polkadot/api)
 
-  function palletName(index: number): string {
-    return api.registry.metadata.pallets.find((x) => x.index.toNumber() === index)!.name.toString()
-  }
-  const eventName = (r: any) => `${palletName(r.event.index[0])}.${r.event.method}`
-  function callName(call: any): string {
-    return `${palletName(call.callIndex[0])}.${api.registry.findMetaCall(call.callIndex).meta.name.toString()}`
-  }
-  const accountHex = (address: any) => api.createType('AccountId', address.toString()).toHex()
-  /** The call tree the way squid addresses it: Vec<Call> args give [i], a Call arg gives [0]. */
-  function callTree(call: any, address: number[] = [], out = new Map<string, any>()): Map<string, any> {
-    out.set(key(address), call)
-    for (const arg of call.args) {
-      if (arg?.callIndex && arg.method) callTree(arg, [...address, 0], out)
-      else if (Array.isArray(arg) && arg.length && arg[0]?.callIndex) arg.forEach((sub: any, i: number) => callTree(sub, [...address, i], out))
-      else if (arg?.isSome && arg.unwrap().callIndex) callTree(arg.unwrap(), [...address, 0], out)
-    }
-    return out
-  }
+  const { eventName, callName, accountHex } = nodeNames(() => api)
   /** Event records of one extrinsic, with their index in the block. */
   function extrinsicRecords(b: NodeBlock, i: number): { index: number; record: any }[] {
     return b.records.map((record, index) => ({ index, record })).filter(({ record }) => record.phase.isApplyExtrinsic && record.phase.asApplyExtrinsic.toNumber() === i)

@@ -6,32 +6,24 @@ import { gunzipSync } from 'node:zlib'
 import { after, before, describe, it } from 'node:test'
 import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
 import type { SidecarChain } from '../src/ingest/substrate/sidecar/replay.js'
-import { startCluster, type Cluster } from '../src/server/cluster.js'
-import { LocalStorage } from '../src/server/storage.js'
+import type { Cluster } from '../src/server/cluster.js'
 import { REPO_ROOT, tempDir } from './helpers/dataset.js'
 import {
-  BLOCK_FIELDS,
   COMPARE,
-  FIELDS,
-  ID_FIELDS,
   KINDS,
   LISTS,
   LIST_NAMES,
   OUTPUT_KEY,
   compareAddress,
   ethereumTransactOf,
-  evaluate,
   evmLogOf,
-  firstDifference,
   fullQuery,
   itemCount,
-  itemKey,
   itemsOf,
   loadQueries,
   matchedItems,
   rebase,
   relatedItems,
-  validate,
   valuesOf,
   type FullBlock,
   type Obj,
@@ -40,11 +32,10 @@ import {
   fetchRange,
   inRange,
   newStats,
-  randomFields as randomFieldsOf,
   randomValues,
   readLayout,
   rng,
-  waitForHeight,
+  startServed,
   walkAll,
   walkServed,
   type GenQuery,
@@ -52,8 +43,8 @@ import {
   type Rng,
   type Served as ServedOf,
   type Stats,
-  type WalkReference,
 } from './helpers/walk.js'
+import { SUBSTRATE_REFERENCE, randomFields, relationTallies, type RelationTally } from './helpers/walk-substrate.js'
 
 /*
  * Substrate queries against an independent evaluation (helpers/reference-substrate.ts). The recorded
@@ -188,9 +179,6 @@ function nestedBlock(b: any, transfer: any): { block: any; callAddresses: (numbe
 
 // ------------------------------------------------------------------------------------ serving
 
-/** The Substrate reference as the walk uses it (every chunk has every table). */
-const REFERENCE: WalkReference<FullBlock> = { validate, evaluate, firstDifference, itemCount }
-
 /** A dataset served by the cluster. */
 type Served = ServedOf<FullBlock> & { name: Dataset }
 
@@ -234,9 +222,6 @@ function rangesOf(data: FullBlock[]): Range[] {
   }
   return out
 }
-
-/** Random field selection: some selectors, some fields each, identifier fields sometimes set to false. */
-const randomFields = (r: Rng): Obj => randomFieldsOf(r, [['block', BLOCK_FIELDS], ...KINDS.map((k) => [k, FIELDS[k]] as [string, readonly string[]])], ID_FIELDS)
 
 /** Lists whose kind of item the data has (the others only ever select nothing). */
 const listsWithData = (data: FullBlock[]) =>
@@ -385,73 +370,6 @@ function generateQueries(data: FullBlock[], seed: number): GenQuery[] {
   return out
 }
 
-// ------------------------------------------------------------------------------------ relation cases
-
-/*
- * What each relation flag selects, compared with simpler rules it must differ from somewhere in the
- * data: "same extrinsic" (every item of the target kind in the matched items' extrinsics), for
- * `siblings` "same depth" (same extrinsic, same address length), for calls' `events` "same call"
- * (events whose callAddress equals the call's address), for events' `stack` "the call only".
- */
-interface RelationTally {
-  /** single requests with this flag whose relation selected something */
-  cases: number
-  /** … and the result is a strict subset of "same extrinsic" */
-  notSameExtrinsic: number
-  /** … and the result differs from the alternative rule of the flag (see above; undefined: none) */
-  notAlternative: number
-}
-
-function relationTallies(served: Served[], queries: Map<Dataset, GenQuery[]>): Map<string, RelationTally> {
-  const tallies = new Map<string, RelationTally>()
-  const key = (list: string, flag: string) => `${list}.${flag}`
-  for (const s of served) {
-    for (const { q } of queries.get(s.name)!) {
-      for (const list of LIST_NAMES) {
-        const requests: Obj[] = q[list] ?? []
-        if (requests.length !== 1) continue
-        const request = requests[0]
-        try {
-          validate({ [list]: requests })
-        } catch {
-          continue
-        }
-        for (const flag of Object.keys(LISTS[list].relations)) {
-          if (request[flag] !== true) continue
-          const rel = LISTS[list].relations[flag]
-          let got = 0
-          let sameExt = 0
-          let altDiffers = false
-          for (const b of inRange(s.data, q as Range)) {
-            const sources = matchedItems(b, list, request)
-            const related = relatedItems(b, list, flag, sources)
-            const targets: Obj[] = b[OUTPUT_KEY[rel.target]]
-            const exts = new Set(sources.map((x) => x.extrinsicIndex).filter((x) => x != null))
-            const inExt = targets.filter((t) => exts.has(rel.target === 'extrinsic' ? t.index : t.extrinsicIndex))
-            let alternative: Obj[] = inExt
-            if (flag === 'siblings') alternative = inExt.filter((t) => sources.some((x) => x.extrinsicIndex === t.extrinsicIndex && x.address.length === t.address.length))
-            else if (flag === 'events') alternative = inExt.filter((t) => sources.some((x) => x.extrinsicIndex === t.extrinsicIndex && JSON.stringify(x.address) === JSON.stringify(t.callAddress)))
-            else if (flag === 'stack' && rel.target === 'call' && LISTS[list].kind === 'event') alternative = inExt.filter((t) => sources.some((x) => x.extrinsicIndex === t.extrinsicIndex && JSON.stringify(x.callAddress) === JSON.stringify(t.address)))
-            for (const t of related) assert.ok(inExt.includes(t), `${list}.${flag}: a related item outside the matched items' extrinsics`)
-            got += related.length
-            sameExt += inExt.length
-            const keys = (xs: Obj[]) => JSON.stringify(xs.map((x) => itemKey(rel.target, x)).sort())
-            if (keys(related) !== keys(alternative)) altDiffers = true
-          }
-          const t = tallies.get(key(list, flag)) ?? { cases: 0, notSameExtrinsic: 0, notAlternative: 0 }
-          if (got > 0) {
-            t.cases++
-            if (got < sameExt) t.notSameExtrinsic++
-            if (altDiffers) t.notAlternative++
-          }
-          tallies.set(key(list, flag), t)
-        }
-      }
-    }
-  }
-  return tallies
-}
-
 // ------------------------------------------------------------------------------------ the test
 
 describe('Substrate queries against the reference evaluation (recorded Sidecar blocks + a synthetic nested block, router + 2 workers)', { timeout: 240_000 }, () => {
@@ -482,14 +400,14 @@ describe('Substrate queries against the reference evaluation (recorded Sidecar b
       const r = await ingestRecordedSidecar(path.join(store, name), name, name as SidecarChain, opts)
       assert.equal(r.blocks, raw.get(name)!.length, name)
     }
+    const want = Object.fromEntries(DATASETS.map((name) => [name, Math.max(...raw.get(name)!.map((b) => Number(b.number)))]))
     // A small size budget: answers over several blocks stop early and the walk continues.
-    cluster = await startCluster({ storage: new LocalStorage(store), workers: 2, replication: 1, heartbeatMs: 100, concurrency: 4, queue: 64, budgets: { sizeBytes: 30_000 } })
+    let heights: Record<string, number>
+    ;({ cluster, heights } = await startServed(store, want, { concurrency: 4, queue: 64, budgets: { sizeBytes: 30_000 } }))
     for (const name of DATASETS) {
-      const base = cluster.datasets.get(name)!
-      const want = Math.max(...raw.get(name)!.map((b) => Number(b.number)))
-      const height = await waitForHeight(base, want)
-      assert.equal(height, want, name)
-      const s: Served = { name, base, height, chunks: readLayout(path.join(store, name)), data: [], workerUrls: new Map(), stats, reference: REFERENCE }
+      const height = heights[name]
+      assert.equal(height, want[name], name)
+      const s: Served = { name, base: cluster.datasets.get(name)!, height, chunks: readLayout(path.join(store, name)), data: [], workerUrls: new Map(), stats, reference: SUBSTRATE_REFERENCE }
       s.data = await fetchFull(s)
       served.set(name, s)
     }
@@ -589,7 +507,7 @@ describe('Substrate queries against the reference evaluation (recorded Sidecar b
     assert.ok(d('answers') > d('queries') - d('refusals'))
 
     // The relations are not "same extrinsic" (nor same depth / same call) on the data.
-    const tallies = relationTallies([...served.values()], generated)
+    const tallies = relationTallies([...served.values()].map((s) => ({ data: s.data, queries: generated.get(s.name)! })))
     const line = [...tallies.entries()].filter(([, t]) => t.cases > 0).map(([k, t]) => `${k} ${t.cases}/${t.notSameExtrinsic}/${t.notAlternative}`).join(', ')
     console.log(`# substrate relations (single-request queries selecting something / strict subset of same extrinsic / differing from the alternative rule): ${line}`)
     const need: [string, keyof RelationTally][] = [

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test'
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { gunzipSync } from 'node:zlib'
-import { ApiPromise, WsProvider } from '@polkadot/api'
+import type { ApiPromise } from '@polkadot/api'
 import { Metadata, TypeRegistry } from '@polkadot/types'
 import { compactToU8a, hexToU8a, u8aConcat, u8aToHex } from '@polkadot/util'
 import { decodeAddress } from '@polkadot/util-crypto'
@@ -13,6 +13,7 @@ import type { SubstrateTransport } from '../src/ingest/substrate/rpc/transport.j
 import type { DecodedSubstrateBlock, Json, RuntimeVersion, SubstrateCall } from '../src/ingest/substrate/rpc/types.js'
 import { runScenario, startChopsticks, type Chopsticks, type Scenario } from './helpers/chopsticks.js'
 import { REPO_ROOT } from './helpers/dataset.js'
+import { callTree, connectApi, key, nodeNames } from './helpers/node-view.js'
 
 /*
  * The Substrate JSON-RPC source against a real runtime: chopsticks runs the Rococo Asset Hub
@@ -23,8 +24,6 @@ import { REPO_ROOT } from './helpers/dataset.js'
  * success and errors, fees (= the Balances.Withdraw the runtime charged), the call trees of the
  * nested calls and which call emitted which event.
  */
-
-const key = (a: number[]) => a.join('.')
 
 describe('substrate rpc source on chopsticks (offline Rococo Asset Hub genesis)', { timeout: 120_000 }, () => {
   let node: Chopsticks
@@ -59,7 +58,7 @@ describe('substrate rpc source on chopsticks (offline Rococo Asset Hub genesis)'
       await http.close()
     }
     lap('blocks fetched and decoded')
-    api = await ApiPromise.create({ provider: new WsProvider(node.url, 1000, {}, 30_000), noInitWarn: true, throwOnConnect: true })
+    api = await connectApi(node.url)
   })
 
   after(async () => {
@@ -67,30 +66,7 @@ describe('substrate rpc source on chopsticks (offline Rococo Asset Hub genesis)'
     await node?.stop()
   })
 
-  /** `Pallet.call_name` / `Pallet.EventName` as the metadata spells them, through @polkadot/api. */
-  function palletName(index: number): string {
-    const p = api.registry.metadata.pallets.find((x) => x.index.toNumber() === index)
-    assert.ok(p, `pallet ${index}`)
-    return p.name.toString()
-  }
-  /** 0x account id of an Address / MultiAddress::Id / AccountId, through its ss58 form. */
-  function accountHex(address: any): string {
-    return api.createType('AccountId', address.toString()).toHex()
-  }
-  function callName(call: any): string {
-    const meta = api.registry.findMetaCall(call.callIndex)
-    return `${palletName(call.callIndex[0])}.${meta.meta.name.toString()}`
-  }
-  /** The call tree the way squid addresses it: Vec<Call> args give [i], a Call arg gives [0]. */
-  function callTree(call: any, address: number[] = [], out = new Map<string, any>()): Map<string, any> {
-    out.set(key(address), call)
-    for (const arg of call.args) {
-      if (arg?.callIndex && arg.method) callTree(arg, [...address, 0], out)
-      else if (Array.isArray(arg) && arg.length && arg[0]?.callIndex) arg.forEach((sub: any, i: number) => callTree(sub, [...address, i], out))
-      else if (arg?.isSome && arg.unwrap().callIndex) callTree(arg.unwrap(), [...address, 0], out)
-    }
-    return out
-  }
+  const { palletName, accountHex, callName } = nodeNames(() => api)
 
   it('fetches every block over ws:// and http:// with the same result; one metadata download', () => {
     assert.equal(wsBlocks.length, numbers.length)
@@ -623,6 +599,16 @@ describe('substrate rpc source on recorded real blocks', () => {
     for (const c of t.calls) assert.deepEqual(t.call(c[0] as string).origin, { __kind: 'system', value: { __kind: 'Signed', value: ss58Hex(t.ox.signer) } })
   })
 
+  /*
+   * The two recorded rococo nested batches: [0] System.remark, [1] a batch whose transfer_keep_alive
+   * [1,0] runs and [1,1] underflows, [2] System.remark. Their attributed events up to [1,1] (the fee
+   * goes to the first innermost call, [0] done, [1,0]'s transfer, [1,0] done), and after the outer
+   * batch completed (fee deposits and payment, success):
+   */
+  const UNDERFLOW = { __kind: 'Arithmetic', value: { __kind: 'Underflow' } }
+  const ROCOCO_NESTED_START = ['Balances.Withdraw@0', 'Utility.ItemCompleted@', 'Balances.Transfer@1.0', 'Utility.ItemCompleted@1']
+  const ROCOCO_NESTED_END = ['Balances.Deposit@', 'Balances.Deposit@', 'TransactionPayment.TransactionFeePaid@', 'System.ExtrinsicSuccess@-']
+
   it('rococo8695536: force_batch with a nested force_batch whose middle item fails (ItemFailed)', async () => {
     const t = await nestedExtrinsic('rococo8695536', 2)
     assert.equal(t.x.success, true)
@@ -633,13 +619,9 @@ describe('substrate rpc source on recorded real blocks', () => {
       ['1.0', 'Balances.transfer_keep_alive', true], ['1.1', 'Balances.transfer_keep_alive', false], ['1.2', 'Balances.transfer_keep_alive', true],
       ['2', 'System.remark', true],
     ])
-    const underflow = { __kind: 'Arithmetic', value: { __kind: 'Underflow' } }
-    assert.deepEqual(t.call('1.1').error, underflow)
+    assert.deepEqual(t.call('1.1').error, UNDERFLOW)
     assert.deepEqual(t.attributed, [
-      'Balances.Withdraw@0',
-      'Utility.ItemCompleted@',
-      'Balances.Transfer@1.0',
-      'Utility.ItemCompleted@1',
+      ...ROCOCO_NESTED_START,
       'Utility.ItemFailed@1', // emitted by the inner force_batch for its item [1,1]
       'Balances.Transfer@1.2',
       'Utility.ItemCompleted@1',
@@ -647,12 +629,9 @@ describe('substrate rpc source on recorded real blocks', () => {
       'Utility.ItemCompleted@',
       'Utility.ItemCompleted@',
       'Utility.BatchCompleted@', // the outer force_batch had no failing item
-      'Balances.Deposit@',
-      'Balances.Deposit@',
-      'TransactionPayment.TransactionFeePaid@',
-      'System.ExtrinsicSuccess@-',
+      ...ROCOCO_NESTED_END,
     ])
-    assert.deepEqual(t.events.find((e) => e.name === 'Utility.ItemFailed')!.args, { error: underflow })
+    assert.deepEqual(t.events.find((e) => e.name === 'Utility.ItemFailed')!.args, { error: UNDERFLOW })
     // each Transfer is the transfer_keep_alive at its address
     for (const e of t.events.filter((e) => e.name === 'Balances.Transfer')) {
       const c = t.call(key(e.callAddress!)) as any
@@ -673,23 +652,16 @@ describe('substrate rpc source on recorded real blocks', () => {
       ['1.0', 'Balances.transfer_keep_alive', true], ['1.1', 'Balances.transfer_keep_alive', false],
       ['2', 'System.remark', true],
     ])
-    const underflow = { __kind: 'Arithmetic', value: { __kind: 'Underflow' } }
-    assert.deepEqual(t.call('1.1').error, underflow)
+    assert.deepEqual(t.call('1.1').error, UNDERFLOW)
     assert.deepEqual(t.attributed, [
-      'Balances.Withdraw@0',
-      'Utility.ItemCompleted@',
-      'Balances.Transfer@1.0',
-      'Utility.ItemCompleted@1',
+      ...ROCOCO_NESTED_START,
       'Utility.BatchInterrupted@1',
       'Utility.ItemCompleted@', // the interrupted batch [1] itself completed
       'Utility.ItemCompleted@',
       'Utility.BatchCompleted@',
-      'Balances.Deposit@',
-      'Balances.Deposit@',
-      'TransactionPayment.TransactionFeePaid@',
-      'System.ExtrinsicSuccess@-',
+      ...ROCOCO_NESTED_END,
     ])
-    assert.deepEqual(t.events.find((e) => e.name === 'Utility.BatchInterrupted')!.args, { index: 1, error: underflow })
+    assert.deepEqual(t.events.find((e) => e.name === 'Utility.BatchInterrupted')!.args, { index: 1, error: UNDERFLOW })
     assert.deepEqual(t.oracleEvents.find((e: any) => e.name === 'utility.BatchInterrupted').data, [1, { arithmetic: 'Underflow' }])
     const transfer = t.events.find((e) => e.name === 'Balances.Transfer')!
     assert.equal((transfer.args as any).to, (t.call('1.0').args as any).dest.value)

@@ -6,9 +6,9 @@ import { after, before, describe, it } from 'node:test'
 import { HttpClient } from '@subsquid/http-client'
 import { ArchiveClient } from '@subsquid/util-internal-archive-client'
 import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
-import { startCluster, type Cluster } from '../src/server/cluster.js'
-import { LocalStorage } from '../src/server/storage.js'
+import type { Cluster } from '../src/server/cluster.js'
 import { anvilRecords, REPO_ROOT, tempDir, writeDataset } from './helpers/dataset.js'
+import { startServed } from './helpers/walk.js'
 import { postJson } from './helpers/http.js'
 
 /*
@@ -65,9 +65,8 @@ describe('Substrate: Moonbeam through ingest, router + 2 workers, real archive c
     const rows = Object.values(r.rows).reduce((a, b) => a + b, 0)
     console.log(`# moonbeam ingest from the replay Sidecar: ${r.blocks} block, ${rows} rows in ${((performance.now() - t0) / 1000).toFixed(2)} s`)
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', (await anvilRecords()).slice(0, 4), 4)
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100 })
+    ;({ cluster } = await startServed(tmp.dir, { moonbeam: BLOCK }))
     client = new ArchiveClient({ http: new HttpClient({ httpTimeout: 20_000 }), url: cluster.datasets.get('moonbeam')! })
-    for (let i = 0; i < 100 && (await client.getHeight()) < BLOCK; i++) await new Promise((r) => setTimeout(r, 100))
   })
 
   after(async () => {

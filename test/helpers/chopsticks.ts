@@ -3,11 +3,11 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { createInterface } from 'node:readline'
-import { ApiPromise, WsProvider } from '@polkadot/api'
 import { Keyring } from '@polkadot/keyring'
 import type { KeyringPair } from '@polkadot/keyring/types'
 import { chainSpec } from '@substrate/connect-known-chains/rococo_v2_2_asset_hub'
 import { REPO_ROOT } from './dataset.js'
+import { connectApi } from './node-view.js'
 
 /*
  * A real Substrate runtime for end-to-end tests: chopsticks (npm @acala-network/chopsticks) started
@@ -154,7 +154,7 @@ export interface Scenario {
  * transfer, and a `batch_all` whose second transfer fails (block 2). Returns what was submitted.
  */
 export async function runScenario(node: Chopsticks): Promise<Scenario> {
-  const api = await ApiPromise.create({ provider: new WsProvider(node.url, 1000, {}, 30_000), noInitWarn: true, throwOnConnect: true })
+  const api = await connectApi(node.url)
   try {
     const keyring = new Keyring({ type: 'sr25519', ss58Format: 42 })
     const pair = Object.fromEntries(DEV_ACCOUNTS.map((n) => [n, keyring.addFromUri(`//${n}`)])) as Record<(typeof DEV_ACCOUNTS)[number], KeyringPair>

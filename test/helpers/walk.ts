@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict'
 import { readdirSync } from 'node:fs'
 import path from 'node:path'
+import { startCluster, type Cluster, type ClusterOptions } from '../../src/server/cluster.js'
+import { LocalStorage } from '../../src/server/storage.js'
 import { InvalidQuery, NoBlocksInRange, type Obj } from './answers.js'
 import { postJson } from './http.js'
 
@@ -222,6 +224,27 @@ export async function waitForHeight(base: string, want: number): Promise<number>
     await new Promise((r) => setTimeout(r, 100))
   }
   return height
+}
+
+/**
+ * A router and two workers over the datasets stored under `root` (one copy of each chunk, 100 ms
+ * heartbeats; `opts` adds budgets, concurrency, …), returned once the router serves each dataset of
+ * `want` up to its height: `heights` has the height each reached (or the last one seen).
+ */
+export async function startServed(root: string, want: Record<string, number>, opts: Omit<Partial<ClusterOptions>, 'storage'> = {}): Promise<{ cluster: Cluster; heights: Record<string, number> }> {
+  const cluster = await startCluster({ storage: new LocalStorage(root), workers: 2, replication: 1, heartbeatMs: 100, ...opts })
+  try {
+    const heights: Record<string, number> = {}
+    for (const [name, height] of Object.entries(want)) {
+      const base = cluster.datasets.get(name)
+      assert.ok(base, `the router serves ${name}`)
+      heights[name] = await waitForHeight(base, height)
+    }
+    return { cluster, heights }
+  } catch (e) {
+    await cluster.stop()
+    throw e
+  }
 }
 
 // ------------------------------------------------------------------------------------ generated queries
