@@ -2,7 +2,7 @@ import http from 'node:http'
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { createHttp, listen } from '../src/server/http.js'
+import { createHttp, listen, toApiError } from '../src/server/http.js'
 import type { ChunkRef } from '../src/chunks/layout.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { compressFor } from '../src/server/encoding.js'
@@ -128,6 +128,15 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
     assert.equal(compressFor('auto', '::ffff:192.168.0.9', {}), true)
     assert.equal(compressFor('always', '127.0.0.1', {}), true)
     assert.equal(compressFor('never', '10.1.2.3', {}), false)
+  })
+
+  it('a 500 names an incident id, never the error message, a stack or a file path', () => {
+    const secret = new Error('ENOENT: no such file /var/lib/secret/chunk.parquet at 10.1.2.3:9000')
+    const err = toApiError(secret)
+    assert.equal(err.status, 500)
+    assert.equal(err.code, 'internal-error')
+    assert.match(err.message, /^internal error \(incident [0-9a-f]{8}; the server log has the details\)$/)
+    assert.doesNotMatch(JSON.stringify(err.body()), /secret|10\.1\.2\.3|ENOENT|at /)
   })
 
   it('413 reaches a client still uploading a body over the limit (chunked, no content-length), every time', async () => {

@@ -1,4 +1,5 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import { randomUUID } from 'node:crypto'
 import type { ServerResponse } from 'node:http'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
@@ -48,8 +49,10 @@ export function toApiError(e: unknown, req?: FastifyRequest): ApiError {
   if (err?.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
     return new ApiError(err.statusCode, 'bad-request', err.message ?? 'bad request')
   }
-  log.error({ err: e, url: req?.url }, 'internal error')
-  return new ApiError(500, 'internal-error', `internal error: ${err?.message ?? String(e)}`)
+  // The details (message, stack, file paths) go to the log only; the client gets an id to quote.
+  const incident = randomUUID().slice(0, 8)
+  log.error({ err: e, url: req?.url, incident }, 'internal error')
+  return new ApiError(500, 'internal-error', `internal error (incident ${incident}; the server log has the details)`)
 }
 
 /** How much of an oversized body is read and thrown away so that the 413 reaches the client. */
