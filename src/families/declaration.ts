@@ -167,14 +167,6 @@ export function fieldColumns(f: FieldDecl): string[] {
   return f.encoding.kind === 'sql' ? f.encoding.columns : [f.encoding.column]
 }
 
-export function requestOf(family: FamilyDecl, name: string): { item: ItemDecl; request: RequestDecl } | undefined {
-  for (const item of family.items) {
-    const request = item.requests.find((r) => r.name === name)
-    if (request) return { item, request }
-  }
-  return undefined
-}
-
 /** Lower case; felts also lose leading zeros after `0x` (`0x00AB` → `0xab`, zero → `0x0`). */
 export function normalizeHex(value: string, how: 'hex' | 'felt'): string {
   const v = value.toLowerCase()

@@ -1,4 +1,4 @@
-import { RpcError, RpcProtocolError, RpcUnavailable } from './rpc.js'
+import { RpcError, RpcProtocolError, RpcUnavailable, type TransferStats } from './rpc.js'
 import { BadRpcAnswer, BlockChanged, BlockNotAvailable, type RowsBatch } from './source.js'
 
 /*
@@ -50,7 +50,7 @@ export class FetchPool {
     count: number,
     data: import('./fetch-worker.js').FetchWorkerData,
     WorkerClass: typeof import('node:worker_threads').Worker,
-    private readonly stats: { requests: number; calls: number; retries: number; bytes: number; parseMs: number },
+    private readonly stats: TransferStats,
   ) {
     for (let i = 0; i < count; i++) {
       const w = new WorkerClass(new URL('./fetch-worker.js', import.meta.url), { workerData: data })

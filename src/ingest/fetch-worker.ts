@@ -1,6 +1,6 @@
 import { parentPort, workerData } from 'node:worker_threads'
 import { errorToPlain } from './fetch-pool.js'
-import { RpcClient, type RpcClientOptions } from './rpc.js'
+import { newTransferStats, type TransferStats } from './rpc.js'
 import type { BlockOfRows } from './source.js'
 import { createSource, type SourceSpec } from './sources.js'
 
@@ -11,7 +11,6 @@ import { createSource, type SourceSpec } from './sources.js'
  */
 
 export interface FetchWorkerData {
-  rpc: RpcClientOptions
   source: SourceSpec
 }
 
@@ -21,17 +20,16 @@ export type FetchWorkerReply = {
   error?: { error: Record<string, unknown>; block?: { number: number; hash: string; parentHash: string } }
   normalizeMs: number
   /** RPC counters since the previous reply. */
-  stats: { requests: number; calls: number; retries: number; bytes: number; parseMs: number }
+  stats: TransferStats
 }
 
 const data = workerData as FetchWorkerData
-const rpc = new RpcClient(data.rpc)
-const source = createSource(data.source, rpc)
-let reported = { ...rpc.stats }
+const s = newTransferStats()
+const source = createSource(data.source, s)
+let reported = { ...s }
 
 parentPort!.on('message', async (m: { id: number; numbers: number[] }) => {
   const r = await source.fetchRows(m.numbers)
-  const s = rpc.stats
   const stats = { requests: s.requests - reported.requests, calls: s.calls - reported.calls, retries: s.retries - reported.retries, bytes: s.bytes - reported.bytes, parseMs: s.parseMs - reported.parseMs }
   reported = { ...s }
   const reply: FetchWorkerReply = {

@@ -10,7 +10,7 @@ import { FetchPool } from './fetch-pool.js'
 import { BlockNotAvailable, type BlockSource, type RowsBatch } from './source.js'
 import { createSource, type SourceSpec } from './sources.js'
 import { IngestProgress, type ProgressMode } from './progress.js'
-import { RpcClient } from './rpc.js'
+import { newTransferStats, type RpcClientOptions } from './rpc.js'
 
 /*
  * The ingest loop: resume after the last complete chunk, fetch blocks concurrently (in order),
@@ -149,7 +149,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
 
   await mkdir(o.out, { recursive: true })
-  const spec = sourceSpec(o, batchSize)
+  const connection: Omit<RpcClientOptions, 'url'> = { concurrency, attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs }
+  const spec = sourceSpec(o, batchSize, connection)
   await ensureDatasetMeta(o.out, { name: o.dataset, family: spec.family })
   const unlock = await lock(o.out)
   try {
@@ -162,8 +163,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       prev = { number: meta.last, hash: meta.lastHash.toLowerCase(), where: `chunk ${lastChunk.path}` }
     }
 
-    const rpc = new RpcClient({ url: endpoint(o), concurrency, attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs })
-    const source = createSource(spec, rpc)
+    const transfer = newTransferStats()
+    const source = createSource(spec, transfer)
     const plan = new Planner(source, {
       list: o.blocks ? [...new Set(o.blocks)].sort((a, b) => a - b).filter((n) => !prev || n > prev.number) : undefined,
       from: Math.max(o.from ?? 0, prev ? prev.number + 1 : 0),
@@ -183,7 +184,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const progress = new IngestProgress(o.progress ?? 'auto')
     const stages: IngestStages = { fetchWaitMs: 0, normalizeMs: 0, addBlockMs: 0, finishWaitMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0, cpuMs: 0 }
     const cpu0 = process.cpuUsage()
-    const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: rpc.stats, stages }
+    const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: transfer, stages }
     let rowTotal = 0
     const tables = source.tables()
     const extraMeta = { dataset: o.dataset, sources: source.describe() }
@@ -223,9 +224,9 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     }
     const pool = workers > 0
       ? new FetchPool(workers, {
-        rpc: { url: endpoint(o), concurrency: Math.ceil(concurrency / workers), attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs },
-        source: spec,
-      }, Worker, rpc.stats)
+        // The requests in flight are spread over the workers.
+        source: 'rpc' in spec ? { ...spec, rpc: { ...spec.rpc, concurrency: Math.ceil(concurrency / workers) } } : spec,
+      }, Worker, transfer)
       : undefined
     const fetcher = pool ? (nums: number[]) => pool.fetch(nums) : (nums: number[]) => source.fetchRows(nums)
 
@@ -282,24 +283,14 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     result.elapsedMs = performance.now() - started
     const cpu = process.cpuUsage(cpu0)
     stages.cpuMs = (cpu.user + cpu.system) / 1000
-    log.info({ blocks: result.blocks, elapsedMs: Math.round(result.elapsedMs), parseMs: Math.round(rpc.stats.parseMs), ...Object.fromEntries(Object.entries(stages).map(([k, v]) => [k, Math.round(v)])) }, 'ingest stages')
+    log.info({ blocks: result.blocks, elapsedMs: Math.round(result.elapsedMs), parseMs: Math.round(transfer.parseMs), ...Object.fromEntries(Object.entries(stages).map(([k, v]) => [k, Math.round(v)])) }, 'ingest stages')
     return result
   } finally {
     await unlock()
   }
 }
 
-/** The node's URL (a Sidecar's for Substrate, whose source does not use the JSON-RPC client). */
-function endpoint(o: IngestOptions): string {
-  // Decoded files: no endpoint; the JSON-RPC client is then only a counter (files read) and never connects.
-  if (o.family === 'substrate' && o.decodedDir && !o.sidecar && !o.rpc) return 'http://127.0.0.1/'
-  const url = o.family === 'substrate' ? (o.sidecar ?? o.rpc) : o.rpc
-  if (!url) throw new Error(o.family === 'substrate' ? 'give the Sidecar URL (--sidecar)' : 'give the node URL (--rpc)')
-  // A Substrate node over WebSocket has its own transport; the HTTP client is then only a counter.
-  return url.replace(/^ws(s?):/i, 'http$1:')
-}
-
-function sourceSpec(o: IngestOptions, batchSize: number): SourceSpec {
+function sourceSpec(o: IngestOptions, batchSize: number, connection: Omit<RpcClientOptions, 'url'>): SourceSpec {
   const family = o.family ?? 'evm'
   if (family !== 'substrate' && o.decodedDir) throw new Error('--decoded-dir is for --family substrate')
   if (family === 'substrate') {
@@ -311,14 +302,16 @@ function sourceSpec(o: IngestOptions, batchSize: number): SourceSpec {
     if (!o.rpc) throw new Error('a Substrate ingest needs the node (--rpc ws://…|http://…), a Sidecar (--sidecar) or a folder of blocks decoded by polkadot-api (--decoded-dir)')
     return { family, from: 'node', options: { url: o.rpc, batchSize, timeoutMs: o.timeoutMs, attempts: o.attempts, concurrency: Math.max(1, o.concurrency ?? 4) } }
   }
+  if (!o.rpc) throw new Error('give the node URL (--rpc)')
+  const rpc = { ...connection, url: o.rpc }
   if (family === 'starknet') {
     if ((o.traces && o.traces !== 'none') || (o.stateDiffs && o.stateDiffs !== 'none')) {
       throw new Error('--receipts, --traces trace_block|callTracer, --state-diffs and --missing-receipts are EVM options; a Starknet ingest takes --traces starknet and --state-updates')
     }
-    return { family, options: { traces: o.starknetTraces ?? false, stateUpdates: o.stateUpdates ?? false, batchSize } }
+    return { family, rpc, options: { traces: o.starknetTraces ?? false, stateUpdates: o.stateUpdates ?? false, batchSize } }
   }
   if (o.starknetTraces || o.stateUpdates) throw new Error('--state-updates and Starknet traces are Starknet options (add --family starknet)')
-  return { family, options: { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, batchSize } }
+  return { family, rpc, options: { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, batchSize } }
 }
 
 interface PlannerOptions {

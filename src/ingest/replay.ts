@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { normalizeHex } from '../families/declaration.js'
 
 /*
  * A recorded-RPC replay server: answers the EVM and Starknet JSON-RPC methods the ingest uses from
@@ -345,8 +346,8 @@ export class ReplayServer {
     if (id === 'latest' || id === 'pending' || id === 'pre_confirmed' || id === 'l1_accepted') n = this.head
     else if (id && typeof id === 'object' && 'block_number' in id) n = Number((id as any).block_number)
     else if (id && typeof id === 'object' && 'block_hash' in id) {
-      const h = String((id as any).block_hash).toLowerCase().replace(/^0x0*/, '0x')
-      n = this.blocks.find((b) => String(b.starknet?.block.block_hash ?? '').toLowerCase().replace(/^0x0*/, '0x') === h)?.number
+      const h = normalizeHex(String((id as any).block_hash), 'felt')
+      n = this.blocks.find((b) => b.starknet && normalizeHex(String(b.starknet.block.block_hash), 'felt') === h)?.number
     } else throw new RpcError(-32602, `invalid block id ${JSON.stringify(id)}`)
     const b = n == null || n > this.head ? undefined : this.byNumber.get(n)?.starknet
     if (!b) throw new RpcError(STARKNET_BLOCK_NOT_FOUND, 'Block not found')

@@ -21,7 +21,21 @@ export interface RpcClientOptions {
   maxBackoffMs?: number
   /** Time limit per HTTP request (default 60 s). */
   timeoutMs?: number
+  /** Counters to add to (default: the client's own). */
+  stats?: TransferStats
 }
+
+/** Requests, calls, retries and bytes moved by a source, for progress and measurements. */
+export interface TransferStats {
+  requests: number
+  calls: number
+  retries: number
+  bytes: number
+  /** Time spent decoding and parsing answers (ms). */
+  parseMs: number
+}
+
+export const newTransferStats = (): TransferStats => ({ requests: 0, calls: 0, retries: 0, bytes: 0, parseMs: 0 })
 
 export interface RpcCall {
   method: string
@@ -80,10 +94,11 @@ export class RpcClient {
   private readonly waiting: (() => void)[] = []
   private nextId = 1
   /** Counters for progress and measurements. */
-  readonly stats = { requests: 0, calls: 0, retries: 0, bytes: 0, /** time spent decoding and parsing answers (ms) */ parseMs: 0 }
+  readonly stats: TransferStats
 
   constructor(opts: RpcClientOptions) {
     this.url = opts.url
+    this.stats = opts.stats ?? newTransferStats()
     this.concurrency = Math.max(1, opts.concurrency ?? 4)
     this.attempts = Math.max(1, opts.attempts ?? 8)
     this.backoffMs = opts.backoffMs ?? 200

@@ -1,4 +1,5 @@
 import type { BlockRows, Row } from '../../chunks/writer.js'
+import { normalizeHex } from '../../families/declaration.js'
 import { MalformedRpcData } from '../evm/normalize.js'
 
 /*
@@ -42,19 +43,15 @@ function fail(what: string): never {
   throw new MalformedRpcData(what)
 }
 
-const FELT = /^0[xX]([0-9a-fA-F]+)$/
+const FELT = /^0[xX][0-9a-fA-F]+$/
 
 /** Normalised felt (`'0x00AB'` → `'0xab'`, `'0X0'` → `'0x0'`), null for null/undefined. */
 export function feltOf(v: unknown, what = 'felt'): string | null {
   if (v == null) return null
-  const m = typeof v === 'string' ? FELT.exec(v) : null
-  if (!m) fail(`${what}: expected a 0x-prefixed hex felt, got ${JSON.stringify(v)?.slice(0, 100)}`)
-  let digits = m[1]
-  let i = 0
-  while (i < digits.length - 1 && digits.charCodeAt(i) === 48) i++
-  if (i > 0) digits = digits.slice(i)
-  if (digits.length > 64) fail(`${what}: ${(v as string).slice(0, 100)} is longer than 256 bits`)
-  return '0x' + digits.toLowerCase()
+  if (typeof v !== 'string' || !FELT.test(v)) fail(`${what}: expected a 0x-prefixed hex felt, got ${JSON.stringify(v)?.slice(0, 100)}`)
+  const felt = normalizeHex(v, 'felt')
+  if (felt.length > 66) fail(`${what}: ${v.slice(0, 100)} is longer than 256 bits`)
+  return felt
 }
 
 const feltReq = (v: unknown, what: string): string => feltOf(v, what) ?? fail(`${what} is missing`)

@@ -5,7 +5,7 @@ import { substrateFamily } from '../../../families/substrate.js'
 import { log } from '../../../log.js'
 import { MalformedRpcData } from '../../evm/normalize.js'
 import { BadRpcAnswer, BlockNotAvailable, blockOfRows, type BlockOfRows, type BlockSource, type RowsBatch } from '../../source.js'
-import type { TransferStats } from '../sidecar/source.js'
+import { newTransferStats, type TransferStats } from '../../rpc.js'
 import { decodePapiBlock, isPapiBlock, papiBlockNumber, papiRows } from './decoded.js'
 
 /*
@@ -40,7 +40,7 @@ export class PapiDirSource implements BlockSource {
   private readonly scanned = new Map<string, number>()
   private readonly byNumber = new Map<number, { file: string; hash: string }>()
 
-  constructor(opts: DecodedDirOptions, readonly stats: TransferStats = { requests: 0, calls: 0, retries: 0, bytes: 0, parseMs: 0 }) {
+  constructor(opts: DecodedDirOptions, readonly stats: TransferStats = newTransferStats()) {
     this.dir = path.resolve(opts.dir)
   }
 

@@ -1,6 +1,6 @@
 import { substrateFamily } from '../../../families/substrate.js'
 import { log } from '../../../log.js'
-import { RpcUnavailable } from '../../rpc.js'
+import { newTransferStats, RpcUnavailable, type TransferStats } from '../../rpc.js'
 import { BadRpcAnswer, BlockNotAvailable, fetchAndNormalize, type BlockSource, type RowsBatch } from '../../source.js'
 import { normalizeSidecarBlock } from './normalize.js'
 
@@ -26,14 +26,6 @@ export interface SidecarSourceOptions {
 }
 
 /** The ingest loop's transfer counters (`RpcClient.stats`), to count Sidecar requests in. */
-export interface TransferStats {
-  requests: number
-  calls: number
-  retries: number
-  bytes: number
-  parseMs: number
-}
-
 const ATTEMPTS = 6
 const BACKOFF_MS = 200
 const MAX_BACKOFF_MS = 10_000
@@ -49,7 +41,7 @@ export class SidecarSource implements BlockSource {
   private active = 0
   private readonly waiting: (() => void)[] = []
 
-  constructor(opts: SidecarSourceOptions, readonly stats: TransferStats = { requests: 0, calls: 0, retries: 0, bytes: 0, parseMs: 0 }) {
+  constructor(opts: SidecarSourceOptions, readonly stats: TransferStats = newTransferStats()) {
     this.url = opts.url.replace(/\/+$/, '')
     this.batchSize = Math.max(1, opts.batchSize ?? 20)
     this.timeoutMs = opts.timeoutMs ?? 60_000
