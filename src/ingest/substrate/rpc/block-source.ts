@@ -1,5 +1,5 @@
 import { substrateFamily } from '../../../families/substrate.js'
-import { blockOfRows, fetchWithRetry, type BlockOfRows, type BlockSource, type RowsBatch } from '../../source.js'
+import { fetchAndNormalize, type BlockSource, type RowsBatch } from '../../source.js'
 import { SubstrateRpcSource } from './fetch.js'
 import { substrateRows } from './rows.js'
 import type { TransportOptions } from './transport.js'
@@ -26,18 +26,13 @@ export class SubstrateNodeSource implements BlockSource {
     return this.node.head()
   }
 
-  async fetchRows(numbers: number[]): Promise<RowsBatch> {
-    let decoded
-    try {
-      decoded = await fetchWithRetry((n) => this.node.fetchBlocks(n), numbers)
-    } catch (error) {
-      return { blocks: [], error: { error }, normalizeMs: 0 }
-    }
-    const t0 = performance.now()
-    const blocks: BlockOfRows[] = decoded.map((b) =>
-      blockOfRows(substrateFamily, { number: b.header.number, hash: b.header.hash.toLowerCase(), parentHash: b.header.parentHash.toLowerCase() }, substrateRows(b)),
-    )
-    return { blocks, normalizeMs: performance.now() - t0 }
+  fetchRows(numbers: number[]): Promise<RowsBatch> {
+    return fetchAndNormalize(numbers, (n) => this.node.fetchBlocks(n), {
+      family: substrateFamily,
+      rows: substrateRows,
+      method: () => 'chain_getBlock',
+      identity: (b) => ({ hash: b.header.hash.toLowerCase(), parentHash: b.header.parentHash.toLowerCase() }),
+    })
   }
 
   close(): Promise<void> {
