@@ -1,70 +1,17 @@
 import net from 'node:net'
 import assert from 'node:assert/strict'
-import { spawn, type ChildProcess } from 'node:child_process'
 import { writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { createInterface } from 'node:readline'
-import { fileURLToPath } from 'node:url'
 import { after, before, describe, it } from 'node:test'
 import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+import type { ChildProcess } from 'node:child_process'
+import { children, runCli, startCli, until } from './helpers/cli.js'
 
 /*
  * The built CLI as separate processes: `router` + two `worker`s, `query` as a client, and `serve`.
  */
 
-const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli.js')
 const TRANSFER = '0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef'
-const children = new Set<ChildProcess>()
-
-/** Start a long-running command; resolves with the `<prefix>: <url>` lines it prints. */
-function startCli(args: string[], prefixes: string[]): Promise<{ child: ChildProcess; lines: Map<string, string[]>; stderr: () => string }> {
-  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
-  children.add(child)
-  child.once('exit', () => children.delete(child))
-  let stderr = ''
-  child.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-10_000)))
-  const lines = new Map<string, string[]>()
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${args[0]} did not print ${prefixes} in time: ${stderr}`)), 30_000)
-    child.once('exit', (code) => reject(new Error(`${args[0]} exited with ${code}: ${stderr}`)))
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      const m = /^([\w ]+?): (\S+)/.exec(line)
-      if (!m) return
-      lines.set(m[1], [...(lines.get(m[1]) ?? []), m[2]])
-      if (prefixes.every((p) => lines.has(p))) {
-        clearTimeout(timer)
-        resolve({ child, lines, stderr: () => stderr })
-      }
-    })
-  })
-}
-
-/** Run a command to its end. */
-function runCli(args: string[], stdin?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args], { stdio: ['pipe', 'pipe', 'pipe'] })
-    children.add(child)
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (d) => (stdout += d))
-    child.stderr.on('data', (d) => (stderr += d))
-    child.stdin.end(stdin)
-    child.once('exit', (code) => {
-      children.delete(child)
-      resolve({ code, stdout, stderr })
-    })
-  })
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await probe().catch(() => undefined)
-    if (v !== undefined) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
 
 const ndjson = (text: string) => text.split('\n').filter(Boolean).map((l) => JSON.parse(l))
 
@@ -85,7 +32,7 @@ describe('CLI: router and workers as separate processes', { timeout: 120_000 }, 
     base = router.lines.get('dataset anvil')![0]
     assert.equal(base, `${routerUrl}/datasets/anvil`)
     for (let i = 0; i < 2; i++) {
-      const w = await startCli(['worker', '--router', routerUrl, '--data', tmp.dir, '--port', '0', '--max-response-bytes', '30000', ...hb], ['worker'])
+      const w = await startCli(['worker', '--router', routerUrl, '--port', '0', '--max-response-bytes', '30000', ...hb], ['worker'])
       workers.push(w.child)
     }
     await until('both workers serving everything', async () => {

@@ -283,7 +283,7 @@ describe('router rebalancing', { timeout: 30_000 }, () => {
         body: JSON.stringify({ worker_id: id, worker_url: `http://${id}.invalid:1`, state: { d: mergeRanges(held) } }),
       })
       assert.equal(res.status, 200)
-      return ((await res.json()) as Record<string, [number, number][]>).d ?? []
+      return ((await res.json()) as { desired: Record<string, [number, number][]> }).desired.d ?? []
     }
     const wanted = (desired: [number, number][]) => chunks.filter((c) => rangesContain(desired, c.first, c.last))
     try {

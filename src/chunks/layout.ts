@@ -1,5 +1,8 @@
+import { createHash } from 'node:crypto'
+import { createReadStream } from 'node:fs'
 import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
+import { pipeline } from 'node:stream/promises'
 
 /*
  * Chunk layout (docs/protocol.md §8): `{top}/{first}-{last}-{hash}/{table}.parquet`, numbers padded to
@@ -25,10 +28,22 @@ export interface ChunkMeta {
   /** Full hash of the last block and of the first block's parent, for continuity checks. */
   lastHash: string
   firstParentHash: string
+  /** Last block of the chunk this one was written after (-1: the first chunk); tells a deliberate jump from a missing chunk. */
+  previousLast?: number
   /** Numbers of the blocks actually present (sparse datasets skip numbers). */
   blockCount: number
   tables: string[]
   rows: Record<string, number>
+  /**
+   * Every file of the chunk folder but meta.json (the Parquet files), with its size and SHA-256
+   * (hex), so that a copy can be verified. Chunks written before the manifest existed lack it.
+   */
+  files?: Record<string, ChunkFileInfo>
+}
+
+export interface ChunkFileInfo {
+  size: number
+  sha256: string
 }
 
 /** Kept at the dataset root: which family and name the chunks belong to. */
@@ -96,6 +111,19 @@ export async function listLocalChunks(root: string): Promise<ChunkRef[]> {
 
 export async function readChunkMeta(root: string, ref: ChunkRef): Promise<ChunkMeta> {
   return JSON.parse(await readFile(path.join(root, ref.path, 'meta.json'), 'utf8'))
+}
+
+/** Size and SHA-256 of a file, read as a stream. */
+export async function hashFile(file: string): Promise<ChunkFileInfo> {
+  const hash = createHash('sha256')
+  let size = 0
+  await pipeline(createReadStream(file), async function* (source: AsyncIterable<Buffer>) {
+    for await (const chunk of source) {
+      hash.update(chunk)
+      size += chunk.length
+    }
+  })
+  return { size, sha256: hash.digest('hex') }
 }
 
 export async function readDatasetMeta(root: string): Promise<DatasetMeta | undefined> {

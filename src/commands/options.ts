@@ -13,7 +13,7 @@ export function int(min: number) {
   }
 }
 
-export const opt = (flags: string, description: string, env: string, parse?: (v: string) => unknown, def?: unknown) => {
+export const opt = (flags: string, description: string, env: string, parse?: (v: string, previous: any) => unknown, def?: unknown) => {
   const o = new Option(flags, description).env(env)
   if (parse) o.argParser(parse)
   if (def !== undefined) o.default(def)

@@ -6,7 +6,10 @@ import type { QueryBudgets } from '../query/types.js'
 import { startCluster } from '../server/cluster.js'
 import { DEFAULT_ROUTER_OPTIONS, RouterServer } from '../server/router-http.js'
 import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
-import { LocalStorage } from '../server/storage.js'
+import { ArchiveStorage } from '../server/storage.js'
+import { ChunkCache } from '../storage/chunk-cache.js'
+import os from 'node:os'
+import path from 'node:path'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
 import { int, opt } from './options.js'
 
@@ -17,7 +20,37 @@ import { int, opt } from './options.js'
 
 
 
-const dataOption = () => opt('--data <folder>', 'chunk folder: one dataset (has dataset.json) or a folder of dataset folders', 'BLOCK_ARCHIVE_DATA').makeOptionMandatory()
+/** Repeatable flag; its environment variable takes a comma-separated list. */
+const collect = (value: string, previous: string[] | undefined) => [...(previous ?? []), ...value.split(',').map((v) => v.trim()).filter(Boolean)]
+
+const dataOption = () =>
+  opt('--data <url>', 'where datasets live, repeatable: a folder or s3://bucket/prefix holding one dataset (has dataset.json) or dataset folders; new ones are picked up', 'BLOCK_ARCHIVE_DATA', collect)
+const datasetOption = () =>
+  opt('--dataset <name=url>', 'serve the dataset at this folder or s3:// URL under this name, repeatable', 'BLOCK_ARCHIVE_DATASETS', collect)
+
+interface StorageFlags {
+  data?: string[]
+  dataset?: string[]
+}
+
+/** `--data` roots and `--dataset name=URL` entries; at least one is needed. */
+function storageOptions(o: StorageFlags, cache?: ChunkCache): ArchiveStorage {
+  const datasets = (o.dataset ?? []).map((entry) => {
+    const eq = entry.indexOf('=')
+    if (eq <= 0 || eq === entry.length - 1) throw new InvalidArgumentError(`--dataset expects NAME=URL, got "${entry}"`)
+    return { name: entry.slice(0, eq), url: entry.slice(eq + 1) }
+  })
+  if (!o.data?.length && !datasets.length) throw new InvalidArgumentError('give where the datasets are: --data <folder|s3://bucket/prefix> and/or --dataset NAME=URL')
+  return new ArchiveStorage({ roots: o.data, datasets, cache })
+}
+
+const cacheGbOption = () => opt('--cache-gb <n>', 'keep the cache under this many GB (default: no limit)', 'BLOCK_ARCHIVE_CACHE_GB', positiveNumber)
+
+function positiveNumber(v: string): number {
+  const n = Number(v)
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`expected a positive number, got "${v}"`)
+  return n
+}
 export const hostOption = () => opt('--host <host>', 'interface to listen on', 'BLOCK_ARCHIVE_HOST', undefined, '127.0.0.1')
 const heartbeatOption = () => opt('--heartbeat-ms <ms>', 'worker ping interval', 'BLOCK_ARCHIVE_HEARTBEAT_MS', int(50), DEFAULT_ROUTER_OPTIONS.heartbeatMs)
 
@@ -94,15 +127,20 @@ export function registerServe(program: Command): void {
     .command('serve')
     .description('run a router and N workers in one process over a chunk folder')
     .addOption(dataOption())
+    .addOption(datasetOption())
     .addOption(hostOption())
     .addOption(opt('--port <n>', 'router port (0 = any free port); workers take free ports', 'BLOCK_ARCHIVE_PORT', int(0), 8080))
     .addOption(opt('--workers <n>', 'number of workers', 'BLOCK_ARCHIVE_WORKERS', int(1), 2))
+    .addOption(opt('--cache <folder>', 'where workers keep chunks of datasets in object storage (one sub-folder per worker)', 'BLOCK_ARCHIVE_CACHE', undefined, path.join(os.tmpdir(), 'block-archive-cache')))
+    .addOption(cacheGbOption())
     .addOption(heartbeatOption())
   routerOptions(serve)
   workerOptions(serve)
   serve.action(async (o) => {
+    const storage = storageOptions(o)
     const cluster = await startCluster({
-      storage: new LocalStorage(o.data),
+      storage,
+      workerStorage: (i) => storageOptions(o, new ChunkCache({ root: path.join(o.cache, `worker-${i}`), limitBytes: gb(o.cacheGb), label: `worker-${i}` })),
       host: o.host,
       port: o.port,
       workers: o.workers,
@@ -115,7 +153,7 @@ export function registerServe(program: Command): void {
     console.log(`router: ${cluster.router.url}`)
     for (const w of cluster.workers) console.log(`worker: ${w.url}`)
     for (const [name, url] of cluster.datasets) console.log(`dataset ${name}: ${url}`)
-    if (cluster.datasets.size === 0) console.log(`no dataset in ${o.data} yet; new ones are picked up while running`)
+    if (cluster.datasets.size === 0) console.log(`no dataset in ${storage.location} yet; new ones are picked up while running`)
     onShutdown(() => cluster.stop())
   })
 
@@ -123,13 +161,14 @@ export function registerServe(program: Command): void {
     .command('router')
     .description('run the router alone; workers register with `block-archive worker --router <url>`')
     .addOption(dataOption())
+    .addOption(datasetOption())
     .addOption(hostOption())
     .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_PORT', int(0), 8080))
     .addOption(heartbeatOption())
   routerOptions(router)
   router.action(async (o) => {
     const server = new RouterServer({
-      storage: new LocalStorage(o.data),
+      storage: storageOptions(o),
       replication: o.replication,
       heartbeatMs: o.heartbeatMs,
       missedHeartbeats: o.missedHeartbeats,
@@ -144,8 +183,9 @@ export function registerServe(program: Command): void {
   const worker = program
     .command('worker')
     .description('run one worker that registers with a router and serves the chunks it is assigned')
-    .addOption(opt('--router <url>', 'router base URL, e.g. http://127.0.0.1:8080', 'BLOCK_ARCHIVE_ROUTER').makeOptionMandatory())
-    .addOption(dataOption())
+    .addOption(opt('--router <url>', 'router base URL, e.g. http://127.0.0.1:8080; datasets and their storage URLs come from it', 'BLOCK_ARCHIVE_ROUTER').makeOptionMandatory())
+    .addOption(opt('--cache <folder>', 'where chunks of datasets in object storage are downloaded (kept across restarts); datasets in a folder on this machine are read in place', 'BLOCK_ARCHIVE_CACHE'))
+    .addOption(cacheGbOption())
     .addOption(hostOption())
     .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_WORKER_PORT', int(0), 0))
     .addOption(opt('--public-url <url>', 'URL clients reach this worker at (default: the listening address)', 'BLOCK_ARCHIVE_PUBLIC_URL'))
@@ -154,7 +194,7 @@ export function registerServe(program: Command): void {
   workerOptions(worker)
   worker.action(async (o) => {
     const server = new WorkerServer({
-      storage: new LocalStorage(o.data),
+      storage: new ArchiveStorage({ cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker' }) : undefined }),
       routerUrl: o.router.replace(/\/+$/, ''),
       id: o.id,
       publicUrl: o.publicUrl,
@@ -194,3 +234,5 @@ export function registerServe(program: Command): void {
       })
     })
 }
+
+const gb = (n: number | undefined) => (n === undefined ? undefined : Math.floor(n * 1024 ** 3))

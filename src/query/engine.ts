@@ -94,6 +94,10 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   const missing = missingTable(plan, chunks[0])
   if (missing) throw badRequest('table-not-available', `"${missing}" data is not available for block ${from} of dataset ${view.name}`)
 
+  if (chunks[0].intact && !(await chunks[0].intact())) {
+    throw new ApiError(503, 'not-available', `data for block ${from} of dataset ${view.name} is being repaired on this worker; ask the router again`, undefined, 1)
+  }
+
   const con = await connect()
   try {
     const values = await createValueTables(con, plan)
@@ -155,7 +159,8 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   }
   const prepareChunk = async (ci: number): Promise<Prepared> => {
     const chunk = chunks[ci]
-    if (missingTable(plan, chunk)) return { missing: true }
+    // A damaged cache copy ends the answer before it, like a chunk without the table (the client continues elsewhere).
+    if (missingTable(plan, chunk) || (chunk.intact && !(await chunk.intact()))) return { missing: true }
     const ruledOut = await chunkCannotMatch((await connection(ci)).con, plan, chunk.dir)
     // A ruled-out chunk is passed over unless the answer ends in it; then only its last block is read.
     if (ruledOut && ci < chunks.length - 1) return { ruledOut }

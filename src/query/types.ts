@@ -11,6 +11,8 @@ export interface HeldChunk extends ChunkRef {
   coverFrom: number
   /** Absolute folder of the chunk's Parquet files on this machine. */
   dir: string
+  /** Whether the files are still as fetched (checked before the chunk is read; a cache copy may have been damaged). */
+  intact?: () => Promise<boolean>
 }
 
 /** What one worker serves of one dataset. */

@@ -5,7 +5,10 @@ import type { ChunkStorage } from './storage.js'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from './worker-http.js'
 
 export interface ClusterOptions {
+  /** What the router lists (and the workers use, unless `workerStorage` is given). */
   storage: ChunkStorage
+  /** Each worker's own storage (its own cache folder, for datasets in object storage). */
+  workerStorage?: (index: number) => ChunkStorage
   host?: string
   /** Router port (0 = any free port). Workers always take free ports. */
   port?: number
@@ -46,7 +49,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   try {
     for (let i = 0; i < (opts.workers ?? 2); i++) {
       const w = new WorkerServer({
-        storage: opts.storage,
+        storage: opts.workerStorage?.(i) ?? opts.storage,
         routerUrl,
         heartbeatMs,
         dropGraceMs: heartbeatMs * 2,

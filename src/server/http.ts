@@ -88,6 +88,14 @@ function drain(req: NodeJS.ReadableStream & { complete?: boolean }, maxBytes: nu
 export interface HttpOptions {
   service: 'router' | 'worker'
   bodyLimit?: number
+  /** Answers `GET /ready`; absent → always ready. */
+  readiness?: () => Readiness
+}
+
+export interface Readiness {
+  ready: boolean
+  /** Why not ready yet. */
+  reason?: string
 }
 
 export function createHttp(opts: HttpOptions): FastifyInstance {
@@ -118,7 +126,40 @@ export function createHttp(opts: HttpOptions): FastifyInstance {
     reply.type(registry.contentType)
     return registry.metrics()
   })
+  // For orchestrators: /health = the process answers; /ready = it can do its job (route or serve).
+  app.get('/health', async () => ({ status: 'ok' }))
+  app.get('/ready', async (_req, reply) => {
+    const r = opts.readiness?.() ?? { ready: true }
+    if (r.ready) return { status: 'ready' }
+    reply.code(503)
+    return { status: 'starting', reason: r.reason ?? 'starting' }
+  })
   return app
+}
+
+/**
+ * Whether an `Accept` header prefers HTML to JSON (a browser rather than a script): the quality of
+ * the most specific range matching `text/html` beats that of `application/json`. Absent, only a
+ * wildcard, or malformed → false.
+ */
+export function prefersHtml(accept: string | undefined): boolean {
+  if (!accept) return false
+  const ranges = accept.split(',').map((part) => {
+    const [type, ...params] = part.split(';').map((x) => x.trim().toLowerCase())
+    const q = params.find((p) => p.startsWith('q='))
+    const quality = q === undefined ? 1 : Number(q.slice(2))
+    return { type, q: Number.isFinite(quality) ? Math.min(1, Math.max(0, quality)) : 0 }
+  })
+  const quality = (mediaType: string) => {
+    const [major] = mediaType.split('/')
+    let best = { specificity: -1, q: 0 }
+    for (const r of ranges) {
+      const specificity = r.type === mediaType ? 2 : r.type === `${major}/*` ? 1 : r.type === '*/*' ? 0 : -1
+      if (specificity > best.specificity) best = { specificity, q: r.q }
+    }
+    return best.q
+  }
+  return quality('text/html') > quality('application/json')
 }
 
 /** Record one answered request (also called by hijacked handlers, which skip onResponse). */

@@ -1,10 +1,11 @@
 import type { FastifyInstance } from 'fastify'
 import { badRequest } from '../errors.js'
 import { log } from '../log.js'
-import { createHttp, listen } from './http.js'
+import { createHttp, listen, prefersHtml } from './http.js'
 import { routerDatasetHeight, routerWorkersAlive } from './metrics.js'
 import { parseRanges, type Range } from './ranges.js'
 import { RouterState, type PingMessage, type RouterOptions } from './router.js'
+import { renderStatusPage, type RouterStatus } from './status-page.js'
 import type { ChunkStorage } from './storage.js'
 
 export interface RouterServerOptions extends RouterOptions {
@@ -23,23 +24,31 @@ export const DEFAULT_ROUTER_OPTIONS = {
 
 /**
  * The router's HTTP face (DECISIONS §20–22, REFERENCE §10):
- * `GET /datasets/:name/height`, `GET /datasets/:name/:block/worker`, `POST /ping`, `GET /status`, `GET /metrics`.
+ * `GET /datasets/:name/height`, `GET /datasets/:name/:block/worker`, `POST /ping`, `GET /status`, `GET /metrics`,
+ * `GET /health`, `GET /ready`, and `GET /`: the dataset listing, or the status page for a browser.
  */
 export class RouterServer {
   readonly state: RouterState
   readonly app: FastifyInstance
   private timers: NodeJS.Timeout[] = []
+  /** Ready once storage has been listed: before that it knows no dataset. */
+  private listed = false
   url = ''
 
   constructor(private readonly opts: RouterServerOptions) {
     this.state = new RouterState(opts.storage, opts)
-    this.app = createHttp({ service: 'router', bodyLimit: opts.bodyLimit })
+    this.app = createHttp({
+      service: 'router',
+      bodyLimit: opts.bodyLimit,
+      readiness: () => (this.listed ? { ready: true } : { ready: false, reason: 'storage not listed yet' }),
+    })
     this.routes()
   }
 
   /** List storage, start the periodic jobs and listen; returns the router's base URL. */
   async start(host: string, port: number): Promise<string> {
     await this.state.relist(true)
+    this.listed = true
     this.every(this.opts.relistMs, () => this.state.relist())
     // Check liveness at a fraction of the heartbeat so dead workers lose their chunks promptly.
     this.every(Math.max(50, Math.floor(this.opts.heartbeatMs / 2)), async () => this.state.tick())
@@ -72,6 +81,12 @@ export class RouterServer {
     this.timers[slot] = setTimeout(run, ms).unref()
   }
 
+  /** The state's status with every field the status page reads. */
+  status(): RouterStatus {
+    const s = this.state.status()
+    return { ...s, datasets: s.datasets.map((d) => ({ ...d, problems: problemsOf(d) })) }
+  }
+
   private routes(): void {
     const app = this.app
     const state = this.state
@@ -101,12 +116,18 @@ export class RouterServer {
         baseUrl: `${req.protocol}://${String(req.headers.host ?? '')}/datasets/${encodeURIComponent(d.name)}`,
       })),
     })
-    app.get('/', listing)
+    // Browsers get the status page; scripts (no Accept, */*, application/json) the listing.
+    app.get<{ Querystring: { refresh?: string } }>('/', async (req, reply) => {
+      reply.header('vary', 'accept')
+      if (!prefersHtml(req.headers.accept)) return listing(req)
+      reply.type('text/html; charset=utf-8')
+      return renderStatusPage(this.status(), { refreshSeconds: refreshSeconds(req.query.refresh), generatedAt: new Date() })
+    })
     app.get('/datasets', listing)
 
     app.post('/ping', async (req) => state.ping(parsePing(req.body)))
 
-    app.get('/status', async () => state.status())
+    app.get('/status', async () => this.status())
 
     app.addHook('onRequest', async (req) => {
       if (req.url === '/metrics') {
@@ -132,5 +153,21 @@ function parsePing(body: unknown): PingMessage {
     if (typeof ranges === 'string') throw badRequest('invalid-ping', ranges, `state.${name}`)
     state[name] = ranges
   }
-  return { worker_id: b.worker_id, worker_url: b.worker_url.replace(/\/+$/, ''), state }
+  const queries = b.queries ?? undefined
+  if (queries !== undefined && (typeof queries !== 'number' || !Number.isFinite(queries) || queries < 0)) {
+    throw badRequest('invalid-ping', 'queries must be a non-negative number', 'queries')
+  }
+  return { worker_id: b.worker_id, worker_url: b.worker_url.replace(/\/+$/, ''), state, queries }
+}
+
+/** `?refresh=<seconds>` of the status page: 0 turns reloading off; default 5, at most an hour. */
+function refreshSeconds(value: unknown): number {
+  const n = typeof value === 'string' && /^\d{1,4}$/.test(value) ? Number(value) : 5
+  return Math.min(n, 3600)
+}
+
+/** A dataset's `problems` when the state reports them (strings only), else none. */
+function problemsOf(d: object): string[] {
+  const problems = (d as { problems?: unknown }).problems
+  return Array.isArray(problems) ? problems.filter((p): p is string => typeof p === 'string') : []
 }

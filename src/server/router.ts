@@ -1,8 +1,10 @@
 import type { ChunkRef } from '../chunks/layout.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
+import { QueryRate } from './query-rate.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
-import type { ChunkStorage } from './storage.js'
+import { checkContinuity } from './continuity.js'
+import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
 
 /*
  * The router's state: datasets and their chunks (from periodic storage listings), registered workers
@@ -27,10 +29,18 @@ export interface PingMessage {
   worker_url: string
   /** dataset name → merged ranges of chunks the worker holds and can serve. */
   state: Record<string, Range[]>
+  /** Queries the worker has answered since it started (for queries/s on the status page). */
+  queries?: number
 }
 
 /** dataset name → merged ranges of chunks the worker should hold. */
 export type DesiredState = Record<string, Range[]>
+
+/** The router's answer to a ping: what to hold, and where each dataset lives. */
+export interface PingAnswer {
+  desired: DesiredState
+  datasets: DatasetAnnouncement[]
+}
 
 interface WorkerEntry {
   id: string
@@ -38,12 +48,17 @@ interface WorkerEntry {
   lastPing: number
   lastRouted: number
   state: Map<string, Range[]>
+  queryRate: QueryRate
 }
 
 interface DatasetEntry {
   name: string
   family: string
+  url: string
+  /** Chunks that may be served: the listing up to the first gap or overlap. */
   chunks: ChunkRef[]
+  /** What is wrong with the listing (gaps, overlaps), as last found. */
+  problems: string[]
   /** chunk path → assigned worker ids */
   assigned: Map<string, Set<string>>
   /** Highest block such that every chunk up to it has been served (DECISIONS §22); never goes down. */
@@ -89,8 +104,9 @@ export class RouterState {
     let changed = false
     for (const info of infos) {
       let chunks: ChunkRef[]
+      let problems: string[]
       try {
-        chunks = await this.storage.listChunks(info.name)
+        ;({ servable: chunks, problems } = await checkContinuity(await this.storage.listChunks(info.name), (c) => this.storage.chunkMeta(info.name, c)))
       } catch (e) {
         if (strict) throw e
         log.error({ err: e, dataset: info.name }, 'router: cannot list chunks')
@@ -98,10 +114,16 @@ export class RouterState {
       }
       let ds = this.datasets.get(info.name)
       if (!ds) {
-        ds = { name: info.name, family: info.family.name, chunks: [], assigned: new Map(), height: -1 }
+        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], problems: [], assigned: new Map(), height: -1 }
         this.datasets.set(info.name, ds)
-        log.info({ dataset: info.name, family: info.family.name }, 'router: new dataset')
+        log.info({ dataset: info.name, family: info.family.name, url: info.url }, 'router: new dataset')
       }
+      ds.url = info.url
+      if (problems.join('\n') !== ds.problems.join('\n')) {
+        for (const p of problems) log.error({ dataset: info.name, url: info.url }, `router: ${p}`)
+        if (!problems.length) log.info({ dataset: info.name }, 'router: the chunk listing is consistent again')
+      }
+      ds.problems = problems
       if (chunks.length !== ds.chunks.length || chunks.some((c, i) => c.path !== ds!.chunks[i].path)) {
         const known = new Set(chunks.map((c) => c.path))
         for (const p of ds.assigned.keys()) if (!known.has(p)) ds.assigned.delete(p)
@@ -114,11 +136,12 @@ export class RouterState {
     this.advanceHeights()
   }
 
-  /** Register or refresh a worker; answer its desired state. */
-  ping(msg: PingMessage, now = Date.now()): DesiredState {
+  /** Register or refresh a worker; answer its desired state and the datasets' locations. */
+  ping(msg: PingMessage, now = Date.now()): PingAnswer {
     let w = this.workers.get(msg.worker_id)
+    const registering = !w
     if (!w) {
-      w = { id: msg.worker_id, url: msg.worker_url, lastPing: now, lastRouted: 0, state: new Map() }
+      w = { id: msg.worker_id, url: msg.worker_url, lastPing: now, lastRouted: 0, state: new Map(), queryRate: new QueryRate(this.opts.heartbeatMs / 2) }
       this.workers.set(w.id, w)
       log.info({ worker: w.id, url: w.url }, 'router: worker registered')
     } else if (!this.isAlive(w, now)) {
@@ -127,9 +150,18 @@ export class RouterState {
     w.url = msg.worker_url
     w.lastPing = now
     w.state = new Map(Object.entries(msg.state).filter(([name]) => this.datasets.has(name)))
+    w.queryRate.report(msg.queries, now)
     this.scheduleIfLiveSetChanged(now)
     this.advanceHeights(now)
-    return this.desiredFor(w, now)
+    const desired = this.desiredFor(w, now)
+    if (registering && Object.values(desired).every((r) => r.length === 0)) {
+      const chunks = [...this.datasets.values()].reduce((n, d) => n + d.chunks.length, 0)
+      log.warn(
+        { worker: w.id, datasets: this.datasets.size, chunks, liveWorkers: this.liveWorkers(now).length, replication: this.opts.replication },
+        chunks === 0 ? 'router: a worker registered, but there are no chunks to serve yet' : 'router: a worker registered with nothing to serve (every chunk already has its replicas)',
+      )
+    }
+    return { desired, datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url })) }
   }
 
   /** Called periodically: notices dead workers even when nobody pings or queries. */
@@ -180,8 +212,10 @@ export class RouterState {
       datasets: [...this.datasets.values()].map((ds) => ({
         name: ds.name,
         family: ds.family,
+        url: ds.url,
         height: ds.height,
         chunks: ds.chunks.length,
+        problems: ds.problems,
         lastChunkBlock: ds.chunks.at(-1)?.last ?? -1,
       })),
       workers: [...this.workers.values()].map((w) => ({
@@ -191,6 +225,8 @@ export class RouterState {
         lastPingMsAgo: now - w.lastPing,
         state: Object.fromEntries(w.state),
         assignedChunks: this.assignedCount(w.id),
+        // A dead worker gets no queries; null while not measured yet.
+        queriesPerSecond: !this.isAlive(w, now) ? 0 : w.queryRate.perSecond === null ? null : Math.round(w.queryRate.perSecond * 100) / 100,
       })),
     }
   }

@@ -1,19 +1,28 @@
-import path from 'node:path'
-import { readdir } from 'node:fs/promises'
-import { listLocalChunks, readDatasetMeta, type ChunkRef } from '../chunks/layout.js'
+import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { familyByName } from '../families/index.js'
+import type { ChunkCache } from '../storage/chunk-cache.js'
+import { discoverDatasets, normalizeUrl, openDatasetStore, type DatasetStore } from '../storage/dataset-store.js'
 
 /*
- * Where chunks live. The router only lists; a worker also asks for a local folder of each chunk it
- * is assigned and gives chunks back when they are no longer assigned. The local implementation
- * serves the folders in place; an object-storage implementation would download into a cache folder
- * in `fetchChunk` and delete it in `dropChunk`, with no change to the router or the worker.
+ * Where chunks live, as the router and the workers see it. The router only lists; a worker also asks
+ * for a local folder of each chunk it is assigned and gives chunks back when they are no longer
+ * assigned. Datasets on this machine's disk are served in place; datasets in object storage are
+ * downloaded into the worker's cache.
  */
 
 export interface DatasetInfo {
   name: string
   family: FamilyDecl
+  /** Where the dataset lives: an absolute folder or `s3://bucket/prefix`. */
+  url: string
+}
+
+/** A dataset as the router announces it to workers. */
+export interface DatasetAnnouncement {
+  name: string
+  family: string
+  url: string
 }
 
 export interface ChunkStorage {
@@ -23,74 +32,113 @@ export interface ChunkStorage {
   listDatasets(): Promise<DatasetInfo[]>
   /** Complete chunks of one dataset, ascending. */
   listChunks(dataset: string): Promise<ChunkRef[]>
+  chunkMeta(dataset: string, chunk: ChunkRef): Promise<ChunkMeta>
   /** Make the chunk's Parquet files available on this machine; returns the folder. */
   fetchChunk(dataset: string, chunk: ChunkRef): Promise<string>
   /** The chunk is not needed here any more (no query is using it). */
   dropChunk(dataset: string, chunk: ChunkRef): Promise<void>
+  /** Whether a fetched chunk's files are still as fetched (always true for chunks served in place). */
+  intact(dataset: string, chunk: ChunkRef): Promise<boolean>
+  /** A worker registered with a router learns the datasets and their URLs from it. */
+  useDatasets(list: DatasetAnnouncement[]): void
+  /** The worker knows what it serves: cached chunks it did not ask for can go. */
+  pruneUnused(): Promise<void>
 }
 
-/**
- * Chunk folders on the local disk. `root` is either one dataset folder (it has `dataset.json`) or a
- * folder whose sub-folders are datasets; in the second form datasets added later are picked up.
- */
-export class LocalStorage implements ChunkStorage {
-  readonly location: string
+export interface ArchiveStorageOptions {
+  /** Each a dataset (has `dataset.json`) or a folder / prefix of dataset folders; new datasets are picked up. */
+  roots?: string[]
+  /** Datasets by explicit name (the name they are served under) and URL. */
+  datasets?: { name: string; url: string }[]
+  /** Where a worker keeps chunks of datasets in object storage. */
+  cache?: ChunkCache
+}
 
-  constructor(root: string) {
-    this.location = path.resolve(root)
+export class DuplicateDataset extends Error {}
+
+/** Datasets from folders and `s3://` prefixes (or as a router announces them), one storage interface for both. */
+export class ArchiveStorage implements ChunkStorage {
+  readonly location: string
+  private readonly stores = new Map<string, DatasetStore>()
+  private announced?: DatasetAnnouncement[]
+
+  constructor(private readonly opts: ArchiveStorageOptions) {
+    this.location = [...(opts.roots ?? []).map(normalizeUrl), ...(opts.datasets ?? []).map((d) => `${d.name}=${normalizeUrl(d.url)}`)].join(', ') || 'the router'
   }
 
   async listDatasets(): Promise<DatasetInfo[]> {
-    const single = await readDatasetMeta(this.location)
-    if (single) return [{ name: single.name, family: familyByName(single.family) }]
-    let names: string[]
-    try {
-      names = (await readdir(this.location, { withFileTypes: true })).filter((d) => d.isDirectory()).map((d) => d.name)
-    } catch (e: any) {
-      if (e.code === 'ENOENT') throw new Error(`data folder ${this.location} does not exist`)
-      throw e
+    const found: DatasetInfo[] = []
+    if (this.announced) {
+      for (const a of this.announced) found.push({ name: a.name, family: familyByName(a.family), url: a.url })
+    } else {
+      for (const root of this.opts.roots ?? []) {
+        for (const d of await discoverDatasets(root)) found.push({ name: d.meta.name, family: familyByName(d.meta.family), url: d.url })
+      }
+      for (const d of this.opts.datasets ?? []) {
+        const meta = await openDatasetStore(d.url).meta()
+        if (meta) found.push({ name: d.name, family: familyByName(meta.family), url: normalizeUrl(d.url) })
+      }
     }
-    const out: DatasetInfo[] = []
-    for (const dir of names.sort()) {
-      const meta = await readDatasetMeta(path.join(this.location, dir))
-      if (meta) out.push({ name: meta.name, family: familyByName(meta.family) })
+    const byName = new Map<string, DatasetInfo>()
+    for (const d of found) {
+      const other = byName.get(d.name)
+      if (other && other.url !== d.url) {
+        throw new DuplicateDataset(`two datasets are named "${d.name}": ${other.url} and ${d.url}; rename one (its dataset.json) or serve it under another name with --dataset NAME=URL`)
+      }
+      byName.set(d.name, d)
+      if (this.stores.get(d.name)?.url !== d.url) this.stores.set(d.name, openDatasetStore(d.url))
     }
-    return out
+    return [...byName.values()].sort((a, b) => a.name.localeCompare(b.name))
+  }
+
+  useDatasets(list: DatasetAnnouncement[]): void {
+    this.announced = list
   }
 
   async listChunks(dataset: string): Promise<ChunkRef[]> {
-    return listLocalChunks(await this.datasetDir(dataset))
+    return (await this.store(dataset)).listChunks()
+  }
+
+  async chunkMeta(dataset: string, chunk: ChunkRef): Promise<ChunkMeta> {
+    return (await this.store(dataset)).chunkMeta(chunk)
   }
 
   async fetchChunk(dataset: string, chunk: ChunkRef): Promise<string> {
-    return path.join(await this.datasetDir(dataset), chunk.path)
+    const store = await this.store(dataset)
+    const local = store.localDir(chunk)
+    if (local) return local
+    if (!this.opts.cache) throw new Error(`dataset ${dataset} is in object storage (${store.url}): a worker needs a cache folder (--cache) to serve it`)
+    return this.opts.cache.fetch(dataset, store, chunk)
   }
 
-  async dropChunk(): Promise<void> {
-    // The files are the storage itself: nothing to delete.
+  async dropChunk(dataset: string, chunk: ChunkRef): Promise<void> {
+    await this.opts.cache?.release(dataset, chunk.path)
   }
 
-  private readonly dirs = new Map<string, string>()
+  async intact(dataset: string, chunk: ChunkRef): Promise<boolean> {
+    const store = this.stores.get(dataset)
+    if (!store || store.localDir(chunk) || !this.opts.cache) return true
+    return this.opts.cache.intact(dataset, chunk.path)
+  }
 
-  /** Dataset names come from `dataset.json`, so the folder name may differ from the name. */
-  private async datasetDir(dataset: string): Promise<string> {
-    const known = this.dirs.get(dataset)
-    if (known) return known
-    const single = await readDatasetMeta(this.location)
-    if (single) {
-      if (single.name !== dataset) throw new Error(`unknown dataset ${dataset}`)
-      this.dirs.set(dataset, this.location)
-      return this.location
+  async pruneUnused(): Promise<void> {
+    await this.opts.cache?.pruneUnheld()
+  }
+
+  private async store(dataset: string): Promise<DatasetStore> {
+    let s = this.stores.get(dataset)
+    if (!s) {
+      await this.listDatasets()
+      s = this.stores.get(dataset)
     }
-    for (const d of await readdir(this.location, { withFileTypes: true })) {
-      if (!d.isDirectory()) continue
-      const dir = path.join(this.location, d.name)
-      const meta = await readDatasetMeta(dir)
-      if (meta?.name === dataset) {
-        this.dirs.set(dataset, dir)
-        return dir
-      }
-    }
-    throw new Error(`unknown dataset ${dataset}`)
+    if (!s) throw new Error(`unknown dataset ${dataset}`)
+    return s
+  }
+}
+
+/** Chunk folders on the local disk: one dataset folder, or a folder of dataset folders. */
+export class LocalStorage extends ArchiveStorage {
+  constructor(root: string) {
+    super({ roots: [root] })
   }
 }

@@ -11,7 +11,7 @@ import { Limiter, type LimiterOptions } from './limiter.js'
 import { workerQueriesActive, workerQueriesQueued, workerQueryBlocks, workerQueryBytes } from './metrics.js'
 import { WorkerNode, type Lease, type WorkerNodeOptions } from './worker.js'
 
-export interface WorkerServerOptions extends Omit<WorkerNodeOptions, 'publicUrl' | 'id'>, LimiterOptions {
+export interface WorkerServerOptions extends Omit<WorkerNodeOptions, 'publicUrl' | 'id' | 'queryCount'>, LimiterOptions {
   /** Defaults to the public URL. */
   id?: string
   /** Defaults to the URL the server listens on. */
@@ -31,7 +31,8 @@ export const DEFAULT_WORKER_LIMITS: LimiterOptions & { bodyLimit: number } = {
 
 /**
  * The worker's HTTP face: `POST /datasets/:name/query` (streamed JSON, gzip/br), `GET /status`,
- * `GET /metrics`. Queries run through a bounded limiter; each holds a lease on the chunks it reads.
+ * `GET /metrics`, `GET /health`, `GET /ready`. Queries run through a bounded limiter; each holds a
+ * lease on the chunks it reads.
  */
 export class WorkerServer {
   readonly app: FastifyInstance
@@ -40,9 +41,15 @@ export class WorkerServer {
   node?: WorkerNode
   url = ''
   private readonly budgets: QueryBudgets
+  /** Query requests answered so far, whatever their status (reported to the router for queries/s). */
+  private queriesAnswered = 0
 
   constructor(private readonly opts: WorkerServerOptions) {
-    this.app = createHttp({ service: 'worker', bodyLimit: opts.bodyLimit ?? DEFAULT_WORKER_LIMITS.bodyLimit })
+    this.app = createHttp({
+      service: 'worker',
+      bodyLimit: opts.bodyLimit ?? DEFAULT_WORKER_LIMITS.bodyLimit,
+      readiness: () => this.node?.readiness() ?? { ready: false, reason: 'starting' },
+    })
     this.budgets = { ...DEFAULT_BUDGETS, ...opts.budgets }
     this.limiter = new Limiter(opts, (active, queued) => {
       workerQueriesActive.set({ worker: this.id }, active)
@@ -61,7 +68,7 @@ export class WorkerServer {
     await this.opts.storage.listDatasets()
     this.url = await listen(this.app, host, port)
     const publicUrl = (this.opts.publicUrl ?? this.url).replace(/\/+$/, '')
-    this.node = new WorkerNode({ ...this.opts, id: this.opts.id ?? publicUrl, publicUrl })
+    this.node = new WorkerNode({ ...this.opts, id: this.opts.id ?? publicUrl, publicUrl, queryCount: () => this.queriesAnswered })
     await this.node.start()
     log.info({ url: this.url, id: this.node.opts.id, router: this.opts.routerUrl ?? null }, 'worker listening')
     return this.url
@@ -73,7 +80,7 @@ export class WorkerServer {
   }
 
   private routes(): void {
-    this.app.get('/status', async () => ({ ...this.node?.status(), queries: this.limiter.stats }))
+    this.app.get('/status', async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered } }))
     this.app.post<{ Params: { name: string } }>('/datasets/:name/query', (req, reply) => this.query(req, reply))
   }
 
@@ -145,6 +152,7 @@ export class WorkerServer {
     } finally {
       release?.()
       lease?.release()
+      this.queriesAnswered++
     }
   }
 }

@@ -2,9 +2,10 @@ import type { ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
 import type { DatasetView, HeldChunk } from '../query/types.js'
+import type { Readiness } from './http.js'
 import { workerChunksHeld } from './metrics.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
-import type { DesiredState } from './router.js'
+import type { DesiredState, PingAnswer } from './router.js'
 import type { ChunkStorage } from './storage.js'
 
 /*
@@ -24,6 +25,8 @@ export interface WorkerNodeOptions {
   heartbeatMs: number
   /** Keep serving an unassigned chunk this long before giving it back. */
   dropGraceMs: number
+  /** Queries answered so far, reported in pings (the router shows queries/s). */
+  queryCount?: () => number
 }
 
 interface Held {
@@ -55,6 +58,10 @@ export class WorkerNode {
   private syncing?: Promise<void>
   lastPingOk = 0
   lastPingError?: string
+  /** Heard from the router (standalone: listed storage) at least once. */
+  private exchanged = false
+  /** Finished a fetch pass after that. */
+  private fetchedOnce = false
 
   constructor(readonly opts: WorkerNodeOptions) {}
 
@@ -96,6 +103,7 @@ export class WorkerNode {
     try {
       if (this.opts.routerUrl) await this.pingRouter()
       else await this.desireEverything()
+      this.exchanged = true
     } catch (e) {
       this.lastPingError = e instanceof Error ? e.message : String(e)
       log.warn({ worker: this.opts.id, err: this.lastPingError }, 'worker: heartbeat failed')
@@ -104,8 +112,11 @@ export class WorkerNode {
 
   /** Reconcile; when that changed what is held, tell the router at once rather than at the next beat. */
   private async sync(): Promise<void> {
+    // A pass before the first exchange has nothing to fetch: it does not make the worker ready.
+    const knewDesired = this.exchanged
     try {
       while (!this.stopped && (await this.reconcile()) && this.opts.routerUrl) await this.exchange()
+      if (knewDesired) this.fetchedOnce = true
     } finally {
       this.syncing = undefined
     }
@@ -133,7 +144,12 @@ export class WorkerNode {
     const index = new Map(ds.listing.map((c, i) => [c.path, i]))
     const chunks: HeldChunk[] = held.map((h) => {
       const i = index.get(h.ref.path) ?? -1
-      return { ...h.ref, dir: h.dir, coverFrom: i > 0 ? ds.listing[i - 1].last + 1 : i === 0 ? 0 : h.ref.first }
+      return {
+        ...h.ref,
+        dir: h.dir,
+        coverFrom: i > 0 ? ds.listing[i - 1].last + 1 : i === 0 ? 0 : h.ref.first,
+        intact: () => this.checkIntact(ds, h),
+      }
     })
     for (const h of held) h.leases++
     let released = false
@@ -161,16 +177,28 @@ export class WorkerNode {
     }
   }
 
+  /** Ready once it knows what to hold (a ping answered, or standalone a storage listing) and has fetched it once. */
+  readiness(): Readiness {
+    if (!this.exchanged) {
+      const what = this.opts.routerUrl ? 'no successful ping to the router yet' : 'storage not listed yet'
+      return { ready: false, reason: this.lastPingError ? `${what}: ${this.lastPingError}` : what }
+    }
+    if (!this.fetchedOnce) return { ready: false, reason: 'first fetch of chunks not finished' }
+    return { ready: true }
+  }
+
   private async pingRouter(): Promise<void> {
     const res = await fetch(`${this.opts.routerUrl}/ping`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ worker_id: this.opts.id, worker_url: this.opts.publicUrl, state: this.state() }),
+      body: JSON.stringify({ worker_id: this.opts.id, worker_url: this.opts.publicUrl, state: this.state(), queries: this.opts.queryCount?.() }),
       signal: AbortSignal.timeout(Math.max(5000, this.opts.heartbeatMs * 2)),
     })
     const text = await res.text()
     if (!res.ok) throw new Error(`router answered ${res.status}: ${text.slice(0, 300)}`)
-    await this.applyDesired(JSON.parse(text) as DesiredState)
+    const answer = JSON.parse(text) as PingAnswer
+    this.opts.storage.useDatasets(answer.datasets)
+    await this.applyDesired(answer.desired)
     this.lastPingOk = Date.now()
     this.lastPingError = undefined
   }
@@ -211,14 +239,18 @@ export class WorkerNode {
   }
 
   /**
-   * Fetch desired chunks not held yet; drop held chunks no longer desired (after the grace period,
-   * unleased). Returns whether the held set changed.
+   * Fetch desired chunks not held yet (a few at a time); drop held chunks no longer desired (after
+   * the grace period, unleased) or no longer intact. Returns whether the held set changed.
    */
   private async reconcile(): Promise<boolean> {
     const now = Date.now()
     let changed = false
     for (const ds of this.datasets.values()) {
-      for (const h of ds.held.values()) {
+      for (const h of [...ds.held.values()]) {
+        if (!(await this.checkIntact(ds, h))) {
+          changed = true
+          continue
+        }
         const wanted = rangesContain(ds.desired, h.ref.first, h.ref.last)
         if (wanted) h.undesiredSince = undefined
         else h.undesiredSince ??= now
@@ -229,19 +261,47 @@ export class WorkerNode {
           log.info({ worker: this.opts.id, dataset: ds.name, chunk: h.ref.path }, 'worker: chunk dropped')
         }
       }
-      for (const ref of ds.listing) {
-        if (this.stopped) return changed
-        if (ds.held.has(ref.path) || !rangesContain(ds.desired, ref.first, ref.last)) continue
-        try {
-          const dir = await this.opts.storage.fetchChunk(ds.name, ref)
-          ds.held.set(ref.path, { ref, dir, leases: 0 })
-          changed = true
-        } catch (e) {
-          log.error({ worker: this.opts.id, dataset: ds.name, chunk: ref.path, err: e }, 'worker: cannot fetch chunk')
+      const todo = ds.listing.filter((ref) => !ds.held.has(ref.path) && rangesContain(ds.desired, ref.first, ref.last))
+      const fetchOne = async () => {
+        for (let ref = todo.shift(); ref && !this.stopped; ref = todo.shift()) {
+          try {
+            const dir = await this.opts.storage.fetchChunk(ds.name, ref)
+            ds.held.set(ref.path, { ref, dir, leases: 0 })
+            changed = true
+            workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
+          } catch (e) {
+            log.error({ worker: this.opts.id, dataset: ds.name, chunk: ref.path, err: e instanceof Error ? e.message : e }, 'worker: cannot fetch chunk')
+          }
         }
       }
+      await Promise.all(Array.from({ length: Math.min(CHUNKS_FETCHED_AT_ONCE, todo.length) }, fetchOne))
       workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
+    }
+    if (this.exchanged && !this.pruned && !this.stopped) {
+      // What an earlier run left in the cache and is not wanted now can go.
+      this.pruned = true
+      await this.opts.storage.pruneUnused()
     }
     return changed
   }
+
+  private pruned = false
+
+  /**
+   * Whether a held chunk's files are still as fetched. When not, the chunk stops being served at
+   * once, is deleted, and the next pass fetches it again.
+   */
+  private async checkIntact(ds: DatasetHolding, h: Held): Promise<boolean> {
+    if (await this.opts.storage.intact(ds.name, h.ref)) return true
+    if (ds.held.get(h.ref.path) === h) {
+      ds.held.delete(h.ref.path)
+      log.warn({ worker: this.opts.id, dataset: ds.name, chunk: h.ref.path }, 'worker: chunk changed on disk; not served, fetching it again')
+      await this.opts.storage.dropChunk(ds.name, h.ref)
+      if (!this.stopped) this.syncing ??= this.sync()
+    }
+    return false
+  }
 }
+
+/** Chunk downloads in flight per dataset. */
+const CHUNKS_FETCHED_AT_ONCE = 3

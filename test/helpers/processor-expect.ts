@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import assert from 'node:assert/strict'
 import { fileURLToPath } from 'node:url'
 import type { ProcessorRunConfig } from './processor-run.js'
 
@@ -213,3 +214,32 @@ export async function runProcessor(dir: string, name: string, config: Omit<Proce
 }
 
 export const blocksOf = (run: Run) => run.batches.flatMap((b) => b.blocks)
+
+/**
+ * Blocks the processor delivered (every table, ALL_FIELDS) equal `records` exactly: each block once,
+ * in order, every item and field as in the source; and the totals are the fixture's, not the server's.
+ */
+export function assertMatchesSource(blocks: any[], records: SourceBlock[]): void {
+  assert.deepEqual(blocks.map((b) => b.header.height), records.map((r) => r.number))
+  let counts = { tx: 0, logs: 0, traces: 0, diffs: 0 }
+  for (const b of blocks) {
+    const r = records.find((x) => x.number === b.header.height)!
+    const where = `block ${r.number}`
+    assert.deepEqual(clean(b.header), clean(expectedHeader(r)), `${where} header`)
+    assert.deepEqual(clean(b.transactions), clean(expectedTransactions(r)), `${where} transactions`)
+    assert.deepEqual(clean(b.logs), clean(expectedLogs(r)), `${where} logs`)
+    assert.deepEqual(clean(b.traces), clean(expectedTraces(r)), `${where} traces`)
+    const key = (d: any) => `${String(d.transactionIndex).padStart(6, '0')} ${d.address} ${d.key}`
+    const diffs = [...b.stateDiffs].sort((x: any, y: any) => (key(x) < key(y) ? -1 : 1))
+    assert.deepEqual(clean(diffs), clean(expectedStateDiffs(r)), `${where} state diffs`)
+    counts = { tx: counts.tx + b.transactions.length, logs: counts.logs + b.logs.length, traces: counts.traces + b.traces.length, diffs: counts.diffs + b.stateDiffs.length }
+  }
+  // The comparison covered real volumes (numbers from the fixture, not from the server).
+  const src = records.reduce((s, r) => ({
+    tx: s.tx + r.block.transactions.length,
+    logs: s.logs + expectedLogs(r).length,
+    traces: s.traces + (r.parityTraces ?? []).length,
+    diffs: s.diffs + expectedStateDiffs(r).length,
+  }), { tx: 0, logs: 0, traces: 0, diffs: 0 })
+  assert.deepEqual(counts, src)
+}

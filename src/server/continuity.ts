@@ -1,0 +1,37 @@
+import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
+
+/*
+ * Which listed chunks may be served. Chunks must follow each other without overlapping; a jump
+ * between chunks is a gap only when the later chunk says which chunk it was written after
+ * (`meta.previousLast`) and that chunk is not there: deliberate jumps (`ingest --from` above the
+ * last block, sparse block lists) are not gaps. Serving stops before the first problem: blocks past
+ * it would be answered as if the missing or doubled ones did not exist.
+ */
+
+export interface Continuity {
+  servable: ChunkRef[]
+  /** Human-readable, one per problem (only the first problem stops serving). */
+  problems: string[]
+}
+
+export async function checkContinuity(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkMeta>): Promise<Continuity> {
+  const problems: string[] = []
+  let end = chunks.length
+  for (let i = 1; i < chunks.length; i++) {
+    const prev = chunks[i - 1]
+    const c = chunks[i]
+    if (c.first <= prev.last) {
+      problems.push(`chunks ${prev.path} and ${c.path} overlap (blocks ${c.first}–${Math.min(prev.last, c.last)} are in both); served up to block ${prev.last}`)
+    } else if (c.first > prev.last + 1) {
+      const meta = await metaOf(c).catch(() => undefined)
+      const expected = meta?.previousLast
+      if (expected === undefined || expected === prev.last) continue
+      problems.push(
+        `chunk ${c.path} was written after block ${expected}, but the chunk before it ends at block ${prev.last}: ` +
+          `a chunk is missing (blocks ${prev.last + 1}–${Math.min(expected, c.first - 1)}); served up to block ${prev.last}`,
+      )
+    } else continue
+    if (end === chunks.length) end = i
+  }
+  return { servable: chunks.slice(0, end), problems }
+}

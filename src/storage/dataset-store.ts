@@ -1,0 +1,211 @@
+import { createHash } from 'node:crypto'
+import { createReadStream } from 'node:fs'
+import { copyFile, readdir, readFile, stat } from 'node:fs/promises'
+import path from 'node:path'
+import { pipeline } from 'node:stream/promises'
+import { parseChunkName, parseChunkPath, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { downloadObject, getText, isS3Url, joinKey, listFolders, listObjects, parseS3Url, s3Url, type DownloadResult } from './s3.js'
+
+/*
+ * Read access to one dataset wherever it lives: a local folder or `s3://bucket/prefix`. The router
+ * lists chunks through it; a worker downloads chunk files through it (or, for a folder on its own
+ * disk, reads them in place).
+ */
+
+export interface ChunkFile {
+  name: string
+  size: number
+}
+
+export interface DatasetStore {
+  /** Absolute folder path or `s3://bucket/prefix`. */
+  readonly url: string
+  meta(): Promise<DatasetMeta | undefined>
+  /** Complete chunks (their `blocks.parquet` exists), ascending by first block; overlaps are kept for the caller to judge. */
+  listChunks(): Promise<ChunkRef[]>
+  chunkMeta(ref: ChunkRef): Promise<ChunkMeta>
+  /** The chunk's files with their sizes as stored. */
+  chunkFiles(ref: ChunkRef): Promise<ChunkFile[]>
+  /** The chunk's folder when it is on this machine's disk (served in place), else undefined. */
+  localDir(ref: ChunkRef): string | undefined
+  /** Copy one file of the chunk to `dest`, hashing it on the way. */
+  download(ref: ChunkRef, file: string, dest: string, signal?: AbortSignal): Promise<DownloadResult>
+}
+
+export function openDatasetStore(url: string): DatasetStore {
+  return isS3Url(url) ? new S3DatasetStore(url) : new FolderDatasetStore(url)
+}
+
+/** Where datasets live: `url` is one dataset (it has `dataset.json`) or a folder/prefix of dataset folders. */
+export async function discoverDatasets(url: string): Promise<{ url: string; meta: DatasetMeta }[]> {
+  const single = await openDatasetStore(url).meta()
+  if (single) return [{ url: normalizeUrl(url), meta: single }]
+  const out: { url: string; meta: DatasetMeta }[] = []
+  for (const sub of await subfolders(url)) {
+    const meta = await openDatasetStore(sub).meta()
+    if (meta) out.push({ url: sub, meta })
+  }
+  return out
+}
+
+export function normalizeUrl(url: string): string {
+  return isS3Url(url) ? s3Url(parseS3Url(url)) : path.resolve(url)
+}
+
+async function subfolders(url: string): Promise<string[]> {
+  if (isS3Url(url)) {
+    const loc = parseS3Url(url)
+    const names = await listFolders(loc.bucket, loc.prefix ? loc.prefix + '/' : '')
+    return names.filter((n) => !n.startsWith('.')).map((n) => s3Url({ bucket: loc.bucket, prefix: joinKey(loc.prefix, n) }))
+  }
+  const root = path.resolve(url)
+  let entries
+  try {
+    entries = await readdir(root, { withFileTypes: true })
+  } catch (e: any) {
+    if (e.code === 'ENOENT') throw new Error(`data folder ${root} does not exist`)
+    throw e
+  }
+  return entries.filter((d) => d.isDirectory() && !d.name.startsWith('.')).map((d) => path.join(root, d.name)).sort()
+}
+
+const TOP_RE = /^\d{10}$/
+
+class FolderDatasetStore implements DatasetStore {
+  readonly url: string
+
+  constructor(url: string) {
+    this.url = path.resolve(url.replace(/^file:\/\//, ''))
+  }
+
+  async meta(): Promise<DatasetMeta | undefined> {
+    return readJson(path.join(this.url, 'dataset.json'))
+  }
+
+  async listChunks(): Promise<ChunkRef[]> {
+    let tops: string[]
+    try {
+      tops = (await readdir(this.url)).filter((n) => TOP_RE.test(n)).sort()
+    } catch (e: any) {
+      if (e.code === 'ENOENT') return []
+      throw e
+    }
+    const chunks: ChunkRef[] = []
+    for (const topName of tops) {
+      for (const name of (await readdir(path.join(this.url, topName))).sort()) {
+        const ref = parseChunkName(Number(topName), name)
+        if (ref && (await isFile(path.join(this.url, ref.path, 'blocks.parquet')))) chunks.push(ref)
+      }
+    }
+    return chunks.sort((a, b) => a.first - b.first || a.last - b.last)
+  }
+
+  async chunkMeta(ref: ChunkRef): Promise<ChunkMeta> {
+    const meta = await readJson<ChunkMeta>(path.join(this.url, ref.path, 'meta.json'))
+    if (!meta) throw new Error(`chunk ${ref.path} of ${this.url} has no meta.json`)
+    return meta
+  }
+
+  async chunkFiles(ref: ChunkRef): Promise<ChunkFile[]> {
+    const dir = path.join(this.url, ref.path)
+    const out: ChunkFile[] = []
+    for (const name of (await readdir(dir)).sort()) out.push({ name, size: (await stat(path.join(dir, name))).size })
+    return out
+  }
+
+  localDir(ref: ChunkRef): string {
+    return path.join(this.url, ref.path)
+  }
+
+  async download(ref: ChunkRef, file: string, dest: string): Promise<DownloadResult> {
+    const src = path.join(this.url, ref.path, file)
+    await copyFile(src, dest)
+    return { bytes: (await stat(dest)).size, sha256: await sha256File(dest) }
+  }
+}
+
+class S3DatasetStore implements DatasetStore {
+  readonly url: string
+  private readonly bucket: string
+  private readonly prefix: string
+  /** Complete chunks listed so far: chunks are immutable and appear in key order, so a listing continues after the last one. */
+  private known: ChunkRef[] = []
+
+  constructor(url: string) {
+    const loc = parseS3Url(url)
+    this.bucket = loc.bucket
+    this.prefix = loc.prefix
+    this.url = s3Url(loc)
+  }
+
+  private key(...parts: string[]): string {
+    return joinKey(this.prefix, ...parts)
+  }
+
+  async meta(): Promise<DatasetMeta | undefined> {
+    const text = await getText(this.bucket, this.key('dataset.json'))
+    return text === undefined ? undefined : JSON.parse(text)
+  }
+
+  /**
+   * Lists the keys after the last complete chunk found before (chunk keys sort in block order), so a
+   * relisting reads only what is new. A chunk deleted from the bucket is noticed at the next start.
+   */
+  async listChunks(): Promise<ChunkRef[]> {
+    const base = this.prefix ? this.prefix + '/' : ''
+    const last = this.known.at(-1)
+    // '~' sorts after every character of a chunk's file names.
+    const after = last ? this.key(last.path, '~') : undefined
+    const found: ChunkRef[] = []
+    for (const o of await listObjects(this.bucket, base, after)) {
+      const rel = o.key.slice(base.length)
+      if (!rel.endsWith('/blocks.parquet') || !TOP_RE.test(rel.slice(0, 10))) continue
+      const ref = parseChunkPath(rel.slice(0, -'/blocks.parquet'.length))
+      if (ref) found.push(ref)
+    }
+    this.known = [...this.known, ...found].sort((a, b) => a.first - b.first || a.last - b.last)
+    return [...this.known]
+  }
+
+  async chunkMeta(ref: ChunkRef): Promise<ChunkMeta> {
+    const text = await getText(this.bucket, this.key(ref.path, 'meta.json'))
+    if (text === undefined) throw new Error(`chunk ${ref.path} of ${this.url} has no meta.json`)
+    return JSON.parse(text)
+  }
+
+  async chunkFiles(ref: ChunkRef): Promise<ChunkFile[]> {
+    const dir = this.key(ref.path) + '/'
+    return (await listObjects(this.bucket, dir)).map((o) => ({ name: o.key.slice(dir.length), size: o.size })).filter((f) => f.name && !f.name.includes('/'))
+  }
+
+  localDir(): undefined {
+    return undefined
+  }
+
+  download(ref: ChunkRef, file: string, dest: string, signal?: AbortSignal): Promise<DownloadResult> {
+    return downloadObject(this.bucket, this.key(ref.path, file), dest, signal)
+  }
+}
+
+async function readJson<T>(file: string): Promise<T | undefined> {
+  try {
+    return JSON.parse(await readFile(file, 'utf8'))
+  } catch (e: any) {
+    if (e.code === 'ENOENT') return undefined
+    throw e
+  }
+}
+
+async function isFile(p: string): Promise<boolean> {
+  try {
+    return (await stat(p)).isFile()
+  } catch {
+    return false
+  }
+}
+
+export async function sha256File(file: string): Promise<string> {
+  const hash = createHash('sha256')
+  await pipeline(createReadStream(file), hash)
+  return hash.digest('hex')
+}

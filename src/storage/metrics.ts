@@ -1,0 +1,39 @@
+import { Counter, Gauge } from 'prom-client'
+import { registry } from '../metrics.js'
+
+/* Metrics of a worker's chunk cache (labelled by worker: several may run in one process). */
+
+export const downloadBytes = new Counter({
+  name: 'block_archive_worker_download_bytes_total',
+  help: 'Bytes of chunk files downloaded from storage into the cache',
+  labelNames: ['worker'] as const,
+  registers: [registry],
+})
+
+export const downloadSeconds = new Counter({
+  name: 'block_archive_worker_download_seconds_total',
+  help: 'Time spent downloading chunks (per chunk, from the first request to the verified folder)',
+  labelNames: ['worker'] as const,
+  registers: [registry],
+})
+
+export const cacheBytes = new Gauge({
+  name: 'block_archive_worker_cache_bytes',
+  help: 'Bytes of chunks in the cache',
+  labelNames: ['worker'] as const,
+  registers: [registry],
+})
+
+export const cacheEvictions = new Counter({
+  name: 'block_archive_worker_cache_evictions_total',
+  help: 'Chunks deleted from the cache: no longer assigned, or to make room',
+  labelNames: ['worker', 'reason'] as const,
+  registers: [registry],
+})
+
+export const cacheCorrupt = new Counter({
+  name: 'block_archive_worker_cache_corrupt_total',
+  help: 'Cached chunk files found changed on disk (the chunk is not served and is downloaded again)',
+  labelNames: ['worker'] as const,
+  registers: [registry],
+})

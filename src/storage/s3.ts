@@ -1,0 +1,213 @@
+import { createHash } from 'node:crypto'
+import { createReadStream, createWriteStream } from 'node:fs'
+import { open, stat } from 'node:fs/promises'
+import { Readable, Transform } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
+  CreateMultipartUploadCommand,
+  DeleteObjectsCommand,
+  GetObjectCommand,
+  ListMultipartUploadsCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3'
+
+/*
+ * The object-storage half of the storage layer: `s3://bucket/prefix` URLs, one S3 client per
+ * process configured by the standard AWS variables (AWS_ENDPOINT_URL, AWS_REGION,
+ * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), path-style addressing when a custom endpoint is given
+ * (MinIO, R2, s3rver), and the few operations the archive needs: list, read, upload, delete.
+ */
+
+export interface S3Location {
+  bucket: string
+  /** Key prefix without leading or trailing slash ('' for the bucket root). */
+  prefix: string
+}
+
+export function isS3Url(url: string): boolean {
+  return /^s3:\/\//i.test(url)
+}
+
+export function parseS3Url(url: string): S3Location {
+  const m = /^s3:\/\/([^/]+)\/?(.*)$/i.exec(url)
+  if (!m || !m[1]) throw new Error(`not an s3://bucket/prefix URL: ${url}`)
+  return { bucket: m[1], prefix: m[2].replace(/\/+$/, '').replace(/^\/+/, '') }
+}
+
+export function s3Url(loc: S3Location): string {
+  return `s3://${loc.bucket}${loc.prefix ? '/' + loc.prefix : ''}`
+}
+
+/** `prefix/key` without doubled slashes. */
+export function joinKey(...parts: string[]): string {
+  return parts.filter(Boolean).map((p) => p.replace(/^\/+|\/+$/g, '')).filter(Boolean).join('/')
+}
+
+let shared: S3Client | undefined
+
+/** The process's S3 client (created on first use, so that tests can set the variables first). */
+export function s3Client(): S3Client {
+  if (shared) return shared
+  // The SDK version the lock file pins runs on Node 20; its notice about later versions is not for our users.
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true'
+  const endpoint = process.env.AWS_ENDPOINT_URL || process.env.AWS_ENDPOINT_URL_S3 || undefined
+  shared = new S3Client({
+    region: process.env.AWS_REGION || process.env.AWS_DEFAULT_REGION || 'us-east-1',
+    ...(endpoint ? { endpoint, forcePathStyle: true } : {}),
+    // Custom endpoints (s3rver, older MinIO) do not all accept the newer default checksums.
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
+  })
+  return shared
+}
+
+/** Forget the shared client (tests that start a new S3 server on another port). */
+export function resetS3Client(): void {
+  shared?.destroy()
+  shared = undefined
+}
+
+export interface ObjectInfo {
+  key: string
+  size: number
+}
+
+/** Every object under `prefix` (recursively), in key order; with `startAfter`, only keys after it. */
+export async function listObjects(bucket: string, prefix: string, startAfter?: string): Promise<ObjectInfo[]> {
+  const out: ObjectInfo[] = []
+  let token: string | undefined
+  do {
+    const r = await s3Client().send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token, StartAfter: token ? undefined : startAfter }))
+    for (const o of r.Contents ?? []) if (o.Key) out.push({ key: o.Key, size: Number(o.Size ?? 0) })
+    token = r.IsTruncated ? r.NextContinuationToken : undefined
+  } while (token)
+  return out
+}
+
+/** The "folders" directly under `prefix` (which should end with '/'), without the prefix and slash. */
+export async function listFolders(bucket: string, prefix: string): Promise<string[]> {
+  const out: string[] = []
+  let token: string | undefined
+  do {
+    const r = await s3Client().send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, Delimiter: '/', ContinuationToken: token }))
+    for (const p of r.CommonPrefixes ?? []) if (p.Prefix) out.push(p.Prefix.slice(prefix.length).replace(/\/$/, ''))
+    token = r.IsTruncated ? r.NextContinuationToken : undefined
+  } while (token)
+  return out.sort()
+}
+
+function isMissing(e: any): boolean {
+  return e?.name === 'NoSuchKey' || e?.name === 'NotFound' || e?.$metadata?.httpStatusCode === 404
+}
+
+/** The object's text, or undefined when it does not exist. */
+export async function getText(bucket: string, key: string, signal?: AbortSignal): Promise<string | undefined> {
+  try {
+    const r = await s3Client().send(new GetObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal })
+    return await r.Body!.transformToString('utf8')
+  } catch (e) {
+    if (isMissing(e)) return undefined
+    throw e
+  }
+}
+
+export interface DownloadResult {
+  bytes: number
+  sha256: string
+}
+
+/** Stream an object into a local file, hashing it on the way. */
+export async function downloadObject(bucket: string, key: string, dest: string, signal?: AbortSignal): Promise<DownloadResult> {
+  const r = await s3Client().send(new GetObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal })
+  const hash = createHash('sha256')
+  let bytes = 0
+  const tap = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      hash.update(chunk)
+      bytes += chunk.length
+      done(null, chunk)
+    },
+  })
+  await pipeline(r.Body as Readable, tap, createWriteStream(dest), { signal })
+  return { bytes, sha256: hash.digest('hex') }
+}
+
+export async function putText(bucket: string, key: string, text: string, signal?: AbortSignal): Promise<void> {
+  await s3Client().send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: text, ContentType: 'application/json' }), { abortSignal: signal })
+}
+
+/** Files above this size are uploaded in parts (env BLOCK_ARCHIVE_S3_PART_MB sets the part size). */
+export function partBytes(): number {
+  const mb = Number(process.env.BLOCK_ARCHIVE_S3_PART_MB ?? 16)
+  return Math.max(5, Number.isFinite(mb) ? mb : 16) * 1024 * 1024
+}
+
+/**
+ * Upload a local file: one PUT when small, else a multipart upload with `partBytes()` parts read one
+ * at a time (memory stays at one part). A failed multipart upload is aborted so no parts linger.
+ */
+export async function uploadFile(bucket: string, key: string, file: string, part = partBytes()): Promise<number> {
+  const { size } = await stat(file)
+  if (size <= part) {
+    await s3Client().send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: createReadStream(file), ContentLength: size }))
+    return size
+  }
+  const { UploadId } = await s3Client().send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }))
+  const parts: { ETag: string; PartNumber: number }[] = []
+  const fh = await open(file, 'r')
+  try {
+    for (let offset = 0, n = 1; offset < size; offset += part, n++) {
+      const buf = Buffer.alloc(Math.min(part, size - offset))
+      await fh.read(buf, 0, buf.length, offset)
+      const r = await s3Client().send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId, PartNumber: n, Body: buf, ContentLength: buf.length }))
+      parts.push({ ETag: r.ETag!, PartNumber: n })
+    }
+    await s3Client().send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId, MultipartUpload: { Parts: parts } }))
+  } catch (e) {
+    await s3Client().send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId })).catch(() => undefined)
+    throw e
+  } finally {
+    await fh.close()
+  }
+  return size
+}
+
+export async function deleteObjects(bucket: string, keys: string[]): Promise<void> {
+  for (let i = 0; i < keys.length; i += 1000) {
+    const batch = keys.slice(i, i + 1000)
+    await s3Client().send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }))
+  }
+}
+
+/**
+ * Abort the multipart uploads under `prefix` that were started and never completed (their parts are
+ * stored, and billed, until aborted). Returns how many, or undefined when the server cannot list
+ * them (s3rver answers NotImplemented).
+ */
+export async function abortMultipartUploads(bucket: string, prefix: string): Promise<number | undefined> {
+  let aborted = 0
+  let keyMarker: string | undefined
+  let uploadIdMarker: string | undefined
+  for (;;) {
+    let r
+    try {
+      r = await s3Client().send(new ListMultipartUploadsCommand({ Bucket: bucket, Prefix: prefix, KeyMarker: keyMarker, UploadIdMarker: uploadIdMarker }))
+    } catch (e: any) {
+      if (e?.name === 'NotImplemented' || e?.$metadata?.httpStatusCode === 501) return undefined
+      throw e
+    }
+    for (const u of r.Uploads ?? []) {
+      if (!u.Key || !u.UploadId) continue
+      await s3Client().send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: u.Key, UploadId: u.UploadId }))
+      aborted++
+    }
+    if (!r.IsTruncated) return aborted
+    keyMarker = r.NextKeyMarker
+    uploadIdMarker = r.NextUploadIdMarker
+  }
+}
