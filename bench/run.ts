@@ -114,6 +114,14 @@ program
   .option('--compression <mode>', COMPRESSION_HELP, 'auto')
   .action(async (o) => (await import('./anvil.js')).runAnvil(o))
 
+program
+  .command('s3')
+  .description('object storage: publish to a loopback S3 server, worker start to routable, download rate, sync vs a local folder')
+  .option('--blocks <n>', 'dataset size in blocks (generated once, cached)', int, 1000)
+  .option('--workers <n>', 'worker processes', int, 3)
+  .option('--shape <name>', 'query of the sync', 'all tx+logs')
+  .action(async (o) => (await import('./s3.js')).runS3(o))
+
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
 const ALL: string[][] = [
   ['generate', '--blocks', '1000', '--force'],
@@ -125,6 +133,7 @@ const ALL: string[][] = [
   ['memory'],
   ['scaling'],
   ['anvil'],
+  ['s3'],
 ]
 
 program

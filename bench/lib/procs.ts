@@ -62,6 +62,12 @@ export interface WorkerFlags {
   /** `--compression` of the workers (default auto: none for these loopback clients). */
   compression?: string
   sliceMb?: number
+  /** Each worker's `--cache` folder (datasets in object storage); without it workers read `data` in place. */
+  cache?: (index: number) => string
+  /** Extra environment of every process (e.g. the S3 endpoint). */
+  env?: Record<string, string>
+  /** Dataset name (default: read from `data`/dataset.json). */
+  dataset?: string
 }
 
 export interface Deployment {
@@ -84,7 +90,7 @@ export async function deploy(data: string, workers: number, flags: WorkerFlags =
     })))
   }
   try {
-    const router = await startCli(['router', '--data', data, '--port', '0', '--heartbeat-ms', String(heartbeatMs), '--relist-ms', '1000'], 'router')
+    const router = await startCli(['router', '--data', data, '--port', '0', '--heartbeat-ms', String(heartbeatMs), '--relist-ms', '1000'], 'router', flags.env)
     procs.push(router)
     const extra: string[] = []
     if (flags.concurrency) extra.push('--concurrency', String(flags.concurrency))
@@ -93,10 +99,11 @@ export async function deploy(data: string, workers: number, flags: WorkerFlags =
     if (flags.maxResponseBytes) extra.push('--max-response-bytes', String(flags.maxResponseBytes))
     if (flags.compression) extra.push('--compression', flags.compression)
     if (flags.sliceMb) extra.push('--slice-mb', String(flags.sliceMb))
-    const ws = await Promise.all(Array.from({ length: workers }, () =>
-      startCli(['worker', '--router', router.url, '--data', data, '--heartbeat-ms', String(heartbeatMs), ...extra], 'worker')))
+    const where = (i: number) => (flags.cache ? ['--cache', flags.cache(i), '--id', `w${i}`] : ['--data', data])
+    const ws = await Promise.all(Array.from({ length: workers }, (_, i) =>
+      startCli(['worker', '--router', router.url, ...where(i), '--heartbeat-ms', String(heartbeatMs), ...extra], 'worker', flags.env)))
     procs.push(...ws)
-    const name = JSON.parse(readFileSync(path.join(data, 'dataset.json'), 'utf8')).name as string
+    const name = flags.dataset ?? (JSON.parse(readFileSync(path.join(data, 'dataset.json'), 'utf8')).name as string)
     await waitReady(router.url, name, workers)
     return { router, workers: ws, base: `${router.url}/datasets/${name}`, stop }
   } catch (e) {

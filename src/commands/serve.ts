@@ -185,6 +185,7 @@ export function registerServe(program: Command): void {
     .description('run one worker that registers with a router and serves the chunks it is assigned')
     .addOption(opt('--router <url>', 'router base URL, e.g. http://127.0.0.1:8080; datasets and their storage URLs come from it', 'BLOCK_ARCHIVE_ROUTER').makeOptionMandatory())
     .addOption(opt('--cache <folder>', 'where chunks of datasets in object storage are downloaded (kept across restarts); datasets in a folder on this machine are read in place', 'BLOCK_ARCHIVE_CACHE'))
+    .addOption(opt('--data <url>', 'read datasets from here instead of the locations the router announces (e.g. the same folder mounted at another path), repeatable', 'BLOCK_ARCHIVE_DATA', collect))
     .addOption(cacheGbOption())
     .addOption(hostOption())
     .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_WORKER_PORT', int(0), 0))
@@ -194,7 +195,7 @@ export function registerServe(program: Command): void {
   workerOptions(worker)
   worker.action(async (o) => {
     const server = new WorkerServer({
-      storage: new ArchiveStorage({ cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker' }) : undefined }),
+      storage: new ArchiveStorage({ roots: o.data, cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker' }) : undefined }),
       routerUrl: o.router.replace(/\/+$/, ''),
       id: o.id,
       publicUrl: o.publicUrl,

@@ -91,8 +91,9 @@ export class ArchiveStorage implements ChunkStorage {
     return [...byName.values()].sort((a, b) => a.name.localeCompare(b.name))
   }
 
+  /** Ignored when this storage was given its own locations (a worker with `--data`: the same data mounted elsewhere). */
   useDatasets(list: DatasetAnnouncement[]): void {
-    this.announced = list
+    if (!this.opts.roots?.length && !this.opts.datasets?.length) this.announced = list
   }
 
   async listChunks(dataset: string): Promise<ChunkRef[]> {

@@ -232,9 +232,10 @@ export class WorkerNode {
     }
     for (const ds of this.datasets.values()) {
       ds.desired = desired[ds.name] ?? []
-      const lastDesired = ds.desired.at(-1)?.[1] ?? -1
-      // The router knows chunks this worker has not listed yet: list again.
-      if (lastDesired > (ds.listing.at(-1)?.last ?? -1)) ds.listing = await this.opts.storage.listChunks(ds.name)
+      // The router knows chunks this worker has not listed yet (new ones at the end, or one put back
+      // where a chunk was missing): the listed chunks do not cover the desired ranges. List again.
+      const covered = mergeRanges(ds.listing.filter((c) => rangesContain(ds.desired, c.first, c.last)))
+      if (JSON.stringify(covered) !== JSON.stringify(ds.desired)) ds.listing = await this.opts.storage.listChunks(ds.name)
     }
   }
 
@@ -264,6 +265,8 @@ export class WorkerNode {
       const todo = ds.listing.filter((ref) => !ds.held.has(ref.path) && rangesContain(ds.desired, ref.first, ref.last))
       const fetchOne = async () => {
         for (let ref = todo.shift(); ref && !this.stopped; ref = todo.shift()) {
+          // The router may have changed its mind while earlier chunks downloaded (workers registering one by one).
+          if (!rangesContain(ds.desired, ref.first, ref.last)) continue
           try {
             const dir = await this.opts.storage.fetchChunk(ds.name, ref)
             ds.held.set(ref.path, { ref, dir, leases: 0 })
