@@ -1,11 +1,11 @@
 import { createWriteStream, type WriteStream } from 'node:fs'
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { INTEGER, LIST, VARCHAR, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api'
 import { connect, ident, lit } from '../db.js'
 import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
-import { chunkPath, shortHash, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
+import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
 
 /** A row of one table: column name → value (JSON-serialisable; arrays for list columns). */
 export type Row = Record<string, unknown>
@@ -53,8 +53,8 @@ export interface FinishTimes {
  * Builds one chunk: the rows of its blocks are kept as they arrive (the bound on a chunk's size,
  * `bytes`, is also the bound on the memory it holds), then `finish` sorts each table in JS, hands the
  * rows to DuckDB with its Appender (typed values, no text round trip), writes a zstd Parquet file per
- * table into a temp folder and renames the whole folder into place, so a reader never sees a
- * partial chunk.
+ * table into a temp folder, lists each file's size and SHA-256 in meta.json (`files`) and renames the
+ * whole folder into place, so a reader never sees a partial chunk.
  */
 export class ChunkBuilder {
   private readonly tmpDir: string
@@ -156,6 +156,7 @@ export class ChunkBuilder {
       blockCount: this.blockCount,
       tables: this.tables,
       rows: Object.fromEntries(this.tables.map((t) => [t, this.rowCounts.get(t) ?? 0])),
+      files: await this.manifest(),
     }
     await writeFile(path.join(this.tmpDir, 'meta.json'), JSON.stringify(meta, null, 2))
     const rel = chunkPath(top, this.first, this.last, shortHash(this.lastHash))
@@ -163,6 +164,15 @@ export class ChunkBuilder {
     await mkdir(path.dirname(dest), { recursive: true })
     await rename(this.tmpDir, dest)
     return parseChunkPath(rel)!
+  }
+
+  /** Size and SHA-256 of each Parquet file; anything else in the folder (an NDJSON temp file) is a bug. */
+  private async manifest(): Promise<Record<string, ChunkFileInfo>> {
+    const names = (await readdir(this.tmpDir)).sort()
+    const stray = names.filter((n) => !n.endsWith('.parquet'))
+    if (stray.length) throw new Error(`unexpected files in the chunk being finished (${this.tmpDir}): ${stray.join(', ')}`)
+    const infos = await Promise.all(names.map((n) => hashFile(path.join(this.tmpDir, n))))
+    return Object.fromEntries(names.map((n, i) => [n, infos[i]]))
   }
 
   async abort(): Promise<void> {

@@ -4,6 +4,7 @@ import { DEFAULT_CHUNK_BLOCKS, runIngest } from '../ingest/loop.js'
 import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
 import { ReplayServer } from '../ingest/replay.js'
 import { log } from '../log.js'
+import { isS3Url } from '../storage/s3.js'
 import { choice, int, opt } from './options.js'
 
 /*
@@ -47,8 +48,8 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https; ws/wss for substrate)', 'BLOCK_ARCHIVE_RPC'))
     .addOption(opt('--sidecar <url>', 'substrate: read decoded blocks from a Substrate API Sidecar instead of the node (GET /blocks/{n}); see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_SIDECAR'))
     .addOption(opt('--decoded-dir <folder>', 'substrate: read blocks decoded by polkadot-api, as JSON files (<anything>.json[.gz], one block each, numbered by their content) from this folder instead of the node; see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_DECODED_DIR'))
-    .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json in the output folder', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
-    .addOption(opt('--out <folder>', 'dataset folder (created if missing); s3:// targets are not supported yet', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
+    .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json at the root of --out', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
+    .addOption(opt('--out <folder|s3://bucket/prefix>', 'dataset folder (created if missing) or object-storage prefix (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; see docs/ingest.md)', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
     .addOption(opt('--from <n>', 'first block (default: after the last chunk in --out, else 0)', 'BLOCK_ARCHIVE_FROM', int(0)))
     .addOption(opt('--to <n>', 'last block; waits for the head to reach it (default: the confirmed head at the time it is reached)', 'BLOCK_ARCHIVE_TO', int(0)))
     .addOption(opt('--follow', 'keep following the head (stays --confirmations behind it) until stopped', 'BLOCK_ARCHIVE_FOLLOW').default(false))
@@ -75,7 +76,7 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--db-threads <n>', 'DuckDB threads for Parquet encoding (default: all cores)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
     .addOption(opt('--db-memory <size>', 'DuckDB memory limit, e.g. 2GB', 'BLOCK_ARCHIVE_DB_MEMORY'))
     .action(async (o) => {
-      if (/^s3:\/\//i.test(o.out)) throw new InvalidArgumentError('--out s3://… is not supported yet; write to a local folder and copy it')
+      if (isS3Url(o.out) && !/^s3:\/\/[^/]+/i.test(o.out)) throw new InvalidArgumentError(`--out ${o.out}: expected s3://bucket or s3://bucket/prefix`)
       if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new InvalidArgumentError('--blocks cannot be combined with --from, --to or --follow')
       if (o.follow && o.to != null) throw new InvalidArgumentError('--follow and --to exclude each other')
       const starknet = o.family === 'starknet'
@@ -130,7 +131,8 @@ export function registerIngest(program: Command): void {
           `${(r.blocks / secs).toFixed(1)} blocks/s, ${(rows / secs).toFixed(0)} rows/s ` +
           `(${Object.entries(r.rows).map(([t, n]) => `${n} ${t}`).join(', ') || 'no rows'}); ` +
           `RPC: ${r.rpc.requests} requests, ${r.rpc.calls} calls, ${r.rpc.retries} retries, ${(r.rpc.bytes / 1e6).toFixed(1)} MB; ` +
-          `last block in the dataset: ${r.last}`,
+          `last block in the dataset: ${r.last}` +
+          (r.upload ? `; uploaded ${(r.upload.bytes / 1e6).toFixed(1)} MB in ${r.upload.chunks} chunks` : ''),
       )
     })
 

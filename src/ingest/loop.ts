@@ -1,6 +1,5 @@
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { listLocalChunks, nextTop, readChunkMeta, readDatasetMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { nextTop, type ChunkRef } from '../chunks/layout.js'
 import { ChunkBuilder } from '../chunks/writer.js'
 import { log } from '../log.js'
 import { availableParallelism } from 'node:os'
@@ -11,11 +10,16 @@ import { BlockNotAvailable, type BlockSource, type RowsBatch } from './source.js
 import { createSource, type SourceSpec } from './sources.js'
 import { IngestProgress, type ProgressMode } from './progress.js'
 import { newTransferStats, type RpcClientOptions } from './rpc.js'
+import type { LeaseOptions } from './s3-lease.js'
+import { ingestTarget, type UploadStats } from './target.js'
+
+export { DatasetLocked, LeaseLost } from './locked.js'
 
 /*
  * The ingest loop: resume after the last complete chunk, fetch blocks concurrently (in order),
  * check continuity (parentHash = previous block's hash), normalise, and cut chunks bounded by block
- * count and bytes; each chunk appears atomically (ChunkBuilder: temp folder, then rename).
+ * count and bytes; each chunk appears atomically (ChunkBuilder: temp folder, then rename; in object
+ * storage, blocks.parquet uploaded last: target.ts).
  */
 
 export interface IngestOptions {
@@ -25,8 +29,10 @@ export interface IngestOptions {
   rpc?: string
   /** Dataset name (written to dataset.json). */
   dataset: string
-  /** Dataset folder. */
+  /** Dataset folder, or `s3://bucket/prefix`. */
   out: string
+  /** `s3://` targets: timing of the lease that keeps other ingests out (s3-lease.ts). */
+  lease?: LeaseOptions
   /** First block (default: after the last chunk, or 0). */
   from?: number
   /** Last block (default: the confirmed head, or forever with `follow`). */
@@ -94,6 +100,8 @@ export interface IngestResult {
   rpc: { requests: number; calls: number; retries: number; bytes: number; parseMs: number }
   /** Where the time went (ms; stages overlap: chunks are encoded while the next blocks are fetched). */
   stages: IngestStages
+  /** `s3://` targets: the chunk uploads of this run. */
+  upload?: UploadStats
 }
 
 export interface IngestStages {
@@ -121,9 +129,6 @@ export function defaultWorkers(): number {
 /** The chain does not continue where we are: a reorg deeper than the confirmation depth, or a wrong dataset. */
 export class ReorgError extends Error {}
 
-/** Another ingest process holds the dataset folder. */
-export class DatasetLocked extends Error {}
-
 const MiB = 1024 * 1024
 
 /**
@@ -148,18 +153,16 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new Error('a block list cannot be combined with --from, --to or --follow')
   if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
 
-  await mkdir(o.out, { recursive: true })
   const connection: Omit<RpcClientOptions, 'url'> = { concurrency, attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs }
   const spec = sourceSpec(o, batchSize, connection)
-  await ensureDatasetMeta(o.out, { name: o.dataset, family: spec.family })
-  const unlock = await lock(o.out)
+  const target = ingestTarget(o.out, { lease: o.lease })
+  await target.open({ name: o.dataset, family: spec.family })
   try {
-    await removeStaleTemps(o.out)
-    const written = await listLocalChunks(o.out)
+    const written = await target.listChunks()
     let prev: { number: number; hash: string; where: string } | undefined
     const lastChunk = written[written.length - 1]
     if (lastChunk) {
-      const meta = await readChunkMeta(o.out, lastChunk)
+      const meta = await target.readChunkMeta(lastChunk)
       prev = { number: meta.last, hash: meta.lastHash.toLowerCase(), where: `chunk ${lastChunk.path}` }
     }
 
@@ -184,23 +187,29 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const progress = new IngestProgress(o.progress ?? 'auto')
     const stages: IngestStages = { fetchWaitMs: 0, normalizeMs: 0, addBlockMs: 0, finishWaitMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0, cpuMs: 0 }
     const cpu0 = process.cpuUsage()
-    const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: transfer, stages }
+    const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: transfer, stages, ...(target.upload ? { upload: target.upload } : {}) }
     let rowTotal = 0
     const tables = source.tables()
     const extraMeta = { dataset: o.dataset, sources: source.describe() }
     let builder: ChunkBuilder | undefined
+    /** Last block of the latest chunk (written or being written): the next chunk's `previousLast`, which lets the router tell a missing chunk from a deliberate jump. */
+    let chunkEnd = written.at(-1)?.last ?? -1
     let openedAt = 0
     let pending: Promise<void> | undefined
+    /** A chunk that failed to be written or published: the loop stops at the next batch instead of at the next flush. */
+    let pendingError: unknown
 
     const flush = async () => {
       const b = builder
       if (!b) return
       builder = undefined
+      chunkEnd = b.last
       const t0 = performance.now()
       if (pending) await pending // one chunk encodes while the next one fills
       stages.finishWaitMs += performance.now() - t0
       const top = nextTop(written, b.first, topDirSize)
-      pending = b.finish(top).then((ref) => {
+      // finish and publish run while the next chunk fills; the next flush waits for them, so chunks appear in order
+      pending = b.finish(top).then((ref) => target.publish(ref)).then((ref) => {
         stages.sortMs += b.times.sortMs
         stages.appendMs += b.times.appendMs
         stages.parquetMs += b.times.parquetMs
@@ -209,7 +218,9 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
         log.info({ chunk: ref.path, blocks: b.blockCount }, 'chunk written')
         o.onChunk?.(ref)
       })
-      pending.catch(() => undefined)
+      pending.catch((e) => {
+        pendingError ??= e
+      })
     }
 
     const continuing = (f: { number: number; hash: string; parentHash: string }) => {
@@ -237,6 +248,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
           let t0 = performance.now()
           const next = await batches.next()
           stages.fetchWaitMs += performance.now() - t0
+          if (pendingError) throw pendingError
           if (next.done) break
           const batch = next.value
           stages.normalizeMs += batch.normalizeMs
@@ -244,7 +256,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
             continuing(f)
             const rows = f.rows
             if (!builder) {
-              builder = new ChunkBuilder(source.family, o.out, tables, { extraMeta })
+              builder = new ChunkBuilder(source.family, target.buildRoot, tables, { extraMeta: { ...extraMeta, previousLast: chunkEnd } })
               openedAt = performance.now()
             }
             t0 = performance.now()
@@ -286,7 +298,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     log.info({ blocks: result.blocks, elapsedMs: Math.round(result.elapsedMs), parseMs: Math.round(transfer.parseMs), ...Object.fromEntries(Object.entries(stages).map(([k, v]) => [k, Math.round(v)])) }, 'ingest stages')
     return result
   } finally {
-    await unlock()
+    await target.close()
   }
 }
 
@@ -422,53 +434,4 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     }
     signal?.addEventListener('abort', done, { once: true })
   })
-}
-
-async function ensureDatasetMeta(dir: string, want: DatasetMeta): Promise<void> {
-  const have = await readDatasetMeta(dir)
-  if (have) {
-    if (have.name !== want.name || have.family !== want.family) {
-      throw new Error(`${dir} holds dataset ${JSON.stringify(have)}, not ${JSON.stringify(want)}`)
-    }
-    return
-  }
-  const tmp = path.join(dir, `.dataset.json.${process.pid}`)
-  await writeFile(tmp, JSON.stringify(want, null, 2) + '\n')
-  await rename(tmp, path.join(dir, 'dataset.json'))
-}
-
-/** `.ingest.lock` holds the pid of the ingest writing the folder; a dead holder's lock is taken over. */
-async function lock(dir: string): Promise<() => Promise<void>> {
-  const file = path.join(dir, '.ingest.lock')
-  for (let i = 0; i < 2; i++) {
-    try {
-      await writeFile(file, String(process.pid), { flag: 'wx' })
-      return () => rm(file, { force: true })
-    } catch (e: any) {
-      if (e.code !== 'EEXIST') throw e
-      const pid = Number((await readFile(file, 'utf8').catch(() => '')).trim())
-      if (pid && pid !== process.pid && alive(pid)) throw new DatasetLocked(`another ingest (pid ${pid}) is writing ${dir}`)
-      await rm(file, { force: true })
-    }
-  }
-  throw new DatasetLocked(`could not lock ${dir}`)
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (e: any) {
-    return e.code === 'EPERM'
-  }
-}
-
-/** Temp folders of chunks whose writer died (killed mid-chunk). */
-async function removeStaleTemps(dir: string): Promise<void> {
-  for (const name of await readdir(dir)) {
-    if (name.startsWith('.tmp-')) {
-      log.info({ folder: name }, 'removing an unfinished chunk left by an earlier run')
-      await rm(path.join(dir, name), { recursive: true, force: true })
-    }
-  }
 }

@@ -32,9 +32,9 @@ export function startCli(args: string[], prefixes: string[], env: Record<string,
 }
 
 /** Run a command to its end. */
-export function runCli(args: string[], stdin?: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runCli(args: string[], stdin?: string, env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args], { stdio: ['pipe', 'pipe', 'pipe'] })
+    const child = spawn(process.execPath, [CLI, ...args], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } })
     children.add(child)
     let stdout = ''
     let stderr = ''

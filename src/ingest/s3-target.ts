@@ -1,0 +1,151 @@
+import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { parseChunkPath, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { log } from '../log.js'
+import { abortMultipartUploads, deleteObjects, getText, joinKey, listObjects, parseS3Url, putText, s3Url, uploadFile, type S3Location } from '../storage/s3.js'
+import { S3Lease, type LeaseOptions } from './s3-lease.js'
+import type { IngestTarget, UploadStats } from './target.js'
+
+/*
+ * Ingest into `s3://bucket/prefix`. Chunks are built in a local staging folder, then uploaded: the
+ * Parquet files but blocks.parquet (a few at a time), meta.json, and blocks.parquet last. As in a
+ * local folder, a chunk exists for readers exactly when its blocks.parquet does, so a reader never
+ * sees a partial chunk and a killed upload leaves a folder without blocks.parquet, which the next
+ * ingest deletes. The loop publishes one chunk at a time, in order.
+ */
+
+export interface S3TargetOptions {
+  lease?: LeaseOptions
+  /** Files of one chunk uploaded at once (default 3). */
+  uploadConcurrency?: number
+}
+
+/** A chunk folder found in the bucket: its objects, and whether blocks.parquet is among them. */
+interface ChunkObjects {
+  ref: ChunkRef
+  keys: string[]
+  complete: boolean
+}
+
+export class S3IngestTarget implements IngestTarget {
+  readonly where: string
+  buildRoot = ''
+  readonly upload: UploadStats = { chunks: 0, bytes: 0, ms: 0 }
+  private readonly loc: S3Location
+  private readonly lease: S3Lease
+  private readonly concurrency: number
+
+  constructor(url: string, o: S3TargetOptions = {}) {
+    this.loc = parseS3Url(url)
+    this.where = s3Url(this.loc)
+    this.lease = new S3Lease(this.loc.bucket, this.key('.ingest-lease.json'), this.where, o.lease)
+    this.concurrency = Math.max(1, o.uploadConcurrency ?? 3)
+  }
+
+  async open(want: DatasetMeta): Promise<void> {
+    await this.ensureDatasetMeta(want)
+    await this.lease.acquire()
+    try {
+      await this.removeLeftovers()
+      this.buildRoot = await mkdtemp(path.join(tmpdir(), 'ba-ingest-s3-'))
+    } catch (e) {
+      await this.lease.release()
+      throw e
+    }
+  }
+
+  async listChunks(): Promise<ChunkRef[]> {
+    const chunks = [...(await this.scan()).values()].filter((c) => c.complete).map((c) => c.ref)
+    chunks.sort((a, b) => a.first - b.first)
+    for (let i = 1; i < chunks.length; i++) {
+      if (chunks[i].first <= chunks[i - 1].last) throw new Error(`overlapping chunks in ${this.where}: ${chunks[i - 1].path} and ${chunks[i].path}`)
+    }
+    return chunks
+  }
+
+  async readChunkMeta(ref: ChunkRef): Promise<ChunkMeta> {
+    const text = await getText(this.loc.bucket, this.key(ref.path, 'meta.json'))
+    if (text == null) throw new Error(`chunk ${ref.path} of ${this.where} has no meta.json`)
+    return JSON.parse(text)
+  }
+
+  async publish(ref: ChunkRef): Promise<ChunkRef> {
+    const t0 = performance.now()
+    const dir = path.join(this.buildRoot, ref.path)
+    const names = await readdir(dir)
+    if (!names.includes('blocks.parquet') || !names.includes('meta.json')) throw new Error(`chunk ${ref.path} was not built completely (${names.join(', ')})`)
+    await this.lease.check()
+    let bytes = 0
+    const put = async (name: string) => {
+      const size = await uploadFile(this.loc.bucket, this.key(ref.path, name), path.join(dir, name))
+      bytes += size // not `bytes += await …`: that reads `bytes` before the parallel uploads add to it
+    }
+    await inParallel(names.filter((n) => n !== 'blocks.parquet' && n !== 'meta.json'), this.concurrency, put)
+    await put('meta.json')
+    await this.lease.check() // the next upload makes the chunk visible
+    await put('blocks.parquet')
+    await rm(dir, { recursive: true, force: true })
+    const ms = performance.now() - t0
+    this.upload.chunks++
+    this.upload.bytes += bytes
+    this.upload.ms += ms
+    log.info({ chunk: ref.path, bytes, ms: Math.round(ms) }, 'chunk uploaded')
+    return ref
+  }
+
+  async close(): Promise<void> {
+    await this.lease.release()
+    if (this.buildRoot) await rm(this.buildRoot, { recursive: true, force: true })
+  }
+
+  private key(...parts: string[]): string {
+    return joinKey(this.loc.prefix, ...parts)
+  }
+
+  private async ensureDatasetMeta(want: DatasetMeta): Promise<void> {
+    const text = await getText(this.loc.bucket, this.key('dataset.json'))
+    if (text != null) {
+      const have: DatasetMeta = JSON.parse(text)
+      if (have.name !== want.name || have.family !== want.family) throw new Error(`${this.where} holds dataset ${JSON.stringify(have)}, not ${JSON.stringify(want)}`)
+      return
+    }
+    await putText(this.loc.bucket, this.key('dataset.json'), JSON.stringify(want, null, 2) + '\n')
+  }
+
+  /** The chunk folders under the prefix, complete or not, by path. */
+  private async scan(): Promise<Map<string, ChunkObjects>> {
+    const base = this.loc.prefix ? this.loc.prefix + '/' : ''
+    const folders = new Map<string, ChunkObjects>()
+    for (const o of await listObjects(this.loc.bucket, base)) {
+      const parts = o.key.slice(base.length).split('/')
+      if (parts.length !== 3) continue
+      const ref = parseChunkPath(`${parts[0]}/${parts[1]}`)
+      if (!ref) continue
+      let folder = folders.get(ref.path)
+      if (!folder) folders.set(ref.path, (folder = { ref, keys: [], complete: false }))
+      folder.keys.push(o.key)
+      if (parts[2] === 'blocks.parquet') folder.complete = true
+    }
+    return folders
+  }
+
+  /** Chunk folders of an interrupted upload (no blocks.parquet), and multipart uploads never completed. */
+  private async removeLeftovers(): Promise<void> {
+    for (const folder of (await this.scan()).values()) {
+      if (folder.complete) continue
+      log.info({ chunk: folder.ref.path, objects: folder.keys.length, dataset: this.where }, 'removing an unfinished chunk upload left by an earlier run')
+      await deleteObjects(this.loc.bucket, folder.keys)
+    }
+    const aborted = await abortMultipartUploads(this.loc.bucket, this.loc.prefix ? this.loc.prefix + '/' : '')
+    if (aborted) log.info({ uploads: aborted, dataset: this.where }, 'aborted multipart uploads left by an earlier run')
+  }
+}
+
+async function inParallel<T>(items: T[], limit: number, f: (item: T) => Promise<void>): Promise<void> {
+  let next = 0
+  const run = async () => {
+    while (next < items.length) await f(items[next++])
+  }
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, run))
+}

@@ -1,0 +1,138 @@
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { listLocalChunks, readChunkMeta, readDatasetMeta, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { log } from '../log.js'
+import { isS3Url } from '../storage/s3.js'
+import { DatasetLocked } from './locked.js'
+import type { LeaseOptions } from './s3-lease.js'
+import { S3IngestTarget } from './s3-target.js'
+
+/*
+ * Where an ingest writes its dataset: a local folder, or `s3://bucket/prefix` (s3-target.ts). Either
+ * way the ChunkBuilder builds each chunk in a local folder (`buildRoot`) and the target then makes it
+ * visible (`publish`); a chunk is complete exactly when its blocks.parquet exists.
+ */
+
+export interface UploadStats {
+  chunks: number
+  bytes: number
+  /** Time spent publishing chunks (uploads overlap with fetching the next chunk's blocks). */
+  ms: number
+}
+
+export interface IngestTarget {
+  /** The dataset as named in messages. */
+  readonly where: string
+  /** The folder ChunkBuilder builds in; a finished chunk is at `{buildRoot}/{ref.path}`. Set by `open`. */
+  readonly buildRoot: string
+  /** Object-storage targets: what `publish` uploaded. */
+  readonly upload?: UploadStats
+  /** Create the dataset (or check that it is this one), lock it against other ingests, remove what a killed ingest left. */
+  open(meta: DatasetMeta): Promise<void>
+  /** Complete chunks, ascending. */
+  listChunks(): Promise<ChunkRef[]>
+  readChunkMeta(ref: ChunkRef): Promise<ChunkMeta>
+  /** Make a chunk that ChunkBuilder finished visible to readers. Called for one chunk at a time, in order. */
+  publish(ref: ChunkRef): Promise<ChunkRef>
+  /** Unlock (after `open` succeeded). */
+  close(): Promise<void>
+}
+
+export interface TargetOptions {
+  /** S3 targets: lease timing. */
+  lease?: LeaseOptions
+}
+
+/** The target for `--out`: `s3://bucket/prefix` or a folder. */
+export function ingestTarget(out: string, o: TargetOptions = {}): IngestTarget {
+  return isS3Url(out) ? new S3IngestTarget(out, { lease: o.lease }) : new FolderTarget(out)
+}
+
+/** A local dataset folder: chunks are built in it and renamed into place by ChunkBuilder. */
+export class FolderTarget implements IngestTarget {
+  private unlock?: () => Promise<void>
+
+  constructor(readonly where: string) {}
+
+  get buildRoot(): string {
+    return this.where
+  }
+
+  async open(meta: DatasetMeta): Promise<void> {
+    await mkdir(this.where, { recursive: true })
+    await ensureDatasetMeta(this.where, meta)
+    this.unlock = await lock(this.where)
+    try {
+      await removeStaleTemps(this.where)
+    } catch (e) {
+      await this.close()
+      throw e
+    }
+  }
+
+  listChunks(): Promise<ChunkRef[]> {
+    return listLocalChunks(this.where)
+  }
+
+  readChunkMeta(ref: ChunkRef): Promise<ChunkMeta> {
+    return readChunkMeta(this.where, ref)
+  }
+
+  async publish(ref: ChunkRef): Promise<ChunkRef> {
+    return ref
+  }
+
+  async close(): Promise<void> {
+    await this.unlock?.()
+    this.unlock = undefined
+  }
+}
+
+async function ensureDatasetMeta(dir: string, want: DatasetMeta): Promise<void> {
+  const have = await readDatasetMeta(dir)
+  if (have) {
+    if (have.name !== want.name || have.family !== want.family) {
+      throw new Error(`${dir} holds dataset ${JSON.stringify(have)}, not ${JSON.stringify(want)}`)
+    }
+    return
+  }
+  const tmp = path.join(dir, `.dataset.json.${process.pid}`)
+  await writeFile(tmp, JSON.stringify(want, null, 2) + '\n')
+  await rename(tmp, path.join(dir, 'dataset.json'))
+}
+
+/** `.ingest.lock` holds the pid of the ingest writing the folder; a dead holder's lock is taken over. */
+async function lock(dir: string): Promise<() => Promise<void>> {
+  const file = path.join(dir, '.ingest.lock')
+  for (let i = 0; i < 2; i++) {
+    try {
+      await writeFile(file, String(process.pid), { flag: 'wx' })
+      return () => rm(file, { force: true })
+    } catch (e: any) {
+      if (e.code !== 'EEXIST') throw e
+      const pid = Number((await readFile(file, 'utf8').catch(() => '')).trim())
+      if (pid && pid !== process.pid && alive(pid)) throw new DatasetLocked(`another ingest (pid ${pid}) is writing ${dir}`)
+      await rm(file, { force: true })
+    }
+  }
+  throw new DatasetLocked(`could not lock ${dir}`)
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e: any) {
+    return e.code === 'EPERM'
+  }
+}
+
+/** Temp folders of chunks whose writer died (killed mid-chunk). */
+async function removeStaleTemps(dir: string): Promise<void> {
+  for (const name of await readdir(dir)) {
+    if (name.startsWith('.tmp-')) {
+      log.info({ folder: name }, 'removing an unfinished chunk left by an earlier run')
+      await rm(path.join(dir, name), { recursive: true, force: true })
+    }
+  }
+}
