@@ -210,7 +210,7 @@ export function registerServe(program: Command): void {
 
   program
     .command('query')
-    .description('run a query over a block range through a router; prints one JSON block per line, progress on stderr')
+    .description('run a query over a block range through a router; prints one JSON block per line (or writes --out as NDJSON, JSON, Parquet or CSV), progress on stderr')
     .argument('<baseUrl>', 'dataset base URL, e.g. http://127.0.0.1:8080/datasets/ethereum')
     .argument('[json]', 'the query as inline JSON (--from/--to override its fromBlock/toBlock)')
     .addOption(new Option('--from <n>', "first block (default: the query's fromBlock, else 0)").argParser(int(0)))
@@ -219,7 +219,17 @@ export function registerServe(program: Command): void {
     .addOption(new Option('--parallel <n>', 'requests in flight at once (output stays in order)').argParser(int(1)).default(1))
     .option('--follow', 'keep waiting for new blocks instead of stopping at the height', false)
     .addOption(new Option('--max-attempts <n>', 'tries per request on retryable errors').argParser(int(1)).default(8))
-    .option('-q, --quiet', 'no progress on stderr', false)
+    .option('-o, --out <file>', 'write the blocks into this file instead of stdout (an existing file is replaced, unless --resume; NDJSON is written as it comes, json, parquet and csv are moved into place when done)')
+    .addOption(
+      new Option('--format <format>', 'ndjson (one block per line), json (one array), parquet or csv (one row per block: header fields as columns, item lists nested, as JSON text in csv; written by DuckDB, --out only) (default: from the --out extension, else ndjson)').choices([
+        'ndjson',
+        'json',
+        'parquet',
+        'csv',
+      ]),
+    )
+    .option('--resume', 'continue an interrupted NDJSON --out file after its last complete block (a partial last line is dropped); a missing file starts anew', false)
+    .option('-q, --quiet', 'no progress on stderr (a bar on a terminal, a line per second otherwise)', false)
     .action(async (baseUrl: string, json: string | undefined, o) => {
       if (o.to !== undefined && o.from !== undefined && o.to < o.from) throw new InvalidArgumentError(`--to ${o.to} is below --from ${o.from}`)
       await runQueryCli({
@@ -232,6 +242,9 @@ export function registerServe(program: Command): void {
         follow: o.follow,
         maxAttempts: o.maxAttempts,
         quiet: o.quiet,
+        out: o.out,
+        format: o.format,
+        resume: o.resume,
       })
     })
 }

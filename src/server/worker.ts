@@ -89,8 +89,10 @@ export class WorkerNode {
   /** One heartbeat: ping the router (or list storage when standalone), then reconcile held chunks. */
   async heartbeat(): Promise<void> {
     await this.exchange()
-    // Fetching may be slow (downloads): it runs in the background, one pass at a time.
-    this.syncing ??= this.sync()
+    // Fetching may be slow (downloads): it runs in the background, one pass at a time. Not once
+    // stopped (a ping in flight during stop): sync() would return at once, leaving `syncing` set to a
+    // settled promise that settled() then awaits forever.
+    if (!this.stopped) this.syncing ??= this.sync()
     if (!this.opts.routerUrl) await this.syncing
   }
 

@@ -55,6 +55,8 @@ export class ChunkCache {
   private readonly inFlight = new Map<string, Promise<string>>()
   private opened?: Promise<void>
   bytes = 0
+  /** Bytes of downloads under way: room was made for them, they are not in `bytes` yet. */
+  private reserved = 0
 
   constructor(readonly opts: ChunkCacheOptions) {}
 
@@ -204,18 +206,29 @@ export class ChunkCache {
     this.sources.set(dataset, url)
   }
 
-  /** Evict chunks not being served, least recently used first, until `need` more bytes fit. */
+  /**
+   * Evict chunks not being served, least recently used first, until `need` more bytes fit, and
+   * reserve them (the caller gives the reservation back once the download is done or failed), so
+   * that downloads running at once do not pass the limit together.
+   */
   private async makeRoom(need: number): Promise<void> {
     const limit = this.opts.limitBytes
-    if (limit === undefined) return
-    const idle = [...this.entries.values()].filter((e) => !e.held).sort((a, b) => a.lastUsed - b.lastUsed)
-    while (this.bytes + need > limit && idle.length) {
-      await this.remove(idle.shift()!)
-      cacheEvictions.inc({ worker: this.opts.label, reason: 'space' })
+    if (limit !== undefined) {
+      const idle = [...this.entries.values()].filter((e) => !e.held).sort((a, b) => a.lastUsed - b.lastUsed)
+      while (this.bytes + this.reserved + need > limit && idle.length) {
+        const e = idle.shift()!
+        // While this waited, another caller may have removed it, or a fetch may serve it again.
+        if (this.entries.get(this.key(e.dataset, e.path)) !== e || e.held) continue
+        await this.remove(e)
+        cacheEvictions.inc({ worker: this.opts.label, reason: 'space' })
+      }
+      if (this.bytes + this.reserved + need > limit) {
+        throw new CacheFull(
+          `the cache holds ${((this.bytes + this.reserved) / MiB).toFixed(1)} MiB of served and downloading chunks; ${(need / MiB).toFixed(1)} MiB more would pass the limit of ${(limit / MiB).toFixed(1)} MiB`,
+        )
+      }
     }
-    if (this.bytes + need > limit) {
-      throw new CacheFull(`the cache holds ${(this.bytes / MiB).toFixed(1)} MiB of served chunks; ${(need / MiB).toFixed(1)} MiB more would pass the limit of ${(limit / MiB).toFixed(1)} MiB`)
-    }
+    this.reserved += need
   }
 
   private async download(dataset: string, store: DatasetStore, ref: ChunkRef, signal?: AbortSignal): Promise<string> {
@@ -224,9 +237,9 @@ export class ChunkCache {
     await this.makeRoom(total)
     const dest = path.join(this.datasetDir(dataset), ref.path)
     const tmp = `${dest}.part-${randomBytes(4).toString('hex')}`
-    await mkdir(tmp, { recursive: true })
     const t0 = performance.now()
     try {
+      await mkdir(tmp, { recursive: true })
       const meta = listed.some((f) => f.name === 'meta.json') ? await store.chunkMeta(ref) : undefined
       const manifest = meta?.files
       if (manifest) {
@@ -259,6 +272,8 @@ export class ChunkCache {
     } catch (e) {
       await rm(tmp, { recursive: true, force: true })
       throw e
+    } finally {
+      this.reserved -= total
     }
   }
 }

@@ -70,6 +70,7 @@ async function subfolders(url: string): Promise<string[]> {
 }
 
 const TOP_RE = /^\d{10}$/
+const FULL_LISTING_MS = 60_000
 
 class FolderDatasetStore implements DatasetStore {
   readonly url: string
@@ -130,6 +131,7 @@ class S3DatasetStore implements DatasetStore {
   private readonly prefix: string
   /** Complete chunks listed so far: chunks are immutable and appear in key order, so a listing continues after the last one. */
   private known: ChunkRef[] = []
+  private lastFullListing = 0
 
   constructor(url: string) {
     const loc = parseS3Url(url)
@@ -149,10 +151,15 @@ class S3DatasetStore implements DatasetStore {
 
   /**
    * Lists the keys after the last complete chunk found before (chunk keys sort in block order), so a
-   * relisting reads only what is new. A chunk deleted from the bucket is noticed at the next start.
+   * relisting reads only what is new; once every FULL_LISTING_MS the whole prefix is listed again, so
+   * chunks deleted from the bucket or put back into a gap are noticed too.
    */
   async listChunks(): Promise<ChunkRef[]> {
     const base = this.prefix ? this.prefix + '/' : ''
+    if (Date.now() - this.lastFullListing >= FULL_LISTING_MS) {
+      this.known = []
+      this.lastFullListing = Date.now()
+    }
     const last = this.known.at(-1)
     // '~' sorts after every character of a chunk's file names.
     const after = last ? this.key(last.path, '~') : undefined
