@@ -1,7 +1,7 @@
 import { Command, InvalidArgumentError } from 'commander'
 import { configureDb } from '../db.js'
 import { DEFAULT_CHUNK_BLOCKS, runIngest } from '../ingest/loop.js'
-import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
+import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, blockList, suggestIngest, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
 import { ReplayServer } from '../ingest/replay.js'
 import { log } from '../log.js'
 import { isS3Url } from '../storage/s3.js'
@@ -138,7 +138,7 @@ export function registerIngest(program: Command): void {
 
   program
     .command('replay-rpc')
-    .description('serve recorded node answers (fixtures/) as a JSON-RPC node, for trying and measuring the ingest without a node')
+    .description('serve recorded node answers (fixtures/) as a JSON-RPC node, for trying and measuring the ingest without a node; prints the ingest commands that fit what it serves')
     .addOption(choice('--chain <name>', 'recorded chain', 'BLOCK_ARCHIVE_REPLAY_CHAIN', [...RECORDED_CHAINS, ...RECORDED_STARKNET_CHAINS], 'ethereum'))
     .addOption(opt('--repeat <times>', 'serve the recorded blocks this many times over as one chain (renumbered from --first, hashes re-linked)', 'BLOCK_ARCHIVE_REPLAY_REPEAT', int(1)))
     .addOption(opt('--first <n>', 'with --repeat: number of the first block', 'BLOCK_ARCHIVE_REPLAY_FIRST', int(0), 0))
@@ -153,13 +153,12 @@ export function registerIngest(program: Command): void {
       const server = new ReplayServer(recorded, { host: o.host, port: o.port, repeat: o.repeat ? { times: o.repeat, first: o.first } : undefined })
       const url = await server.start()
       console.log(`rpc: ${url}`)
-      console.log(`blocks: ${server.first}-${server.last}${o.repeat ? '' : ` (recorded: ${server.numbers().join(',')})`}`)
-      if (starknet) {
-        const withTraces = recorded.filter((r) => r.starknet?.traces).map((r) => r.number)
-        const withUpdates = recorded.filter((r) => r.starknet?.stateUpdate).map((r) => r.number)
-        console.log(`ingest: block-archive ingest --family starknet --rpc ${url} --dataset ${o.chain} --out data/${o.chain} --blocks ${server.numbers().join(',')}`)
-        if (withTraces.length) console.log(`  traces were recorded for ${withTraces.join(',')} (add --traces starknet with --blocks of those only)`)
-        if (withUpdates.length) console.log(`  state updates were recorded for ${withUpdates.join(',')} (add --state-updates with --blocks of those only)`)
+      const numbers = server.numbers()
+      const sparse = !o.repeat && numbers.length > 1 && numbers[numbers.length - 1] - numbers[0] + 1 !== numbers.length
+      console.log(`blocks: ${o.repeat ? `${server.first}-${server.last}` : blockList(numbers)}${sparse ? ' (only these: other numbers answer null, so ingest them with --blocks)' : ''}`)
+      // the ingest commands that fit: every served block with what all of them have; then the blocks some tables were recorded for
+      for (const [i, c] of suggestIngest(recorded, o.chain, url, o.repeat ? { first: server.first, last: server.last } : undefined).entries()) {
+        console.log(i === 0 ? `ingest: ${c.command}` : `  ${c.what}: ${c.command}`)
       }
       const stop = () => server.close().then(() => process.exit(0))
       process.once('SIGINT', stop)

@@ -64,6 +64,78 @@ export function loadRecordedChain(chain: RecordedChainName, fixtures = defaultFi
   return [...out.values()].sort((a, b) => a.number - b.number)
 }
 
+/** "1,2,3,7" → "1-3,7" (what `ingest --blocks` takes). */
+export function blockList(numbers: number[]): string {
+  const out: string[] = []
+  for (let i = 0; i < numbers.length; ) {
+    let j = i
+    while (j + 1 < numbers.length && numbers[j + 1] === numbers[j] + 1) j++
+    out.push(j > i ? `${numbers[i]}-${numbers[j]}` : String(numbers[i]))
+    i = j + 1
+  }
+  return out.join(',')
+}
+
+/** A transaction of the block without a receipt of this block (early Cronos): the ingest needs `--missing-receipts null`. */
+function lacksReceipts(r: RecordedBlock, repeat: boolean): boolean {
+  const hash = String(r.block.hash).toLowerCase()
+  // repeat mode answers eth_getTransactionReceipt with null
+  const have = new Set([...(r.receipts ?? []), ...(repeat ? [] : r.txReceipts ?? [])].filter((x) => String(x.blockHash).toLowerCase() === hash).map((x) => String(x.transactionHash).toLowerCase()))
+  return (r.block.transactions as any[]).some((t) => !have.has(String(typeof t === 'object' ? t.hash : t).toLowerCase()))
+}
+
+export interface SuggestedIngest {
+  /** What the command ingests, for the line it is printed on. */
+  what: string
+  /** The command line (`npx block-archive ingest …`). */
+  command: string
+}
+
+/**
+ * The ingest commands that fit what a replay node serves (`replay-rpc` prints them): first every
+ * served block with the optional tables recorded for all of them; then, for each optional table
+ * recorded for some of the blocks only, those blocks with it, into a dataset of their own. `blocks`:
+ * the recorded blocks the server was given; `repeat`: the server's repeated chain `first`–`last`.
+ */
+export function suggestIngest(blocks: RecordedBlock[], chain: string, url: string, repeat?: { first: number; last: number }): SuggestedIngest[] {
+  const starknet = blocks.some((b) => b.starknet)
+  const served = blocks.filter((b) => (starknet ? b.starknet != null : b.block != null))
+  const all = served.map((b) => b.number)
+  const command = (dataset: string, numbers: number[], flags: string[]) =>
+    ['npx block-archive ingest', ...(starknet ? ['--family starknet'] : []), `--rpc ${url}`, `--dataset ${dataset}`, `--out data/replay/${dataset}`,
+      repeat && numbers === all ? `--from ${repeat.first} --to ${repeat.last}` : `--blocks ${blockList(numbers)}`, ...flags].join(' ')
+  const modes: { flag: string; dataset: string; what: string; has: (b: RecordedBlock) => unknown }[] = starknet
+    ? [
+      { flag: '--traces starknet', dataset: 'traces', what: 'traces (starknet_traceBlockTransactions)', has: (b) => b.starknet!.traces },
+      { flag: '--state-updates', dataset: 'state-updates', what: 'state updates (starknet_getStateUpdate)', has: (b) => b.starknet!.stateUpdate },
+    ]
+    : [
+      { flag: '--traces trace_block', dataset: 'traces', what: 'traces (trace_block)', has: (b) => b.traceBlock },
+      { flag: '--traces callTracer', dataset: 'calltraces', what: 'traces (debug_traceBlockByNumber callTracer)', has: (b) => b.callTraces },
+      { flag: '--state-diffs replay', dataset: 'statediffs', what: 'state diffs (trace_replayBlockTransactions)', has: (b) => b.replay },
+      { flag: '--state-diffs prestateTracer', dataset: 'prestatediffs', what: 'state diffs (debug_traceBlockByNumber prestateTracer)', has: (b) => b.prestate },
+    ]
+  // one traces mode and one state-diffs mode at most; the first that every block has
+  const everywhere = modes.filter((m) => served.length > 0 && served.every((b) => m.has(b) != null))
+    .filter((m, i, list) => list.findIndex((x) => x.flag.split(' ')[0] === m.flag.split(' ')[0]) === i)
+  const receipts = (list: RecordedBlock[]) => starknet ? [] : [
+    // eth_getBlockReceipts of a block recorded without receipts is an error (-32601 when no block has them: auto falls back by itself)
+    ...(list.some((b) => b.receipts == null) && blocks.some((b) => b.receipts != null) ? ['--receipts transaction'] : []),
+    ...(list.some((b) => lacksReceipts(b, repeat != null)) ? ['--missing-receipts null'] : []),
+  ]
+  const out: SuggestedIngest[] = [{ what: 'ingest', command: command(chain, all, [...everywhere.map((m) => m.flag), ...receipts(served)]) }]
+  if (repeat) return out
+  for (const m of modes) {
+    const some = served.filter((b) => m.has(b) != null)
+    if (!some.length || some.length === served.length) continue
+    out.push({
+      what: `${m.what}, recorded for ${blockList(some.map((b) => b.number))} only`,
+      command: command(`${chain}-${m.dataset}`, some.map((b) => b.number), [m.flag, ...receipts(some)]),
+    })
+  }
+  return out
+}
+
 export interface IngestRecordedOptions extends Partial<Omit<IngestOptions, 'rpc' | 'out' | 'dataset'>> {
   /** Which recorded chain (default 'ethereum'). */
   chain?: RecordedChainName

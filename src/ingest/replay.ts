@@ -16,6 +16,10 @@ import { normalizeHex } from '../families/declaration.js'
  *   receipts, logs and traces keep their content). For measuring ingest rates, resume and reorgs:
  *   `fork(n)` switches the chain from block n on to other hashes, as a reorg does.
  *
+ * A method none of the recorded blocks has answers of (trace_block on a chain recorded without
+ * traces, …) answers -32601, as a node without the method does; one recorded for other blocks only
+ * answers -32000 naming the block.
+ *
  * Answers are rendered from pre-serialised JSON with the block-identity fields as placeholders, so
  * the server costs little CPU next to the ingest it feeds.
  */
@@ -158,6 +162,8 @@ export class ReplayServer {
   url = ''
   /** Calls answered, per method. */
   readonly calls = new Map<string, number>()
+  /** Methods none of the served blocks has answers of: they answer -32601, as a node without the method does. */
+  private readonly lacks = new Set<string>()
 
   constructor(recorded: RecordedBlock[], private readonly opts: ReplayOptions = {}) {
     this.blocks = [...recorded].sort((a, b) => a.number - b.number)
@@ -177,6 +183,13 @@ export class ReplayServer {
       for (const r of this.blocks) for (const x of [...(r.receipts ?? []), ...(r.txReceipts ?? [])]) this.txIndex.set(String(x.transactionHash).toLowerCase(), r.number)
     }
     this.head = opts.head ?? this.last
+    const none = (f: (b: RecordedBlock) => unknown) => !this.blocks.some((b) => f(b) != null)
+    if (!this.blocks.some((b) => b.starknet)) {
+      if (none((b) => b.receipts)) this.lacks.add('eth_getBlockReceipts')
+      if (none((b) => b.traceBlock)) this.lacks.add('trace_block')
+      if (none((b) => b.callTraces ?? b.prestate)) this.lacks.add('debug_traceBlockByNumber')
+      if (none((b) => b.replay)) this.lacks.add('trace_replayBlockTransactions')
+    }
   }
 
   /** Numbers of the blocks served (with headers), ascending. */
@@ -259,6 +272,7 @@ export class ReplayServer {
   }
 
   private answerRaw(method: string, params: any[]): string | Buffer {
+    if (this.lacks.has(method)) throw new RpcError(-32601, `the method ${method} does not exist/is not available`)
     switch (method) {
       case 'eth_chainId':
         return JSON.stringify(this.opts.chainId ?? this.chainId())

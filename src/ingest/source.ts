@@ -53,24 +53,53 @@ export class BadRpcAnswer extends Error {
   }
 }
 
-/** The node does not have this block (yet). */
+/** What to do about a block the node does not have (appended to BlockNotAvailable's message). */
+export const MISSING_BLOCK_HINT =
+  'ingest only blocks the node has: --from/--to within its range, or --blocks <list> for a node that serves isolated blocks (replay-rpc prints its list)'
+
+/**
+ * The node does not have this block (yet). `method`: the call that answered no block (none: the
+ * block is above the node's confirmed head); `head`: the node's head, when it was asked.
+ */
 export class BlockNotAvailable extends Error {
-  constructor(readonly block: number, method = 'the node') {
-    super(`block ${block} is not available from the node (${method} returned no block)`)
+  constructor(readonly block: number, readonly method?: string, readonly head?: number) {
+    const why = method ? `${method} returned no block` : 'it is above the confirmed head'
+    super(`block ${block} is not available from the node (${why}${head != null ? `; the node's head is ${head}` : ''}); ${MISSING_BLOCK_HINT}`)
   }
 }
+
+/**
+ * The node cannot answer a method the options ask for (it lacks the method, or answers an error for
+ * this block): names the method, the flag that asked for it and the flags that avoid it.
+ */
+export class MethodNotAvailable extends Error {}
 
 /** The block changed between two calls (a reorg at the head while fetching); fetch it again. */
 export class BlockChanged extends Error {}
 
-/** A block that changed between calls, or is briefly missing below the head, is fetched again. */
-export async function fetchWithRetry<T>(fetch: (nums: number[]) => Promise<T>, nums: number[]): Promise<T> {
+/**
+ * A missing block this far below the node's head is not a lagging node behind a load balancer: the
+ * node does not have it (a pruned or sparse node), and asking again will not help.
+ */
+export const NEAR_HEAD_BLOCKS = 64
+
+/**
+ * A block that changed between calls is fetched again (up to 5 times). So is a block briefly missing
+ * just below the head (load-balanced nodes lag behind each other); with `head` (the node's head,
+ * asked only then) a block more than NEAR_HEAD_BLOCKS below it fails at once.
+ */
+export async function fetchWithRetry<T>(fetch: (nums: number[]) => Promise<T>, nums: number[], head?: () => Promise<number>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await fetch(nums)
     } catch (e) {
       if (!(e instanceof BlockChanged || e instanceof BlockNotAvailable) || attempt >= 5) throw e
-      log.warn({ blocks: `${nums[0]}-${nums[nums.length - 1]}`, attempt, err: e.message }, 'inconsistent answers, fetching the blocks again')
+      if (e instanceof BlockNotAvailable && head) {
+        const h = await head().catch(() => undefined)
+        if (h != null && e.block < h - NEAR_HEAD_BLOCKS) throw new BlockNotAvailable(e.block, e.method, h)
+      }
+      const what = e instanceof BlockNotAvailable ? `block ${e.block} is missing below the node's head, asking again` : 'inconsistent answers, fetching the blocks again'
+      log.warn({ blocks: `${nums[0]}-${nums[nums.length - 1]}`, attempt, err: e.message }, what)
       await new Promise((resolve) => setTimeout(resolve, 250 * 2 ** attempt))
     }
   }
@@ -100,6 +129,8 @@ export interface Normaliser<T> {
   method(message: string): string
   /** The block's identity as the raw answer gives it, for the loop's continuity check before failing. */
   identity(raw: T): { hash: string; parentHash: string }
+  /** The node's head, asked when a block is missing (fetchWithRetry: far below the head, it fails at once). */
+  head?: () => Promise<number>
 }
 
 /**
@@ -110,7 +141,7 @@ export interface Normaliser<T> {
 export async function fetchAndNormalize<T>(numbers: number[], fetch: (numbers: number[]) => Promise<T[]>, n: Normaliser<T>): Promise<RowsBatch> {
   let fetched: T[]
   try {
-    fetched = await fetchWithRetry(fetch, numbers)
+    fetched = await fetchWithRetry(fetch, numbers, n.head)
   } catch (error) {
     return { blocks: [], error: { error }, normalizeMs: 0 }
   }

@@ -20,5 +20,6 @@ export function fetchRows(source: EvmRpcSource, nums: number[]): Promise<RowsBat
     rows: (f: FetchedBlock) => normalizeEvmBlock(f.bundle),
     method: (message) => methodOf(message, source),
     identity: (f) => ({ hash: f.hash, parentHash: f.parentHash }),
+    head: () => source.head(),
   })
 }

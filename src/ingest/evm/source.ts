@@ -1,11 +1,11 @@
 import { log } from '../../log.js'
 import { RpcError, type RpcCall, type RpcClient } from '../rpc.js'
 import { evmFamily } from '../../families/evm.js'
-import { BadRpcAnswer, BlockChanged, BlockNotAvailable, type BlockSource, type RowsBatch } from '../source.js'
+import { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable, type BlockSource, type RowsBatch } from '../source.js'
 import { fetchRows } from './fetch.js'
 import { bundleTables, type EvmBlockBundle } from './normalize.js'
 
-export { BadRpcAnswer, BlockChanged, BlockNotAvailable }
+export { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable }
 
 /*
  * Reads everything one EVM block needs from a JSON-RPC node, in batches:
@@ -21,7 +21,8 @@ export { BadRpcAnswer, BlockChanged, BlockNotAvailable }
  *
  * Every answer is checked against the block (same hash, one entry per transaction, in order), so
  * data of a block that was replaced between two calls is never mixed in; malformed answers raise
- * `BadRpcAnswer` naming the block and the method.
+ * `BadRpcAnswer` naming the block and the method. A method the node lacks (or answers an error for)
+ * raises `MethodNotAvailable` naming the method, the flag that asked for it and the flags that avoid it.
  */
 
 export type ReceiptsMode = 'auto' | 'block' | 'transaction'
@@ -134,7 +135,10 @@ export class EvmRpcSource implements BlockSource {
       const answers = await this.callMany('eth_getBlockReceipts', blocks, (b) => [q(b.number)])
       const unsupported = answers.find((a): a is RpcError => a instanceof RpcError)
       if (unsupported) {
-        if (!(unsupported.unsupported && this.receipts === 'auto')) throw unsupported
+        if (!(unsupported.unsupported && this.receipts === 'auto')) {
+          const i = answers.indexOf(unsupported)
+          throw cannotAnswer(blocks[i].number, `--receipts ${this.receipts}`, unsupported)
+        }
         log.warn({ error: unsupported.rpcMessage }, 'the node has no eth_getBlockReceipts; using eth_getTransactionReceipt per transaction')
         this.receiptsByTx = true
       } else {
@@ -173,7 +177,7 @@ export class EvmRpcSource implements BlockSource {
       missing.forEach((m, i) => {
         const b = blocks[m.block]
         const r = answers[i]
-        if (r instanceof RpcError) throw r
+        if (r instanceof RpcError) throw this.receipts === 'transaction' ? cannotAnswer(b.number, '--receipts transaction', r) : r
         if (r != null && !isObj(r)) throw new BadRpcAnswer(b.number, 'eth_getTransactionReceipt', `receipt of ${m.hash} is not an object`)
         // Cronos: the node's tx index may point at another block holding the same transaction
         if (r && lower(r.blockHash) === b.hash && lower(r.transactionHash) === m.hash) {
@@ -197,7 +201,7 @@ export class EvmRpcSource implements BlockSource {
       const b = blocks[i]
       if (a instanceof RpcError) {
         if (b.number === 0) return [] // the genesis block is not traceable on most nodes
-        throw a
+        throw cannotAnswer(b.number, '--traces trace_block', a)
       }
       if (a == null && b.number === 0) return []
       if (!Array.isArray(a)) throw new BadRpcAnswer(b.number, 'trace_block', `expected an array, got ${JSON.stringify(a)?.slice(0, 100)}`)
@@ -264,7 +268,7 @@ function checkBlock(n: number, b: any): void {
 function perTransaction(b: BlockContext, method: string, a: unknown, ok: (e: any) => boolean, hashKey = 'txHash'): any[] {
   if (a instanceof RpcError) {
     if (b.number === 0 && b.txHashes.length === 0) return []
-    throw a
+    throw cannotAnswer(b.number, FLAG_OF[method], a)
   }
   if (a == null && b.txHashes.length === 0) return []
   if (!Array.isArray(a)) throw new BadRpcAnswer(b.number, method, `expected an array, got ${JSON.stringify(a)?.slice(0, 100)}`)
@@ -279,4 +283,28 @@ function perTransaction(b: BlockContext, method: string, a: unknown, ok: (e: any
   return a
 }
 
+/** The flag that makes the ingest call each optional method (as `perTransaction` names them). */
+const FLAG_OF: Record<string, Flag> = {
+  'debug_traceBlockByNumber callTracer': '--traces callTracer',
+  trace_replayBlockTransactions: '--state-diffs replay',
+  'debug_traceBlockByNumber prestateTracer': '--state-diffs prestateTracer',
+}
 
+/** What to pass instead of a flag whose method the node cannot answer. */
+const INSTEAD = {
+  '--traces trace_block': '--traces callTracer (debug_traceBlockByNumber, geth) or --traces none (no traces table)',
+  '--traces callTracer': '--traces trace_block (erigon, reth, nethermind) or --traces none (no traces table)',
+  '--state-diffs replay': '--state-diffs prestateTracer (debug_traceBlockByNumber, geth) or --state-diffs none (no statediffs table)',
+  '--state-diffs prestateTracer': '--state-diffs replay (trace_replayBlockTransactions) or --state-diffs none (no statediffs table)',
+  '--receipts block': '--receipts auto or --receipts transaction (eth_getTransactionReceipt per transaction)',
+  '--receipts auto': '--receipts transaction (eth_getTransactionReceipt per transaction)',
+  '--receipts transaction': '--receipts block (eth_getBlockReceipts)',
+} as const
+type Flag = keyof typeof INSTEAD
+
+/** An error answer to a method `flag` asked for: one line naming the method, the flag and what to pass instead. */
+export function cannotAnswer(block: number, flag: Flag, e: RpcError): MethodNotAvailable {
+  const answer = `${e.rpcMessage} (code ${e.code})`
+  if (e.unsupported) return new MethodNotAvailable(`the node does not support ${e.method}, which ${flag} asks for (block ${block}: ${answer}); pass ${INSTEAD[flag]}`)
+  return new MethodNotAvailable(`block ${block}: ${e.method}, which ${flag} asks for, failed: ${answer}; if the node cannot answer it for this block, pass ${INSTEAD[flag]}`)
+}
