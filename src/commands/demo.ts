@@ -96,6 +96,11 @@ export function registerDemo(program: Command): void {
     .addOption(opt('--port <n>', 'router port (0 = any free port)', 'BLOCK_ARCHIVE_PORT', int(0), 8080))
     .addOption(opt('--workers <n>', 'number of workers', 'BLOCK_ARCHIVE_WORKERS', int(1), 2))
     .action(async (o) => {
+      // Building the datasets and starting the cluster log a line per chunk, dataset and worker; this
+      // command prints what matters itself, so without an explicit LOG_LEVEL only warnings and errors
+      // show until the instructions are printed (then info again, for what happens while serving).
+      const level = log.level
+      if (process.env.LOG_LEVEL === undefined && log.isLevelEnabled('info')) log.level = 'warn'
       const root = path.resolve(o.data)
       for (const [name, d] of Object.entries(DATASETS)) {
         console.log(`preparing ${name} in ${path.join(root, name)} …`)
@@ -121,6 +126,7 @@ export function registerDemo(program: Command): void {
         console.log(`             "$(curl -s ${base}/${d.from}/worker)"`)
       }
       console.log('\nor with the client (from this checkout): npx block-archive query <base URL> --from N --to N \'<query JSON>\'   (Ctrl-C stops)')
+      log.level = level
     })
 }
 

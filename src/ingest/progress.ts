@@ -1,5 +1,5 @@
 import cliProgress from 'cli-progress'
-import { log } from '../log.js'
+import { log, setActiveLine } from '../log.js'
 
 /*
  * Ingest progress: a cli-progress bar (blocks/s, rows/s, ETA) when stderr is a terminal, a pino
@@ -44,10 +44,22 @@ export class IngestProgress {
             stream: process.stderr,
             etaBuffer: 50,
             fps: 5,
+            // redrawn after each log line even when unchanged (see setActiveLine below)
+            forceRedraw: true,
           },
           cliProgress.Presets.shades_classic,
         )
         this.bar.start(total, done, payload)
+        if (this.bar.isActive && process.stderr.isTTY) {
+          const bar = this.bar
+          // Log lines go above the bar: erase it and turn line wrapping back on (the bar turns it off)
+          // for the line to be written whole; then wrapping off again, the cursor saved at the start of
+          // the bar's new line (the bar's stop() returns there) and the bar drawn again.
+          setActiveLine({
+            clear: () => process.stderr.write('\r\x1b[2K\x1b[?7h'),
+            redraw: () => (process.stderr.write('\x1b[?7l\x1b7'), bar.render()),
+          })
+        }
       } else {
         this.bar.setTotal(total)
         this.bar.update(done, payload)
@@ -72,6 +84,7 @@ export class IngestProgress {
   }
 
   stop(): void {
+    if (this.bar) setActiveLine(undefined)
     this.bar?.stop()
     this.bar = undefined
   }

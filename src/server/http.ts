@@ -4,6 +4,7 @@ import type { ServerResponse } from 'node:http'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { registry } from '../metrics.js'
+import { describeJsonError } from './json-error.js'
 import { httpDuration, httpRequests } from './metrics.js'
 
 /*
@@ -106,6 +107,16 @@ export function createHttp(opts: HttpOptions): FastifyInstance {
   })
   // Only JSON bodies are queries: without fastify's text/plain parser, other types answer 415.
   app.removeContentTypeParser('text/plain')
+  // fastify's JSON parser (same __proto__/constructor checks), but a body that is not JSON is answered
+  // with where it breaks (position, line, column, excerpt), not only that it does.
+  const parseJson = app.getDefaultJsonParser('error', 'error')
+  app.removeContentTypeParser('application/json')
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    parseJson(req, body as string, (err, value) => {
+      if ((err as { code?: string } | null)?.code !== 'FST_ERR_CTP_INVALID_JSON_BODY') return done(err, value)
+      done(new ApiError(400, 'invalid-json', `the request body is not valid JSON: ${describeJsonError(body as string)}`), undefined)
+    })
+  })
   app.setErrorHandler(async (e, req, reply) => {
     const err = toApiError(e, req)
     // Answering while the client is still uploading makes it see a reset (EPIPE), not the 413, and
