@@ -34,6 +34,12 @@ export interface ClientOptions {
   /** Timeout of one worker query, including reading the answer (default 180 s). */
   queryTimeoutMs?: number
   headers?: Record<string, string>
+  /**
+   * API key of an archive with access control: sent to the router (height and worker lookups) as
+   * `Authorization: Bearer <key>`, never to workers (their URLs carry a ticket from the router).
+   * A key in the base URL (`http://HOST/k/<key>/datasets/<name>`) works too.
+   */
+  apiKey?: string
   /** Called before every retry pause. */
   onRetry?: (info: { attempt: number; error: Error; pauseMs: number }) => void
 }
@@ -72,8 +78,13 @@ export class HttpError extends Error {
     readonly url: string,
     readonly retryAfterMs?: number,
   ) {
-    super(`${url} answered ${status}: ${body.slice(0, 500)}`)
+    super(`${redact(url)} answered ${status}: ${body.slice(0, 500)}`)
   }
+}
+
+/** A URL for messages: an API key in its path and a ticket in its query replaced by `…`. */
+function redact(url: string): string {
+  return url.replace(/\/k\/[^/?#]+/g, '/k/…').replace(/([?&]ticket=)[^&#]*/g, '$1…')
 }
 
 /** The server broke the protocol (empty answer, blocks out of range or order); not retried. */
@@ -82,7 +93,7 @@ export class ProtocolError extends Error {}
 /** The server could not be reached at all (refused, unknown host, reset); `code` is the system's. */
 export class ConnectionError extends Error {
   constructor(readonly url: string, readonly code: string | undefined, cause: unknown) {
-    super(`cannot reach ${url}: ${describeCode(code) ?? (cause as Error)?.message ?? String(cause)}`, { cause })
+    super(`cannot reach ${redact(url)}: ${describeCode(code) ?? (cause as Error)?.message ?? String(cause)}`, { cause })
   }
 }
 
@@ -128,7 +139,7 @@ export function isRetryable(e: unknown): boolean {
 
 export class ArchiveClient {
   readonly baseUrl: string
-  private readonly opts: Required<Omit<ClientOptions, 'onRetry' | 'headers'>> & Pick<ClientOptions, 'onRetry' | 'headers'>
+  private readonly opts: Required<Omit<ClientOptions, 'onRetry' | 'headers' | 'apiKey'>> & Pick<ClientOptions, 'onRetry' | 'headers' | 'apiKey'>
 
   constructor(baseUrl: string, opts: ClientOptions = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, '')
@@ -285,7 +296,8 @@ export class ArchiveClient {
   }
 
   private async get(url: string, signal?: AbortSignal): Promise<string> {
-    const res = await fetchOrExplain(url, { headers: this.opts.headers, signal: timeout(this.opts.routerTimeoutMs, signal) })
+    const headers = this.opts.apiKey ? { ...this.opts.headers, authorization: `Bearer ${this.opts.apiKey}` } : this.opts.headers
+    const res = await fetchOrExplain(url, { headers, signal: timeout(this.opts.routerTimeoutMs, signal) })
     const text = await res.text()
     if (!res.ok) throw httpError(res, text, url)
     return text

@@ -17,6 +17,8 @@ export interface QueryCliOptions {
   parallel: number
   follow: boolean
   maxAttempts: number
+  /** Sent to the router as `Authorization: Bearer <key>`. */
+  apiKey?: string
   quiet: boolean
   /** Output file (default stdout). */
   out?: string
@@ -76,6 +78,7 @@ export async function runQueryCli(cli: QueryCliOptions): Promise<number> {
   }
   const client = new ArchiveClient(cli.baseUrl, {
     maxAttempts: cli.maxAttempts,
+    apiKey: cli.apiKey,
     onRetry: ({ attempt, error, pauseMs }) => say(`retry ${attempt} in ${pauseMs} ms: ${error.message}`),
   })
 

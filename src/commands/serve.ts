@@ -3,8 +3,9 @@ import { runQueryCli } from '../client/query-cli.js'
 import { configureDb } from '../db.js'
 import { log } from '../log.js'
 import type { QueryBudgets } from '../query/types.js'
+import { loadTicketSecret, randomSecret } from '../server/auth.js'
 import { startCluster } from '../server/cluster.js'
-import { DEFAULT_ROUTER_OPTIONS, RouterServer } from '../server/router-http.js'
+import { DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, RouterServer, type RouterAccessOptions } from '../server/router-http.js'
 import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { ArchiveStorage } from '../server/storage.js'
 import { ChunkCache } from '../storage/chunk-cache.js'
@@ -53,6 +54,61 @@ function positiveNumber(v: string): number {
 }
 export const hostOption = () => opt('--host <host>', 'interface to listen on', 'BLOCK_ARCHIVE_HOST', undefined, '127.0.0.1')
 const heartbeatOption = () => opt('--heartbeat-ms <ms>', 'worker ping interval', 'BLOCK_ARCHIVE_HEARTBEAT_MS', int(50), DEFAULT_ROUTER_OPTIONS.heartbeatMs)
+
+function nonNegativeNumber(v: string): number {
+  const n = Number(v)
+  if (v.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`expected a number ≥ 0, got "${v}"`)
+  return n
+}
+
+const ticketSecretOption = () =>
+  opt('--ticket-secret-file <path>', 'file holding the secret (at least 16 bytes) that router and workers share to sign tickets and worker pings; or the secret itself in BLOCK_ARCHIVE_TICKET_SECRET', 'BLOCK_ARCHIVE_TICKET_SECRET_FILE')
+
+/** Access control and limits at the router (docs/serving.md, "Access control and limits"); all off by default. */
+function accessOptions(cmd: Command): Command {
+  return cmd
+    .addOption(opt('--keys-file <path>', 'turn access control on: API keys, one per line `<key> [name] [rps=N] [burst=N] [concurrency=N] [revoked]` (or JSON), re-read when it changes', 'BLOCK_ARCHIVE_KEYS_FILE'))
+    .addOption(ticketSecretOption())
+    .addOption(opt('--ticket-ttl-s <s>', 'lifetime of the tickets in the worker URLs the router hands out', 'BLOCK_ARCHIVE_TICKET_TTL_S', int(1), DEFAULT_TICKET_TTL_S))
+    .addOption(opt('--rate-limit <n>', 'requests/s per API key (per client address without --keys-file) to the height and worker routes; 0 = no limit', 'BLOCK_ARCHIVE_RATE_LIMIT', nonNegativeNumber, 0))
+    .addOption(opt('--rate-burst <n>', 'requests a client may make at once before --rate-limit applies (default: two seconds worth)', 'BLOCK_ARCHIVE_RATE_BURST', int(1)))
+    .addOption(opt('--key-concurrency <n>', 'queries at once per API key on each worker (needs tickets); 0 = no limit', 'BLOCK_ARCHIVE_KEY_CONCURRENCY', int(0), 0))
+}
+
+interface AccessFlags {
+  keysFile?: string
+  ticketSecretFile?: string
+  ticketTtlS: number
+  rateLimit: number
+  rateBurst?: number
+  keyConcurrency: number
+}
+
+/** The secret from --ticket-secret-file, else BLOCK_ARCHIVE_TICKET_SECRET. */
+const ticketSecret = (o: { ticketSecretFile?: string }) => loadTicketSecret({ file: o.ticketSecretFile, value: process.env.BLOCK_ARCHIVE_TICKET_SECRET })
+
+/**
+ * `serve` may make up the secret (its router and workers share the process); a separate router may
+ * not: its workers must have the same one.
+ */
+function accessSettings(o: AccessFlags, mayGenerateSecret: boolean): RouterAccessOptions {
+  let secret = ticketSecret(o)
+  if (!secret && o.keysFile && mayGenerateSecret) {
+    secret = randomSecret()
+    log.info('access: the workers of this process share a random ticket secret (workers started elsewhere cannot serve this router: give --ticket-secret-file)')
+  }
+  if (o.keysFile && !secret) {
+    throw new InvalidArgumentError('--keys-file needs the ticket secret that the router and its workers share: --ticket-secret-file <path> or BLOCK_ARCHIVE_TICKET_SECRET')
+  }
+  return {
+    keysFile: o.keysFile,
+    ticketSecret: secret,
+    ticketTtlS: o.ticketTtlS,
+    rateLimit: o.rateLimit,
+    rateBurst: o.rateBurst,
+    keyConcurrency: o.keyConcurrency,
+  }
+}
 
 function routerOptions(cmd: Command): Command {
   return cmd
@@ -135,9 +191,11 @@ export function registerServe(program: Command): void {
     .addOption(cacheGbOption())
     .addOption(heartbeatOption())
   routerOptions(serve)
+  accessOptions(serve)
   workerOptions(serve)
   serve.action(async (o) => {
     const storage = storageOptions(o)
+    const access = accessSettings(o, true)
     const cluster = await startCluster({
       storage,
       workerStorage: (i) => storageOptions(o, new ChunkCache({ root: path.join(o.cache, `worker-${i}`), limitBytes: gb(o.cacheGb), label: `worker-${i}` })),
@@ -149,6 +207,7 @@ export function registerServe(program: Command): void {
       missedHeartbeats: o.missedHeartbeats,
       relistMs: o.relistMs,
       ...workerSettings(o),
+      access,
     })
     console.log(`router: ${cluster.router.url}`)
     for (const w of cluster.workers) console.log(`worker: ${w.url}`)
@@ -166,6 +225,7 @@ export function registerServe(program: Command): void {
     .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_PORT', int(0), 8080))
     .addOption(heartbeatOption())
   routerOptions(router)
+  accessOptions(router)
   router.action(async (o) => {
     const server = new RouterServer({
       storage: storageOptions(o),
@@ -173,6 +233,7 @@ export function registerServe(program: Command): void {
       heartbeatMs: o.heartbeatMs,
       missedHeartbeats: o.missedHeartbeats,
       relistMs: o.relistMs,
+      access: accessSettings(o, false),
     })
     await server.start(o.host, o.port)
     console.log(`router: ${server.url}`)
@@ -192,6 +253,7 @@ export function registerServe(program: Command): void {
     .addOption(opt('--public-url <url>', 'URL clients reach this worker at (default: the listening address)', 'BLOCK_ARCHIVE_PUBLIC_URL'))
     .addOption(opt('--id <id>', 'worker id (default: its public URL)', 'BLOCK_ARCHIVE_WORKER_ID'))
     .addOption(heartbeatOption())
+    .addOption(ticketSecretOption())
   workerOptions(worker)
   worker.action(async (o) => {
     const server = new WorkerServer({
@@ -202,6 +264,7 @@ export function registerServe(program: Command): void {
       heartbeatMs: o.heartbeatMs,
       dropGraceMs: o.heartbeatMs * 2,
       ...workerSettings(o),
+      ticketSecret: ticketSecret(o),
     })
     await server.start(o.host, o.port)
     console.log(`worker: ${server.url} (id ${server.id}, router ${o.router})`)
@@ -219,6 +282,7 @@ export function registerServe(program: Command): void {
     .addOption(new Option('--parallel <n>', 'requests in flight at once (output stays in order)').argParser(int(1)).default(1))
     .option('--follow', 'keep waiting for new blocks instead of stopping at the height', false)
     .addOption(new Option('--max-attempts <n>', 'tries per request on retryable errors').argParser(int(1)).default(8))
+    .addOption(new Option('--api-key <key>', 'API key of an archive with access control (sent to the router as Authorization: Bearer)').env('BLOCK_ARCHIVE_API_KEY'))
     .option('-o, --out <file>', 'write the blocks into this file instead of stdout (an existing file is replaced, unless --resume; NDJSON is written as it comes, json, parquet and csv are moved into place when done)')
     .addOption(
       new Option('--format <format>', 'ndjson (one block per line), json (one array), parquet or csv (one row per block: header fields as columns, item lists nested, as JSON text in csv; written by DuckDB, --out only) (default: from the --out extension, else ndjson)').choices([
@@ -241,6 +305,7 @@ export function registerServe(program: Command): void {
         parallel: o.parallel,
         follow: o.follow,
         maxAttempts: o.maxAttempts,
+        apiKey: o.apiKey,
         quiet: o.quiet,
         out: o.out,
         format: o.format,

@@ -1,5 +1,5 @@
 import type { QueryBudgets } from '../query/types.js'
-import { DEFAULT_ROUTER_OPTIONS, RouterServer } from './router-http.js'
+import { DEFAULT_ROUTER_OPTIONS, RouterServer, type RouterAccessOptions } from './router-http.js'
 import type { CompressionMode } from './encoding.js'
 import type { ChunkStorage } from './storage.js'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from './worker-http.js'
@@ -23,6 +23,8 @@ export interface ClusterOptions {
   queue?: number
   queueTimeoutMs?: number
   compression?: CompressionMode
+  /** Access control and limits (off by default); the workers get `access.ticketSecret` too. */
+  access?: RouterAccessOptions
 }
 
 export interface Cluster {
@@ -43,6 +45,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     heartbeatMs,
     missedHeartbeats: opts.missedHeartbeats ?? DEFAULT_ROUTER_OPTIONS.missedHeartbeats,
     relistMs: opts.relistMs ?? DEFAULT_ROUTER_OPTIONS.relistMs,
+    access: opts.access,
   })
   const routerUrl = await router.start(host, opts.port ?? 0)
   const workers: WorkerServer[] = []
@@ -59,6 +62,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
         queue: opts.queue ?? DEFAULT_WORKER_LIMITS.queue,
         queueTimeoutMs: opts.queueTimeoutMs ?? DEFAULT_WORKER_LIMITS.queueTimeoutMs,
         compression: opts.compression,
+        ticketSecret: opts.access?.ticketSecret,
       })
       workers.push(w)
       await w.start(host, 0)

@@ -4,6 +4,7 @@ import type { ServerResponse } from 'node:http'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { registry } from '../metrics.js'
+import { redactSecrets } from './auth.js'
 import { describeJsonError } from './json-error.js'
 import { httpDuration, httpRequests } from './metrics.js'
 
@@ -48,11 +49,11 @@ export function toApiError(e: unknown, req?: FastifyRequest): ApiError {
     return new ApiError(400, 'invalid-json', `the request body is not valid JSON: ${e.message}`)
   }
   if (err?.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
-    return new ApiError(err.statusCode, 'bad-request', err.message ?? 'bad request')
+    return new ApiError(err.statusCode, 'bad-request', redactSecrets(err.message ?? 'bad request'))
   }
   // The details (message, stack, file paths) go to the log only; the client gets an id to quote.
   const incident = randomUUID().slice(0, 8)
-  log.error({ err: e, url: req?.url, incident }, 'internal error')
+  log.error({ err: e, url: req && redactSecrets(req.url), incident }, 'internal error')
   return new ApiError(500, 'internal-error', `internal error (incident ${incident}; the server log has the details)`)
 }
 
@@ -104,6 +105,10 @@ export function createHttp(opts: HttpOptions): FastifyInstance {
     loggerInstance: log.child({ service: opts.service }) as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit ?? 8 * 1024 * 1024,
+    // A URL fastify cannot decode: our JSON error, without echoing the URL's keys or tickets.
+    frameworkErrors: (e, _req, reply) => {
+      sendApiError(reply, toApiError(e))
+    },
   })
   // Only JSON bodies are queries: without fastify's text/plain parser, other types answer 415.
   app.removeContentTypeParser('text/plain')
@@ -128,7 +133,7 @@ export function createHttp(opts: HttpOptions): FastifyInstance {
     sendApiError(reply, err)
   })
   app.setNotFoundHandler((req, reply) => {
-    sendApiError(reply, new ApiError(404, 'not-found', `no such route: ${req.method} ${req.url.split('?')[0]}`))
+    sendApiError(reply, new ApiError(404, 'not-found', `no such route: ${req.method} ${redactSecrets(req.url.split('?')[0])}`))
   })
   app.addHook('onResponse', async (req, reply) => {
     observe(opts.service, req, reply.statusCode, reply.elapsedTime)

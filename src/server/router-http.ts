@@ -1,9 +1,11 @@
-import type { FastifyInstance } from 'fastify'
-import { badRequest } from '../errors.js'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { ApiError, badRequest } from '../errors.js'
 import { log } from '../log.js'
+import { accessDenied, checkWorkerToken, KeyStore, presentedKey, sha256, signTicket, WORKER_TOKEN_HEADER, type KeyEntry } from './auth.js'
 import { createHttp, listen, prefersHtml } from './http.js'
 import { routerDatasetHeight, routerWorkersAlive } from './metrics.js'
 import { parseRanges, type Range } from './ranges.js'
+import { defaultBurst, TokenBuckets, type RateLimit } from './rate-limit.js'
 import { RouterState, type PingMessage, type RouterOptions } from './router.js'
 import { renderStatusPage, type RouterStatus } from './status-page.js'
 import type { ChunkStorage } from './storage.js'
@@ -13,6 +15,34 @@ export interface RouterServerOptions extends RouterOptions {
   /** Re-list storage this often so chunks written by a running ingest appear. */
   relistMs: number
   bodyLimit?: number
+  /** Access control, tickets and rate limits; everything off by default. */
+  access?: RouterAccessOptions
+}
+
+/** docs/serving.md, "Access control and limits". */
+export interface RouterAccessOptions {
+  /** API keys (turns access control on; needs `ticketSecret`). */
+  keysFile?: string
+  /** How often the keys file is checked for changes (default 1000 ms). */
+  keysReloadMs?: number
+  /** Shared with the workers: signs tickets and authenticates pings. Without a keys file, tickets are still issued. */
+  ticketSecret?: Buffer
+  /** Ticket lifetime (default 60 s). */
+  ticketTtlS?: number
+  /** Requests/s per key (per client address without keys) to the dataset routes; 0/absent = no limit. */
+  rateLimit?: number
+  /** Token bucket size (default: two seconds' worth, at least 1). */
+  rateBurst?: number
+  /** Queries at once per key on each worker (carried in the ticket); 0/absent = no limit. */
+  keyConcurrency?: number
+}
+
+export const DEFAULT_TICKET_TTL_S = 60
+
+/** Who asks: a key (access control on) or a client address. */
+interface Caller {
+  id: string
+  entry?: KeyEntry
 }
 
 export const DEFAULT_ROUTER_OPTIONS = {
@@ -34,8 +64,16 @@ export class RouterServer {
   /** Ready once storage has been listed: before that it knows no dataset. */
   private listed = false
   url = ''
+  /** Present when access control is on. */
+  readonly keys?: KeyStore
+  private readonly buckets = new TokenBuckets()
 
   constructor(private readonly opts: RouterServerOptions) {
+    const access = opts.access ?? {}
+    if (access.keysFile && !access.ticketSecret) {
+      throw new Error('access control (--keys-file) needs the ticket secret shared with the workers: --ticket-secret-file or BLOCK_ARCHIVE_TICKET_SECRET')
+    }
+    if (access.keysFile) this.keys = new KeyStore(access.keysFile, access.keysReloadMs)
     this.state = new RouterState(opts.storage, opts)
     this.app = createHttp({
       service: 'router',
@@ -49,6 +87,7 @@ export class RouterServer {
   async start(host: string, port: number): Promise<string> {
     await this.state.relist(true)
     this.listed = true
+    this.keys?.start()
     this.every(this.opts.relistMs, () => this.state.relist())
     // Check liveness at a fraction of the heartbeat so dead workers lose their chunks promptly.
     this.every(Math.max(50, Math.floor(this.opts.heartbeatMs / 2)), async () => this.state.tick())
@@ -60,6 +99,7 @@ export class RouterServer {
   async stop(): Promise<void> {
     for (const t of this.timers) clearTimeout(t)
     this.timers = []
+    this.keys?.stop()
     await this.app.close()
   }
 
@@ -81,6 +121,71 @@ export class RouterServer {
     this.timers[slot] = setTimeout(run, ms).unref()
   }
 
+  /** What access control is on, in numbers (never a key). */
+  accessStatus() {
+    const a = this.opts.access ?? {}
+    return {
+      apiKeys: this.keys ? this.keys.size : null,
+      tickets: !!a.ticketSecret,
+      ticketTtlS: a.ticketSecret ? (a.ticketTtlS ?? DEFAULT_TICKET_TTL_S) : null,
+      rateLimit: a.rateLimit ? { rps: a.rateLimit, burst: a.rateBurst ?? defaultBurst(a.rateLimit), per: this.keys ? 'key' : 'address' } : null,
+      keyConcurrency: a.keyConcurrency || null,
+    }
+  }
+
+  /** Who asks: with access control, the key presented (401 none, 403 unknown or revoked); else the client address. */
+  private authenticate(req: FastifyRequest<{ Params: { key?: string } }>, reply: FastifyReply): Caller {
+    if (!this.keys) return { id: `ip:${req.ip}` }
+    const key = presentedKey(req.params.key, req.headers.authorization)
+    if (!key) {
+      reply.header('www-authenticate', 'Bearer realm="block-archive"')
+      throw denied(401, 'api-key-required', 'this archive needs an API key: send "Authorization: Bearer <key>", or use the base URL http://HOST/k/<key>/datasets/<name>')
+    }
+    const entry = this.keys.lookup(key)
+    if (!entry) {
+      log.debug({ keyHash: sha256(key).slice(0, 8) }, 'access: unknown API key')
+      throw denied(403, 'invalid-api-key', 'this API key is not valid')
+    }
+    if (entry.revoked) {
+      log.debug({ key: entry.id }, 'access: revoked API key')
+      throw denied(403, 'revoked-api-key', 'this API key has been revoked')
+    }
+    return { id: entry.id, entry }
+  }
+
+  /** One request of the caller's rate: 429 with Retry-After when its bucket is empty. */
+  private admit(caller: Caller): void {
+    const limit = this.rateLimitOf(caller)
+    const wait = this.buckets.take(caller.id, limit)
+    if (wait) {
+      const who = caller.entry ? 'with this API key' : 'from this address'
+      throw denied(429, 'rate-limited', `too many requests ${who}: at most ${limit.rps}/s (bursts of ${limit.burst}); retry in ${wait} s`, wait)
+    }
+  }
+
+  private rateLimitOf(caller: Caller): RateLimit {
+    const a = this.opts.access ?? {}
+    const own = caller.entry?.rps
+    if (own !== undefined) return { rps: own, burst: caller.entry?.burst ?? defaultBurst(own) }
+    const rps = a.rateLimit ?? 0
+    return { rps, burst: caller.entry?.burst ?? a.rateBurst ?? defaultBurst(rps) }
+  }
+
+  /** A worker URL with a ticket for `block` (when the router has a secret). */
+  private withTicket(url: string, caller: Caller, dataset: string, block: number): string {
+    const a = this.opts.access ?? {}
+    if (!a.ticketSecret) return url
+    const ticket = signTicket(a.ticketSecret, {
+      dataset,
+      from: block,
+      to: Math.max(block, this.state.chunkEnd(dataset, block) ?? block),
+      key: caller.id,
+      expires: Date.now() + (a.ticketTtlS ?? DEFAULT_TICKET_TTL_S) * 1000,
+      concurrency: (caller.entry?.concurrency ?? a.keyConcurrency) || undefined,
+    })
+    return `${url}?ticket=${ticket}`
+  }
+
   /** The state's status with every field the status page reads. */
   status(): RouterStatus {
     const s = this.state.status()
@@ -91,21 +196,28 @@ export class RouterServer {
     const app = this.app
     const state = this.state
 
-    app.get<{ Params: { name: string } }>('/datasets/:name/height', async (req, reply) => {
-      const h = state.height(req.params.name)
-      reply.type('text/plain; charset=utf-8')
-      return String(h)
-    })
+    // The dataset routes, also under `/k/<key>` for clients that can only set a base URL (the SDK's
+    // setGateway): `http://HOST/k/<key>/datasets/<name>`. Without access control the key is ignored.
+    for (const prefix of ['', '/k/:key']) {
+      app.get<{ Params: { name: string; key?: string } }>(`${prefix}/datasets/:name/height`, async (req, reply) => {
+        this.admit(this.authenticate(req, reply))
+        const h = state.height(req.params.name)
+        reply.type('text/plain; charset=utf-8')
+        return String(h)
+      })
 
-    app.get<{ Params: { name: string; block: string } }>('/datasets/:name/:block/worker', async (req, reply) => {
-      const { name, block } = req.params
-      if (!/^\d+$/.test(block) || !Number.isSafeInteger(Number(block))) {
-        throw badRequest('invalid-block', `block must be a non-negative integer, got "${block}"`, 'block')
-      }
-      const url = state.route(name, Number(block))
-      reply.type('text/plain; charset=utf-8')
-      return url
-    })
+      app.get<{ Params: { name: string; block: string; key?: string } }>(`${prefix}/datasets/:name/:block/worker`, async (req, reply) => {
+        const caller = this.authenticate(req, reply)
+        this.admit(caller)
+        const { name, block } = req.params
+        if (!/^\d+$/.test(block) || !Number.isSafeInteger(Number(block))) {
+          throw badRequest('invalid-block', `block must be a non-negative integer, got "${block}"`, 'block')
+        }
+        const url = this.withTicket(state.route(name, Number(block)), caller, name, Number(block))
+        reply.type('text/plain; charset=utf-8')
+        return url
+      })
+    }
 
     // What a newcomer (or a script) asks first: which datasets are here, and their base URLs as seen by the client.
     const listing = async (req: { protocol: string; headers: Record<string, unknown> }) => ({
@@ -125,9 +237,20 @@ export class RouterServer {
     })
     app.get('/datasets', listing)
 
-    app.post('/ping', async (req) => state.ping(parsePing(req.body)))
+    app.post('/ping', async (req) => {
+      const secret = this.opts.access?.ticketSecret
+      if (secret) {
+        try {
+          checkWorkerToken(secret, req.headers[WORKER_TOKEN_HEADER])
+        } catch (e) {
+          if (e instanceof ApiError) accessDenied.inc({ service: 'router', code: e.code })
+          throw e
+        }
+      }
+      return state.ping(parsePing(req.body))
+    })
 
-    app.get('/status', async () => this.status())
+    app.get('/status', async () => ({ ...this.status(), access: this.accessStatus() }))
 
     app.addHook('onRequest', async (req) => {
       if (req.url === '/metrics') {
@@ -136,6 +259,11 @@ export class RouterServer {
       }
     })
   }
+}
+
+function denied(status: number, code: string, message: string, retryAfter?: number): ApiError {
+  accessDenied.inc({ service: 'router', code })
+  return new ApiError(status, code, message, undefined, retryAfter)
 }
 
 function parsePing(body: unknown): PingMessage {

@@ -206,6 +206,12 @@ export class RouterState {
     return `${w.url}/datasets/${encodeURIComponent(dataset)}/query`
   }
 
+  /** Last block of the chunk `route` sends `block` to (the one holding it, or the first after a gap); undefined if none. */
+  chunkEnd(dataset: string, block: number): number | undefined {
+    const ds = this.datasets.get(dataset)
+    return ds?.chunks[lowerBoundLast(ds.chunks, block)]?.last
+  }
+
   status(now = Date.now()) {
     this.advanceHeights(now)
     return {

@@ -5,9 +5,11 @@ import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { DEFAULT_BUDGETS, prepareQuery } from '../query/engine.js'
 import type { QueryBudgets } from '../query/types.js'
+import { accessDenied, checkTicketBlock, verifyTicket, workerToken, WORKER_TOKEN_HEADER, type Ticket } from './auth.js'
 import { compressFor, compressor, negotiateEncoding, type CompressionMode } from './encoding.js'
 import { createHttp, listen, observe } from './http.js'
 import { Limiter, type LimiterOptions } from './limiter.js'
+import { KeyConcurrency } from './rate-limit.js'
 import { workerQueriesActive, workerQueriesQueued, workerQueryBlocks, workerQueryBytes } from './metrics.js'
 import { WorkerNode, type Lease, type WorkerNodeOptions } from './worker.js'
 
@@ -20,6 +22,11 @@ export interface WorkerServerOptions extends Omit<WorkerNodeOptions, 'publicUrl'
   bodyLimit?: number
   /** Default `auto`: no compression for clients on this machine. */
   compression?: CompressionMode
+  /**
+   * The router's ticket secret: queries need a valid ticket (`?ticket=`, from the router's worker URL),
+   * and pings are signed with it. Absent → queries are open (docs/serving.md, "Access control and limits").
+   */
+  ticketSecret?: Buffer
 }
 
 export const DEFAULT_WORKER_LIMITS: LimiterOptions & { bodyLimit: number } = {
@@ -43,6 +50,10 @@ export class WorkerServer {
   private readonly budgets: QueryBudgets
   /** Query requests answered so far, whatever their status (reported to the router for queries/s). */
   private queriesAnswered = 0
+  /** Queries in progress per key (the ticket's key id), for the ticket's concurrency limit. */
+  private readonly perKey = new KeyConcurrency()
+  /** The verified ticket of each query request. */
+  private readonly tickets = new WeakMap<FastifyRequest, Ticket>()
 
   constructor(private readonly opts: WorkerServerOptions) {
     this.app = createHttp({
@@ -68,7 +79,14 @@ export class WorkerServer {
     await this.opts.storage.listDatasets()
     this.url = await listen(this.app, host, port)
     const publicUrl = (this.opts.publicUrl ?? this.url).replace(/\/+$/, '')
-    this.node = new WorkerNode({ ...this.opts, id: this.opts.id ?? publicUrl, publicUrl, queryCount: () => this.queriesAnswered })
+    const secret = this.opts.ticketSecret
+    this.node = new WorkerNode({
+      ...this.opts,
+      id: this.opts.id ?? publicUrl,
+      publicUrl,
+      queryCount: () => this.queriesAnswered,
+      pingHeaders: secret ? () => ({ [WORKER_TOKEN_HEADER]: workerToken(secret) }) : undefined,
+    })
     await this.node.start()
     log.info({ url: this.url, id: this.node.opts.id, router: this.opts.routerUrl ?? null }, 'worker listening')
     return this.url
@@ -80,8 +98,22 @@ export class WorkerServer {
   }
 
   private routes(): void {
-    this.app.get('/status', async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered } }))
-    this.app.post<{ Params: { name: string } }>('/datasets/:name/query', (req, reply) => this.query(req, reply))
+    this.app.get('/status', async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret }))
+    const secret = this.opts.ticketSecret
+    this.app.post<{ Params: { name: string }; Querystring: { ticket?: unknown } }>('/datasets/:name/query', {
+      // Checked before the body is read: without a valid ticket nothing else happens.
+      onRequest: secret
+        ? async (req) => {
+            try {
+              this.tickets.set(req, verifyTicket(secret, req.query.ticket, req.params.name))
+            } catch (e) {
+              if (e instanceof ApiError) accessDenied.inc({ service: 'worker', code: e.code })
+              this.queriesAnswered++
+              throw e
+            }
+          }
+        : undefined,
+    }, (req, reply) => this.query(req, reply))
   }
 
   private async query(req: FastifyRequest<{ Params: { name: string } }>, reply: FastifyReply): Promise<void> {
@@ -93,8 +125,19 @@ export class WorkerServer {
     })
     let lease: Lease | undefined
     let release: (() => void) | undefined
+    let releaseKey: (() => void) | undefined
     let streaming = false
     try {
+      const ticket = this.tickets.get(req)
+      if (ticket) {
+        try {
+          checkTicketBlock(ticket, (req.body as { fromBlock?: unknown } | undefined)?.fromBlock)
+          releaseKey = this.perKey.acquire(ticket.key, ticket.concurrency)
+        } catch (e) {
+          if (e instanceof ApiError) accessDenied.inc({ service: 'worker', code: e.code })
+          throw e
+        }
+      }
       if (!this.node) throw new ApiError(503, 'starting', 'the worker is starting', undefined, 1)
       lease = this.node.lease(dataset)
       if (!lease) throw new ApiError(404, 'unknown-dataset', `unknown dataset "${dataset}"`)
@@ -151,6 +194,7 @@ export class WorkerServer {
       reply.raw.destroy()
     } finally {
       release?.()
+      releaseKey?.()
       lease?.release()
       this.queriesAnswered++
     }

@@ -27,6 +27,8 @@ export interface WorkerNodeOptions {
   dropGraceMs: number
   /** Queries answered so far, reported in pings (the router shows queries/s). */
   queryCount?: () => number
+  /** Extra headers of each ping (the worker token of access control). */
+  pingHeaders?: () => Record<string, string>
 }
 
 interface Held {
@@ -192,7 +194,7 @@ export class WorkerNode {
   private async pingRouter(): Promise<void> {
     const res = await fetch(`${this.opts.routerUrl}/ping`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', ...this.opts.pingHeaders?.() },
       body: JSON.stringify({ worker_id: this.opts.id, worker_url: this.opts.publicUrl, state: this.state(), queries: this.opts.queryCount?.() }),
       signal: AbortSignal.timeout(Math.max(5000, this.opts.heartbeatMs * 2)),
     })
