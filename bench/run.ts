@@ -122,6 +122,36 @@ program
   .option('--shape <name>', 'query of the sync', 'all tx+logs')
   .action(async (o) => (await import('./s3.js')).runS3(o))
 
+program
+  .command('fuzz')
+  .description('property-based fuzzing of worker queries of every family (fast-check): no 5xx, no hang, JSON errors, answers equal to the reference')
+  .option('--cases <n>', 'cases in all, split evenly across the families', int, 10_000)
+  .option('--seed <n>', 'seed of the generated cases (default: random, printed)', int)
+  .option('--concurrency <n>', 'cases in flight', int, 8)
+  .option('--timeout-ms <n>', 'timeout of each request', int, 20_000)
+  .option('--only <dataset:index>', 'run only this case (as printed with a failure)')
+  .option('--verbose', 'print every case')
+  .action(async (o) => {
+    // The router and worker run in this process: their info logs would drown the report.
+    process.env.LOG_LEVEL ??= 'warn'
+    return (await import('./fuzz.js')).runFuzz(o)
+  })
+
+program
+  .command('load')
+  .description('overload a router + worker process on loopback with autocannon: 503 + Retry-After for the excess, latency of the 200s, answers/s, RSS')
+  .option('--seconds <n>', 'load duration', int, 30)
+  .option('--connections <n>', 'connections sending queries to the worker', int, 64)
+  .option('--concurrency <n>', 'worker --concurrency', int, 2)
+  .option('--queue <n>', 'worker --queue', int, 4)
+  .option('--blocks <n>', 'dataset size in blocks (generated once, cached)', int, 1000)
+  .option('--shape <name>', 'query', 'logs+tx')
+  .option('--span <n>', 'blocks per query', int, 200)
+  .option('--rate <n>', 'queries per second over all connections (0: none, each connection sends again at once)', int, 0)
+  .option('--router-connections <n>', 'connections asking the router for /height, and as many for /<block>/worker', int, 4)
+  .option('--router-rate <n>', 'requests per second to each of the two router endpoints', int, 100)
+  .action(async (o) => (await import('./load.js')).runLoadBench(o))
+
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
 const ALL: string[][] = [
   ['generate', '--blocks', '1000', '--force'],
@@ -134,6 +164,8 @@ const ALL: string[][] = [
   ['scaling'],
   ['anvil'],
   ['s3'],
+  ['fuzz', '--cases', '2000'],
+  ['load', '--seconds', '15'],
 ]
 
 program

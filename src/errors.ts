@@ -16,9 +16,14 @@ export class ApiError extends Error {
     super(message)
   }
 
+  /** Messages and paths may quote the request (an unknown key of megabytes): answers quote at most this much of each. */
   body(): Record<string, unknown> {
-    return { error: this.code, message: this.message, ...(this.path ? { path: this.path } : {}), ...this.extra }
+    return { error: this.code, message: clip(this.message, 1000), ...(this.path ? { path: clip(this.path, 300) } : {}), ...this.extra }
   }
 }
 
 export const badRequest = (code: string, message: string, path?: string) => new ApiError(400, code, message, path)
+
+function clip(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max)}… (${text.length - max} more characters)`
+}

@@ -160,7 +160,8 @@ export function validateQuery(family: FamilyDecl, body: unknown): ValidQuery {
   const q = body as Record<string, any>
   if (q.type !== undefined) {
     if (typeof q.type !== 'string') throw badRequest('invalid-query', 'type: expected string', 'type')
-    const fam = FAMILY_OF_TYPE[q.type]
+    // Own keys only: `toString`, `constructor`, `__proto__` are no query types.
+    const fam = Object.hasOwn(FAMILY_OF_TYPE, q.type) ? FAMILY_OF_TYPE[q.type] : undefined
     if (!fam) throw badRequest('unknown-type', `unknown query type "${q.type}" (known: ${Object.keys(FAMILY_OF_TYPE).join(', ')})`, 'type')
     if (!family.queryTypes.includes(q.type)) {
       throw badRequest('wrong-family', `this dataset holds ${family.name} data; a query of type "${q.type}" does not apply to it`, 'type')
