@@ -48,7 +48,8 @@ export class S3IngestTarget implements IngestTarget {
     await this.lease.acquire()
     try {
       await this.removeLeftovers()
-      this.buildRoot = await mkdtemp(path.join(tmpdir(), 'ba-ingest-s3-'))
+      await removeStaleStaging()
+      this.buildRoot = await mkdtemp(path.join(tmpdir(), `ba-ingest-s3-${process.pid}-`))
     } catch (e) {
       await this.lease.release()
       throw e
@@ -139,6 +140,28 @@ export class S3IngestTarget implements IngestTarget {
     }
     const aborted = await abortMultipartUploads(this.loc.bucket, this.loc.prefix ? this.loc.prefix + '/' : '')
     if (aborted) log.info({ uploads: aborted, dataset: this.where }, 'aborted multipart uploads left by an earlier run')
+  }
+}
+
+/**
+ * Staging folders (`ba-ingest-s3-<pid>-*`) of ingests on this machine that were killed: their
+ * process is gone, and each holds up to a chunk or two of files nobody deletes otherwise.
+ */
+async function removeStaleStaging(): Promise<void> {
+  for (const name of await readdir(tmpdir()).catch(() => [] as string[])) {
+    const pid = Number(/^ba-ingest-s3-(\d+)-/.exec(name)?.[1])
+    if (!pid || pid === process.pid || alive(pid)) continue
+    log.info({ folder: path.join(tmpdir(), name) }, 'removing the staging folder of a killed ingest')
+    await rm(path.join(tmpdir(), name), { recursive: true, force: true })
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e: any) {
+    return e.code === 'EPERM'
   }
 }
 

@@ -250,6 +250,7 @@ export class WorkerNode {
   private async reconcile(): Promise<boolean> {
     const now = Date.now()
     let changed = false
+    let diskFull = false
     for (const ds of this.datasets.values()) {
       for (const h of [...ds.held.values()]) {
         if (!(await this.checkIntact(ds, h))) {
@@ -278,12 +279,14 @@ export class WorkerNode {
             workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
           } catch (e) {
             log.error({ worker: this.opts.id, dataset: ds.name, chunk: ref.path, err: e instanceof Error ? e.message : e }, 'worker: cannot fetch chunk')
+            if ((e as NodeJS.ErrnoException)?.code === 'ENOSPC') diskFull = true
           }
         }
       }
-      await Promise.all(Array.from({ length: Math.min(CHUNKS_FETCHED_AT_ONCE, todo.length) }, fetchOne))
+      await Promise.all(Array.from({ length: Math.min(this.fetchAtOnce, todo.length) }, fetchOne))
       workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
     }
+    this.fetchAtOnce = diskFull ? 1 : CHUNKS_FETCHED_AT_ONCE
     if (this.exchanged && !this.pruned && !this.stopped) {
       // What an earlier run left in the cache and is not wanted now can go.
       this.pruned = true
@@ -293,6 +296,12 @@ export class WorkerNode {
   }
 
   private pruned = false
+  /**
+   * Chunk downloads at once: one after a pass in which a download met a full disk (ENOSPC), since
+   * parallel downloads would each take part of the space left and all fail, pass after pass, where
+   * one chunk at a time still fits; back to CHUNKS_FETCHED_AT_ONCE after a pass without.
+   */
+  private fetchAtOnce = CHUNKS_FETCHED_AT_ONCE
 
   /**
    * Whether a held chunk's files are still as fetched. When not, the chunk stops being served at

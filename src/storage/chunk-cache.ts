@@ -247,10 +247,15 @@ export class ChunkCache {
       }
       const files: Record<string, VerifiedFile> = {}
       const queue = [...listed]
+      // The first failure stops the other downloads of the chunk, and the temp folder is deleted
+      // only once none of them writes into it any more (else a file created meanwhile is left behind).
+      const stop = new AbortController()
+      const both = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal
+      let failed: { error: unknown } | undefined
       const one = async () => {
-        for (let f = queue.shift(); f; f = queue.shift()) {
+        for (let f = queue.shift(); f && !failed; f = queue.shift()) {
           const file = path.join(tmp, f.name)
-          const got = await store.download(ref, f.name, file, signal)
+          const got = await store.download(ref, f.name, file, both)
           const want = manifest?.[f.name]
           if (got.bytes !== f.size || (want && (want.size !== got.bytes || want.sha256 !== got.sha256))) {
             throw new Error(`chunk ${ref.path}: ${f.name} arrived with ${got.bytes} bytes, sha256 ${got.sha256}; storage lists ${f.size} bytes${want ? `, the manifest ${want.size} bytes, sha256 ${want.sha256}` : ''}`)
@@ -258,7 +263,12 @@ export class ChunkCache {
           files[f.name] = { size: got.bytes, sha256: got.sha256, mtimeMs: (await stat(file)).mtimeMs }
         }
       }
-      await Promise.all(Array.from({ length: Math.min(this.opts.parallel ?? 4, listed.length) }, one))
+      const guarded = () => one().catch((error) => {
+        failed ??= { error }
+        stop.abort()
+      })
+      await Promise.all(Array.from({ length: Math.min(this.opts.parallel ?? 4, listed.length) }, guarded))
+      if (failed) throw failed.error
       await writeFile(path.join(tmp, VERIFIED), JSON.stringify({ files }))
       await rm(dest, { recursive: true, force: true })
       await rename(tmp, dest)

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
-import { createReadStream, createWriteStream } from 'node:fs'
-import { open, stat } from 'node:fs/promises'
+import { createWriteStream } from 'node:fs'
+import { open, readFile, stat } from 'node:fs/promises'
 import { Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import {
@@ -15,6 +15,7 @@ import {
   S3Client,
   UploadPartCommand,
 } from '@aws-sdk/client-s3'
+import { log } from '../log.js'
 
 /*
  * The object-storage half of the storage layer: `s3://bucket/prefix` URLs, one S3 client per
@@ -50,18 +51,48 @@ export function joinKey(...parts: string[]): string {
 
 let shared: S3Client | undefined
 
+/**
+ * Time limits and tries of S3 requests. Without time limits a server that stops answering (or
+ * stops sending a body half-way) hangs a worker's download, the router's listing or an ingest's
+ * upload forever. Environment: BLOCK_ARCHIVE_S3_CONNECT_TIMEOUT_MS, BLOCK_ARCHIVE_S3_SOCKET_TIMEOUT_MS,
+ * BLOCK_ARCHIVE_S3_ATTEMPTS.
+ */
+export interface S3Settings {
+  /** Connecting (default 10 s). */
+  connectTimeoutMs: number
+  /** Longest silence of a connection with a request under way, waiting for the answer or within its body (default 60 s). */
+  socketTimeoutMs: number
+  /** Tries per request (the SDK's retries on 5xx, throttling, timeouts and resets; body downloads cut short are tried again as often). Default 5. */
+  attempts: number
+}
+
+export function s3Settings(): S3Settings {
+  const env = (name: string, dflt: number, min: number) => {
+    const v = Number(process.env[name])
+    return process.env[name] && Number.isFinite(v) ? Math.max(min, Math.floor(v)) : dflt
+  }
+  return {
+    connectTimeoutMs: env('BLOCK_ARCHIVE_S3_CONNECT_TIMEOUT_MS', 10_000, 1),
+    socketTimeoutMs: env('BLOCK_ARCHIVE_S3_SOCKET_TIMEOUT_MS', 60_000, 1),
+    attempts: env('BLOCK_ARCHIVE_S3_ATTEMPTS', 5, 1),
+  }
+}
+
 /** The process's S3 client (created on first use, so that tests can set the variables first). */
 export function s3Client(): S3Client {
   if (shared) return shared
   // The SDK version the lock file pins runs on Node 20; its notice about later versions is not for our users.
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true'
   const endpoint = process.env.AWS_ENDPOINT_URL || process.env.AWS_ENDPOINT_URL_S3 || undefined
+  const settings = s3Settings()
   shared = new S3Client({
     region: process.env.AWS_REGION || process.env.AWS_DEFAULT_REGION || 'us-east-1',
     ...(endpoint ? { endpoint, forcePathStyle: true } : {}),
     // Custom endpoints (s3rver, older MinIO) do not all accept the newer default checksums.
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
+    maxAttempts: settings.attempts,
+    requestHandler: { connectionTimeout: settings.connectTimeoutMs, socketTimeout: settings.socketTimeoutMs },
   })
   return shared
 }
@@ -105,11 +136,49 @@ function isMissing(e: any): boolean {
   return e?.name === 'NoSuchKey' || e?.name === 'NotFound' || e?.$metadata?.httpStatusCode === 404
 }
 
+/**
+ * GET an object and read its body with `read`. The SDK retries a request that fails before its
+ * answer arrives; a body that breaks off (connection closed or silent for the socket timeout, fewer
+ * bytes than announced) is asked for again here, up to the same number of tries.
+ */
+async function getObject<T>(bucket: string, key: string, signal: AbortSignal | undefined, read: (body: Readable, length: number | undefined) => Promise<T>): Promise<T> {
+  const { attempts } = s3Settings()
+  for (let attempt = 1; ; attempt++) {
+    const r = await s3Client().send(new GetObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal })
+    const body = r.Body as Readable
+    let broken: unknown
+    body.once('error', (e) => (broken ??= e))
+    try {
+      return await read(body, r.ContentLength)
+    } catch (e) {
+      if (e instanceof BodyCut) broken ??= e
+      if (signal?.aborted || broken === undefined || localErrors.has(e as object) || attempt >= attempts) throw e
+      log.warn({ bucket, key, attempt, err: (e as Error)?.message }, 's3: the object body broke off; asking again')
+      await new Promise((resolve) => setTimeout(resolve, Math.min(2000, 100 * 2 ** attempt)))
+    }
+  }
+}
+
+/** The body ended before the announced length. */
+class BodyCut extends Error {}
+
+/** Errors of writing the local copy (a full disk): not a reason to download again. */
+const localErrors = new WeakSet<object>()
+
+function checkLength(key: string, got: number, want: number | undefined): void {
+  if (want !== undefined && got !== want) throw new BodyCut(`${key}: the body had ${got} bytes, ${want} were announced`)
+}
+
 /** The object's text, or undefined when it does not exist. */
 export async function getText(bucket: string, key: string, signal?: AbortSignal): Promise<string | undefined> {
   try {
-    const r = await s3Client().send(new GetObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal })
-    return await r.Body!.transformToString('utf8')
+    return await getObject(bucket, key, signal, async (body, length) => {
+      const chunks: Buffer[] = []
+      for await (const c of body) chunks.push(c as Buffer)
+      const buf = Buffer.concat(chunks)
+      checkLength(key, buf.length, length)
+      return buf.toString('utf8')
+    })
   } catch (e) {
     if (isMissing(e)) return undefined
     throw e
@@ -121,20 +190,24 @@ export interface DownloadResult {
   sha256: string
 }
 
-/** Stream an object into a local file, hashing it on the way. */
+/** Stream an object into a local file, hashing it on the way (a body that breaks off is downloaded again). */
 export async function downloadObject(bucket: string, key: string, dest: string, signal?: AbortSignal): Promise<DownloadResult> {
-  const r = await s3Client().send(new GetObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal })
-  const hash = createHash('sha256')
-  let bytes = 0
-  const tap = new Transform({
-    transform(chunk: Buffer, _enc, done) {
-      hash.update(chunk)
-      bytes += chunk.length
-      done(null, chunk)
-    },
+  return getObject(bucket, key, signal, async (body, length) => {
+    const hash = createHash('sha256')
+    let bytes = 0
+    const tap = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        hash.update(chunk)
+        bytes += chunk.length
+        done(null, chunk)
+      },
+    })
+    const out = createWriteStream(dest)
+    out.once('error', (e) => localErrors.add(e))
+    await pipeline(body, tap, out, { signal })
+    checkLength(key, bytes, length)
+    return { bytes, sha256: hash.digest('hex') }
   })
-  await pipeline(r.Body as Readable, tap, createWriteStream(dest), { signal })
-  return { bytes, sha256: hash.digest('hex') }
 }
 
 export async function putText(bucket: string, key: string, text: string, signal?: AbortSignal): Promise<void> {
@@ -150,11 +223,21 @@ export function partBytes(): number {
 /**
  * Upload a local file: one PUT when small, else a multipart upload with `partBytes()` parts read one
  * at a time (memory stays at one part). A failed multipart upload is aborted so no parts linger.
+ * Bodies are buffers, not streams: the SDK does not retry a request whose body is a stream.
  */
 export async function uploadFile(bucket: string, key: string, file: string, part = partBytes()): Promise<number> {
+  try {
+    return await upload(bucket, key, file, part)
+  } catch (e: any) {
+    const tries = e?.$metadata?.attempts
+    throw new Error(`uploading ${file} to s3://${bucket}/${key} failed${tries ? ` (${tries} tries)` : ''}: ${e?.name && e.name !== 'Error' ? `${e.name}: ` : ''}${e?.message ?? e}`, { cause: e })
+  }
+}
+
+async function upload(bucket: string, key: string, file: string, part: number): Promise<number> {
   const { size } = await stat(file)
   if (size <= part) {
-    await s3Client().send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: createReadStream(file), ContentLength: size }))
+    await s3Client().send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: await readFile(file), ContentLength: size }))
     return size
   }
   const { UploadId } = await s3Client().send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }))

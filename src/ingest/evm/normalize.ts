@@ -215,10 +215,15 @@ function transactionRow(blockNumber: number, tx: any, receipt: any | undefined, 
 
 function logRows(blockNumber: number, receipts: any[]): Row[] {
   const rows: Row[] = []
-  for (const r of receipts) {
+  for (const [i, r] of receipts.entries()) {
     if (r == null) continue // a transaction the node has no receipt for (stored without receipt fields)
     if (!Array.isArray(r?.logs)) fail(`block ${blockNumber}: receipt without a logs array`)
-    for (const l of r.logs) {
+    for (const [j, l] of r.logs.entries()) {
+      // A log must belong to its receipt's transaction and block: an inconsistent node is not written down.
+      // (Not its transactionIndex: Cronos numbers it without the transactions that have no receipt.)
+      const at = `block ${blockNumber}: log ${j} of receipt ${i} (transaction ${r.transactionHash})`
+      if (l?.transactionHash != null && hex(l.transactionHash) !== hex(r.transactionHash)) fail(`${at} names transaction ${l.transactionHash}`)
+      if (l?.blockHash != null && r.blockHash != null && hex(l.blockHash) !== hex(r.blockHash)) fail(`${at} says it is in block ${l.blockHash}, its receipt in ${r.blockHash}`)
       const topics: unknown[] = Array.isArray(l.topics) ? l.topics : fail(`block ${blockNumber}: log without topics`)
       if (topics.length > 4) fail(`block ${blockNumber}: log with ${topics.length} topics`)
       const data = hex(l.data, 'log.data')

@@ -1,0 +1,158 @@
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { mkdir, readdir } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { runIngest } from '../src/ingest/loop.js'
+import { loadRecordedChain } from '../src/ingest/recorded.js'
+import { ReplayServer } from '../src/ingest/replay.js'
+import { getText, listObjects, putText } from '../src/storage/s3.js'
+import { CLI, children, killChildren } from './helpers/cli.js'
+import { tempDir } from './helpers/dataset.js'
+import { assertNoPartialChunk, assertSameDataset, chunkFolders, downloadDataset } from './helpers/faults.js'
+import { startS3, type S3Server } from './helpers/s3.js'
+
+/*
+ * `ingest --out s3://…` killed (SIGKILL) at random moments, several rounds, resumed each time:
+ * after every kill, what readers can see of the bucket is complete (every chunk whose
+ * blocks.parquet exists has exactly the files its meta.json lists, with their sizes and hashes;
+ * chunks follow each other without gap or overlap; the dataset never shrinks), and the final
+ * dataset is object for object the one a one-shot ingest writes: every block exactly once. The
+ * local staging folders the killed runs leave are deleted by the next run.
+ *
+ * One kill lands at a random time, the others once the run uploaded a random number of chunk files
+ * (between two uploads of a chunk, or right after one). The moments come from a seeded generator (the seed is printed; BLOCK_ARCHIVE_TEST_SEED
+ * repeats a run). A killed ingest leaves its lease, valid for 60 s; the test marks it expired, as
+ * that much waiting would (taking over an expired lease is tested in ingest-s3.test.ts). The same
+ * for a folder (`--out <folder>`) is ingest-resume.test.ts ("killed at arbitrary moments").
+ */
+
+const eth = loadRecordedChain('ethereum')
+const light = eth.filter((b) => b.number === 1000000 || b.number === 4369999) // 2 and 22 transactions
+const LAST = 79
+const PREFIX = 'killed'
+
+function prng(seed: number): () => number {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+describe('ingest into s3:// killed at random moments', { timeout: 120_000 }, () => {
+  let s3: S3Server
+  let node: ReplayServer
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  /** The ingests' temp folder (their staging folders), apart from the system one other tests look at. */
+  let tmpdir: string
+
+  before(async () => {
+    s3 = await startS3(['archive'])
+    tmp = await tempDir('ba-faults-kill-')
+    tmpdir = path.join(tmp.dir, 'tmp')
+    await mkdir(tmpdir)
+    node = new ReplayServer(light, { repeat: { times: 100, seed: 'faults-kill' } })
+    await node.start()
+  })
+
+  after(async () => {
+    killChildren()
+    await node?.close()
+    await s3?.stop()
+    await tmp?.cleanup()
+  })
+
+  const args = () => ['ingest', '--rpc', node.url, '--dataset', 'eth', '--out', `s3://archive/${PREFIX}`, '--to', String(LAST),
+    '--chunk-blocks', '5', '--batch-size', '5', '--concurrency', '2', '--workers', '0', '--progress', 'none']
+
+  /** Keys of the chunk files under the prefix. */
+  const chunkKeys = async () => (await listObjects('archive', `${PREFIX}/`)).map((o) => o.key).filter((k) => /\/\d{10}-\d{10}-\w+\//.test(k))
+
+  /**
+   * One run of the CLI; with `kill`, killed (SIGKILL) after `ms` milliseconds, or once it has uploaded
+   * `objects` chunk files (the kill then lands between two uploads of a chunk, or right after one).
+   */
+  const run = (kill?: { ms?: number; objects?: number }) => new Promise<{ code: number | null; signal: string | null; stderr: string; ms: number }>((resolve) => {
+    const t0 = performance.now()
+    const child = spawn(process.execPath, [CLI, ...args()], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...s3.env, LOG_LEVEL: 'warn', TMPDIR: tmpdir } })
+    children.add(child)
+    let stderr = ''
+    let exited = false
+    child.stderr!.on('data', (d) => (stderr += d))
+    const t = kill?.ms == null ? undefined : setTimeout(() => child.kill('SIGKILL'), kill.ms)
+    if (kill?.objects != null) {
+      void (async () => {
+        const start = new Set(await chunkKeys())
+        while (!exited) {
+          if ((await chunkKeys()).filter((k) => !start.has(k)).length >= kill.objects!) {
+            child.kill('SIGKILL')
+            return
+          }
+          await new Promise((r) => setTimeout(r, 5))
+        }
+      })()
+    }
+    child.once('exit', (code, signal) => {
+      exited = true
+      children.delete(child)
+      clearTimeout(t)
+      resolve({ code, signal, stderr, ms: Math.round(performance.now() - t0) })
+    })
+  })
+
+  it('after every kill no partial chunk is visible; the resumed dataset equals a one-shot ingest', async (t) => {
+    const seed = Number(process.env.BLOCK_ARCHIVE_TEST_SEED ?? Date.now() % 1_000_000)
+    t.diagnostic(`seed ${seed}`)
+    const random = prng(seed)
+    const reference = path.join(tmp.dir, 'reference')
+    await runIngest({ rpc: node.url, dataset: 'eth', out: reference, to: LAST, chunkBlocks: 5, workers: 0, progress: 'none' })
+
+    let killed = 0
+    let before: string[] = []
+    const log: string[] = []
+    let unfinished = 0
+    let staged = 0
+    for (let round = 0; round < 6 && killed < 4; round++) {
+      // Round 0 is killed at a random time (start-up, the lease, fetching, the first uploads: ≈ 2.5–4 s
+      // pass before chunks are uploaded); round 1 in the middle of a chunk's upload (a chunk is 4
+      // objects, blocks.parquet last); the others once it uploaded 1–10 chunk files.
+      const kill = round === 0 ? { ms: Math.round(500 + random() * 3500) } : { objects: round === 1 ? 2 + Math.floor(random() * 2) : 1 + Math.floor(random() * 10) }
+      const r = await run(kill)
+      if (r.signal !== 'SIGKILL') {
+        assert.equal(r.code, 0, r.stderr)
+        log.push(`round ${round}: finished in ${r.ms} ms`)
+        break
+      }
+      killed++
+      const visible = await assertNoPartialChunk('archive', PREFIX, tmp.dir)
+      const invisible = [...(await chunkFolders('archive', PREFIX))].filter(([, files]) => !files.has('blocks.parquet')).length
+      unfinished += invisible
+      staged = Math.max(staged, (await readdir(tmpdir)).filter((x) => x.startsWith('ba-ingest-s3-')).length)
+      const ranges = visible.map((c) => c.split('/')[1].split('-').slice(0, 2).map(Number))
+      ranges.forEach(([first], i) => assert.equal(first, i === 0 ? 0 : ranges[i - 1][1] + 1, `gap or overlap before ${visible[i]}`))
+      assert.deepEqual(visible.slice(0, before.length), before, 'the dataset never shrinks, chunks are never replaced')
+      before = visible
+      log.push(`round ${round}: killed ${kill.ms ? `after ${kill.ms} ms` : `after uploading ${kill.objects} chunk files`} with ${visible.length} chunks visible, ${invisible} unfinished`)
+      // The killed ingest's lease would block the next one for up to 60 s: let it expire.
+      const lease = await getText('archive', `${PREFIX}/.ingest-lease.json`)
+      if (lease) await putText('archive', `${PREFIX}/.ingest-lease.json`, JSON.stringify({ ...JSON.parse(lease), expiresAt: new Date(Date.now() - 1000).toISOString() }))
+    }
+    t.diagnostic(log.join('; '))
+    assert.ok(killed >= 3, `killed ${killed} times`)
+    assert.ok(unfinished >= 1, 'some kill landed in the middle of a chunk upload')
+    const last = await run()
+    assert.equal(last.code, 0, last.stderr)
+    await assertNoPartialChunk('archive', PREFIX)
+    const copy = path.join(tmp.dir, 'copy')
+    await downloadDataset('archive', PREFIX, copy)
+    await assertSameDataset(copy, reference, LAST)
+    assert.equal(await getText('archive', `${PREFIX}/.ingest-lease.json`), undefined, 'the last run released its lease')
+    // Killed runs leave their staging folder; the next run deletes those of dead processes, the last its own.
+    assert.ok(staged >= 1, 'a killed run left its staging folder')
+    assert.deepEqual((await readdir(tmpdir)).filter((x) => x.startsWith('ba-ingest-s3-')), [], 'staging folders of killed runs removed')
+  })
+})
