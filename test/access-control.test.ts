@@ -14,7 +14,7 @@ import { LocalStorage } from '../src/server/storage.js'
 import { killChildren, runCli, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import { postJson, request, type RawAnswer } from './helpers/http.js'
-import { ALL_FIELDS, assertMatchesSource, blocksOf, runProcessor } from './helpers/processor-expect.js'
+import { ALL_FIELDS, assertMatchesSource, fullSync, blocksOf, runProcessor } from './helpers/processor-expect.js'
 
 /*
  * Access control (docs/serving.md, "Access control and limits"): API keys at the router (Bearer,
@@ -150,17 +150,7 @@ describe('access control, tickets and limits', { timeout: 240_000 }, () => {
   })
 
   it('the real @subsquid/evm-processor syncs the whole dataset through a key-in-path base URL', async () => {
-    const run = await runProcessor(tmp.dir, 'keyed', {
-      gateway: `${router}/k/${KEYS.alice}/datasets/anvil`,
-      from: 0,
-      to: records.at(-1)!.number,
-      includeAllBlocks: true,
-      transactions: [{}],
-      logs: [{}],
-      traces: [{}],
-      stateDiffs: [{}],
-      fields: ALL_FIELDS,
-    })
+    const run = await runProcessor(tmp.dir, 'keyed', fullSync(`${router}/k/${KEYS.alice}/datasets/anvil`, records))
     assert.equal(run.code, 0, run.stderr)
     assert.ok(run.batches.length > 1, 'expected several batches')
     assertMatchesSource(blocksOf(run), records)

@@ -5,7 +5,7 @@ import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import {
-  ALL_FIELDS, assertMatchesSource, blocksOf, clean, expectedHeader, expectedLogs, runProcessor, TRANSFER,
+  assertMatchesSource, fullSync, blocksOf, clean, expectedHeader, expectedLogs, runProcessor, TRANSFER,
 } from './helpers/processor-expect.js'
 
 /*
@@ -37,17 +37,7 @@ describe('@subsquid/evm-processor against router + workers', { timeout: 180_000 
   })
 
   it('delivers every block, transaction, log, trace and state diff with every selected field as in the source', async () => {
-    const run = await runProcessor(tmp.dir, 'full', {
-      gateway,
-      from: 0,
-      to: records.at(-1)!.number,
-      includeAllBlocks: true,
-      transactions: [{}],
-      logs: [{}],
-      traces: [{}],
-      stateDiffs: [{}],
-      fields: ALL_FIELDS,
-    })
+    const run = await runProcessor(tmp.dir, 'full', fullSync(gateway, records))
     assert.equal(run.code, 0, run.stderr)
     assert.ok(run.batches.length > 1, 'expected several batches')
     assertMatchesSource(blocksOf(run), records)

@@ -9,6 +9,7 @@ import { ReplayServer } from '../src/ingest/replay.js'
 import { getText, listObjects, putText } from '../src/storage/s3.js'
 import { CLI, children, killChildren } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
+import { prng } from './helpers/fault-proxy.js'
 import { assertNoPartialChunk, assertSameDataset, chunkFolders, downloadDataset } from './helpers/faults.js'
 import { startS3, type S3Server } from './helpers/s3.js'
 
@@ -31,17 +32,6 @@ const eth = loadRecordedChain('ethereum')
 const light = eth.filter((b) => b.number === 1000000 || b.number === 4369999) // 2 and 22 transactions
 const LAST = 79
 const PREFIX = 'killed'
-
-function prng(seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 describe('ingest into s3:// killed at random moments', { timeout: 120_000 }, () => {
   let s3: S3Server

@@ -9,7 +9,7 @@ import { ReplayServer } from '../src/ingest/replay.js'
 import { downloadObject, listObjects } from '../src/storage/s3.js'
 import { killChildren, runCli, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, type AnvilRecord } from './helpers/dataset.js'
-import { ALL_FIELDS, assertMatchesSource, blocksOf, runProcessor } from './helpers/processor-expect.js'
+import { assertMatchesSource, blocksOf, fullSync, runProcessor } from './helpers/processor-expect.js'
 import { startS3, type S3Server } from './helpers/s3.js'
 import { listLocalChunks, type ChunkMeta, type ChunkRef } from '../src/chunks/layout.js'
 
@@ -155,7 +155,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
   })
 
   it('the real evm-processor gets exactly the source data, also with a worker killed mid-sync', async () => {
-    const config = { gateway: base, from: 0, to: records.at(-1)!.number, includeAllBlocks: true, transactions: [{}], logs: [{}], traces: [{}], stateDiffs: [{}], fields: ALL_FIELDS }
+    const config = fullSync(base, records)
     let t0 = performance.now()
     const calm = await runProcessor(tmp.dir, 'calm', config)
     measured.syncMs = Math.round(performance.now() - t0)

@@ -5,7 +5,7 @@ import { parseChunkPath, type ChunkMeta, type ChunkRef, type DatasetMeta } from 
 import { log } from '../log.js'
 import { abortMultipartUploads, deleteObjects, getText, joinKey, listObjects, parseS3Url, putText, s3Url, uploadFile, type S3Location } from '../storage/s3.js'
 import { S3Lease, type LeaseOptions } from './s3-lease.js'
-import type { IngestTarget, UploadStats } from './target.js'
+import { alive, type IngestTarget, type UploadStats } from './target.js'
 
 /*
  * Ingest into `s3://bucket/prefix`. Chunks are built in a local staging folder, then uploaded: the
@@ -153,15 +153,6 @@ async function removeStaleStaging(): Promise<void> {
     if (!pid || pid === process.pid || alive(pid)) continue
     log.info({ folder: path.join(tmpdir(), name) }, 'removing the staging folder of a killed ingest')
     await rm(path.join(tmpdir(), name), { recursive: true, force: true })
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (e: any) {
-    return e.code === 'EPERM'
   }
 }
 

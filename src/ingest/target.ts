@@ -118,7 +118,8 @@ async function lock(dir: string): Promise<() => Promise<void>> {
   throw new DatasetLocked(`could not lock ${dir}`)
 }
 
-function alive(pid: number): boolean {
+/** Whether process `pid` still runs (EPERM: it runs under another user). */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0)
     return true

@@ -58,7 +58,7 @@ export interface ProxyLogEntry {
 const S3_CODES: Record<number, string> = { 500: 'InternalError', 503: 'SlowDown', 502: 'BadGateway', 504: 'GatewayTimeout', 403: 'AccessDenied', 404: 'NoSuchKey' }
 
 /** mulberry32: a small seeded PRNG. */
-function prng(seed: number): () => number {
+export function prng(seed: number): () => number {
   let a = seed >>> 0
   return () => {
     a = (a + 0x6d2b79f5) >>> 0

@@ -215,6 +215,19 @@ export async function runProcessor(dir: string, name: string, config: Omit<Proce
 
 export const blocksOf = (run: Run) => run.batches.flatMap((b) => b.blocks)
 
+/** Every block of `records` with every table and field: what `assertMatchesSource` checks. */
+export const fullSync = (gateway: string, records: SourceBlock[]): Omit<ProcessorRunConfig, 'out'> => ({
+  gateway,
+  from: 0,
+  to: records.at(-1)!.number,
+  includeAllBlocks: true,
+  transactions: [{}],
+  logs: [{}],
+  traces: [{}],
+  stateDiffs: [{}],
+  fields: ALL_FIELDS,
+})
+
 /**
  * Blocks the processor delivered (every table, ALL_FIELDS) equal `records` exactly: each block once,
  * in order, every item and field as in the source; and the totals are the fixture's, not the server's.
