@@ -18,11 +18,11 @@ export class ApiError extends Error {
 
   /** Messages and paths may quote the request (an unknown key of megabytes): answers quote at most this much of each. */
   body(): Record<string, unknown> {
-    const path = this.path && clip(this.path, 300)
-    // The message names the path as the answer's `path` does; other long words it quotes (a huge key) are cut.
-    const shorten = (text: string) => text.replace(/[^\s"]{201,}/g, (w) => clip(w, 200))
+    const path = this.path && clip(this.path, 1000)
+    // The message names the path as the answer's `path` does; other long words it quotes (a huge key) are cut at 1,000 characters.
+    const shorten = (text: string) => text.replace(/[^\s"]{1001,}/g, (w) => clip(w, 1000))
     const message = path ? this.message.split(this.path!).map(shorten).join(path) : shorten(this.message)
-    return { error: this.code, message: clip(message, 2000), ...(path ? { path } : {}), ...this.extra }
+    return { error: this.code, message: clip(message, 4000), ...(path ? { path } : {}), ...this.extra }
   }
 }
 
