@@ -12,6 +12,7 @@ import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
+import { until } from './helpers/cli.js'
 
 /*
  * The operator view: /health, /ready, /status and the status page of a real router with two workers
@@ -30,16 +31,6 @@ async function getJson(url: string, accept?: string) {
   const res = await fetch(url, accept ? { headers: { accept } } : {})
   const text = await res.text()
   return { status: res.status, type: res.headers.get('content-type') ?? '', vary: res.headers.get('vary') ?? '', text, json: () => JSON.parse(text) }
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await probe()
-    if (v !== undefined) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 25))
-  }
 }
 
 describe('operator view', { timeout: 120_000 }, () => {
