@@ -11,7 +11,7 @@ import { killChildren, runCli } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
 import { chunkFile, FaultProxy } from './helpers/fault-proxy.js'
 import { assertNoPartialChunk, assertSameDataset, chunkFolders, downloadDataset, within } from './helpers/faults.js'
-import { startS3, type S3Server } from './helpers/s3.js'
+import { setEnv, startS3, type S3Server } from './helpers/s3.js'
 
 /*
  * `ingest --out s3://…` while object storage fails, through the fault-injecting proxy in front of
@@ -34,7 +34,7 @@ describe('ingest into s3:// through storage faults', { timeout: 90_000 }, () => 
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let reference: string
   let env: Record<string, string>
-  const saved: Record<string, string | undefined> = {}
+  let restoreEnv = () => {}
   let level: string
   let n = 0
 
@@ -44,15 +44,15 @@ describe('ingest into s3:// through storage faults', { timeout: 90_000 }, () => 
     s3 = await startS3(['archive'])
     tmp = await tempDir('ba-faults-s3-ingest-')
     // Staging folders of these ingests in a temp folder of their own (ingest-s3.test.ts watches the system one).
-    saved.TMPDIR = process.env.TMPDIR
-    process.env.TMPDIR = path.join(tmp.dir, 'tmp')
-    await mkdir(process.env.TMPDIR)
+    await mkdir(path.join(tmp.dir, 'tmp'))
+    const restoreTmp = setEnv({ TMPDIR: path.join(tmp.dir, 'tmp') })
     proxy = new FaultProxy(s3.endpoint, { seed: 11 })
     await proxy.start()
     env = { ...s3.env, AWS_ENDPOINT_URL: proxy.url, BLOCK_ARCHIVE_S3_SOCKET_TIMEOUT_MS: '700', BLOCK_ARCHIVE_S3_CONNECT_TIMEOUT_MS: '700' }
-    for (const [k, v] of Object.entries(env)) {
-      saved[k] = process.env[k]
-      process.env[k] = v
+    const restoreS3 = setEnv(env)
+    restoreEnv = () => {
+      restoreS3()
+      restoreTmp()
     }
     resetS3Client()
     node = new ReplayServer(light, { repeat: { times: 100, seed: 'faults-s3-ingest' } })
@@ -64,10 +64,7 @@ describe('ingest into s3:// through storage faults', { timeout: 90_000 }, () => 
   after(async () => {
     log.level = level
     killChildren()
-    for (const [k, v] of Object.entries(saved)) {
-      if (v === undefined) delete process.env[k]
-      else process.env[k] = v
-    }
+    restoreEnv()
     resetS3Client()
     await node?.close()
     await proxy?.close()

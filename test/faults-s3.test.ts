@@ -12,7 +12,7 @@ import { killChildren, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeChunk, writeDataset } from './helpers/dataset.js'
 import { chunkFile, FaultProxy, LIST, type FaultRule } from './helpers/fault-proxy.js'
 import { sha256, within } from './helpers/faults.js'
-import { startS3, uploadDataset, type S3Server } from './helpers/s3.js'
+import { setEnv, startS3, uploadDataset, type S3Server } from './helpers/s3.js'
 
 /*
  * Object storage that answers errors, stalls and cut bodies, through a fault-injecting proxy
@@ -37,7 +37,7 @@ describe('object storage faults (fault proxy in front of s3rver)', { timeout: 12
   let local: string
   let chunks: ChunkRef[]
   let env: Record<string, string>
-  const saved: Record<string, string | undefined> = {}
+  let restoreEnv = () => {}
   let level: string
   let n = 0
 
@@ -52,20 +52,14 @@ describe('object storage faults (fault proxy in front of s3rver)', { timeout: 12
     proxy = new FaultProxy(s3.endpoint, { seed: 7 })
     await proxy.start()
     env = { ...s3.env, AWS_ENDPOINT_URL: proxy.url, ...TIMEOUTS }
-    for (const [k, v] of Object.entries(env)) {
-      saved[k] = process.env[k]
-      process.env[k] = v
-    }
+    restoreEnv = setEnv(env)
     resetS3Client()
   })
 
   after(async () => {
     log.level = level
     killChildren()
-    for (const [k, v] of Object.entries(saved)) {
-      if (v === undefined) delete process.env[k]
-      else process.env[k] = v
-    }
+    restoreEnv()
     resetS3Client()
     await proxy?.close()
     await s3?.stop()

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { mkdir, readdir, writeFile } from 'node:fs/promises'
-import { createRequire } from 'node:module'
 import os from 'node:os'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
@@ -11,8 +10,9 @@ import { DatasetLocked, LeaseLost, ReorgError, runIngest, type IngestOptions } f
 import { loadRecordedChain } from '../src/ingest/recorded.js'
 import { ReplayServer } from '../src/ingest/replay.js'
 import { S3Lease } from '../src/ingest/s3-lease.js'
-import { downloadObject, getText, listObjects, putText, resetS3Client, s3Client, uploadFile } from '../src/storage/s3.js'
+import { downloadObject, getText, listObjects, putText, s3Client, uploadFile } from '../src/storage/s3.js'
 import { tempDir } from './helpers/dataset.js'
+import { setEnv, startS3, type S3Server } from './helpers/s3.js'
 import { readTable } from './helpers/ingest-expect.js'
 
 /*
@@ -22,7 +22,6 @@ import { readTable } from './helpers/ingest-expect.js'
  */
 
 // s3rver ships no type declarations
-const S3rver = createRequire(import.meta.url)('s3rver')
 
 const BUCKET = 'archive'
 const eth = loadRecordedChain('ethereum')
@@ -33,35 +32,18 @@ const traced = eth.filter((b) => b.number === 18500000) // 157 transactions, 876
 const lease = { ttlMs: 3000, settleMs: 50 }
 
 let tmp: Awaited<ReturnType<typeof tempDir>>
-let s3: any
-const savedEnv: Record<string, string | undefined> = {}
-const ENV = {
-  AWS_ENDPOINT_URL: '',
-  AWS_ACCESS_KEY_ID: 'S3RVER',
-  AWS_SECRET_ACCESS_KEY: 'S3RVER',
-  AWS_REGION: 'us-east-1',
-  BLOCK_ARCHIVE_S3_PART_MB: '5',
-}
+let s3: S3Server | undefined
+let restorePartSize = () => {}
 
 before(async () => {
   tmp = await tempDir('ba-ingest-s3-test-')
-  s3 = new S3rver({ port: 0, address: '127.0.0.1', directory: path.join(tmp.dir, 's3rver'), silent: true, configureBuckets: [{ name: BUCKET }] })
-  const { port } = await s3.run()
-  ENV.AWS_ENDPOINT_URL = `http://127.0.0.1:${port}`
-  for (const [k, v] of Object.entries(ENV)) {
-    savedEnv[k] = process.env[k]
-    process.env[k] = v
-  }
-  resetS3Client()
+  s3 = await startS3([BUCKET])
+  restorePartSize = setEnv({ BLOCK_ARCHIVE_S3_PART_MB: '5' })
 })
 
 after(async () => {
-  resetS3Client()
-  for (const [k, v] of Object.entries(savedEnv)) {
-    if (v == null) delete process.env[k]
-    else process.env[k] = v
-  }
-  await s3?.close()
+  restorePartSize()
+  await s3?.stop()
   await tmp?.cleanup()
 })
 

@@ -18,6 +18,18 @@ export interface S3Server {
   stop(): Promise<void>
 }
 
+/** Set environment variables of this process; the returned function puts back what was there. */
+export function setEnv(vars: Record<string, string>): () => void {
+  const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]))
+  Object.assign(process.env, vars)
+  return () => {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k]
+      else process.env[k] = v
+    }
+  }
+}
+
 export async function startS3(buckets: string[]): Promise<S3Server> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'ba-s3-'))
   const server = new S3rver({ port: 0, address: '127.0.0.1', directory: dir, silent: true, configureBuckets: buckets.map((name) => ({ name })) })
@@ -28,12 +40,13 @@ export async function startS3(buckets: string[]): Promise<S3Server> {
     AWS_ACCESS_KEY_ID: 'S3RVER',
     AWS_SECRET_ACCESS_KEY: 'S3RVER',
   }
-  Object.assign(process.env, env)
+  const restoreEnv = setEnv(env)
   resetS3Client()
   return {
     endpoint: env.AWS_ENDPOINT_URL,
     env,
     async stop() {
+      restoreEnv()
       resetS3Client()
       await server.close()
       await rm(dir, { recursive: true, force: true })
