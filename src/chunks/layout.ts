@@ -81,8 +81,11 @@ export function parseChunkPath(rel: string): ChunkRef | undefined {
   return parseChunkName(Number(topName), name)
 }
 
-/** Complete chunks of a local dataset folder, ascending. Temp folders and stray files are ignored. */
-export async function listLocalChunks(root: string): Promise<ChunkRef[]> {
+/**
+ * Complete chunks of a local dataset folder, ascending (overlapping ones included: the router
+ * reports those). Temp folders and stray files are ignored.
+ */
+export async function scanLocalChunks(root: string): Promise<ChunkRef[]> {
   let tops: string[]
   try {
     tops = (await readdir(root)).filter((n) => TOP_RE.test(n)).sort()
@@ -100,7 +103,12 @@ export async function listLocalChunks(root: string): Promise<ChunkRef[]> {
       chunks.push(ref)
     }
   }
-  chunks.sort((a, b) => a.first - b.first)
+  return chunks.sort((a, b) => a.first - b.first || a.last - b.last)
+}
+
+/** Complete chunks of a local dataset folder, ascending; overlapping chunks are an error (what an ingest resumes from). */
+export async function listLocalChunks(root: string): Promise<ChunkRef[]> {
+  const chunks = await scanLocalChunks(root)
   for (let i = 1; i < chunks.length; i++) {
     if (chunks[i].first <= chunks[i - 1].last) {
       throw new Error(`overlapping chunks in ${root}: ${chunks[i - 1].path} and ${chunks[i].path}`)

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto'
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import type { ChunkRef } from '../chunks/layout.js'
+import { hashFile, type ChunkRef } from '../chunks/layout.js'
 import { log } from '../log.js'
 import { cacheBytes, cacheCorrupt, cacheEvictions, downloadBytes, downloadSeconds } from './metrics.js'
-import { sha256File, type DatasetStore } from './dataset-store.js'
+import type { DatasetStore } from './dataset-store.js'
 
 /*
  * A worker's local copy of the chunks it serves from remote storage. A chunk is downloaded into a
@@ -111,7 +111,7 @@ export class ChunkCache {
       const s = await stat(path.join(dir, name)).catch(() => undefined)
       if (!s || s.size !== f.size) return this.corrupt(dir, name)
       if (s.mtimeMs === f.mtimeMs) continue
-      if ((await sha256File(path.join(dir, name))) !== f.sha256) return this.corrupt(dir, name)
+      if ((await hashFile(path.join(dir, name))).sha256 !== f.sha256) return this.corrupt(dir, name)
       f.mtimeMs = s.mtimeMs
       rewritten = true
     }

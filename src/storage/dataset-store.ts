@@ -1,9 +1,6 @@
-import { createHash } from 'node:crypto'
-import { createReadStream } from 'node:fs'
-import { copyFile, readdir, readFile, stat } from 'node:fs/promises'
+import { copyFile, readdir, stat } from 'node:fs/promises'
 import path from 'node:path'
-import { pipeline } from 'node:stream/promises'
-import { parseChunkName, parseChunkPath, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { hashFile, parseChunkPath, readChunkMeta, readDatasetMeta, scanLocalChunks, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { downloadObject, getText, isS3Url, joinKey, listFolders, listObjects, parseS3Url, s3Url, type DownloadResult } from './s3.js'
 
 /*
@@ -80,31 +77,17 @@ class FolderDatasetStore implements DatasetStore {
   }
 
   async meta(): Promise<DatasetMeta | undefined> {
-    return readJson(path.join(this.url, 'dataset.json'))
+    return readDatasetMeta(this.url)
   }
 
-  async listChunks(): Promise<ChunkRef[]> {
-    let tops: string[]
-    try {
-      tops = (await readdir(this.url)).filter((n) => TOP_RE.test(n)).sort()
-    } catch (e: any) {
-      if (e.code === 'ENOENT') return []
-      throw e
-    }
-    const chunks: ChunkRef[] = []
-    for (const topName of tops) {
-      for (const name of (await readdir(path.join(this.url, topName))).sort()) {
-        const ref = parseChunkName(Number(topName), name)
-        if (ref && (await isFile(path.join(this.url, ref.path, 'blocks.parquet')))) chunks.push(ref)
-      }
-    }
-    return chunks.sort((a, b) => a.first - b.first || a.last - b.last)
+  listChunks(): Promise<ChunkRef[]> {
+    return scanLocalChunks(this.url)
   }
 
   async chunkMeta(ref: ChunkRef): Promise<ChunkMeta> {
-    const meta = await readJson<ChunkMeta>(path.join(this.url, ref.path, 'meta.json'))
-    if (!meta) throw new Error(`chunk ${ref.path} of ${this.url} has no meta.json`)
-    return meta
+    return readChunkMeta(this.url, ref).catch((e) => {
+      throw e.code === 'ENOENT' ? new Error(`chunk ${ref.path} of ${this.url} has no meta.json`) : e
+    })
   }
 
   async chunkFiles(ref: ChunkRef): Promise<ChunkFile[]> {
@@ -121,7 +104,8 @@ class FolderDatasetStore implements DatasetStore {
   async download(ref: ChunkRef, file: string, dest: string): Promise<DownloadResult> {
     const src = path.join(this.url, ref.path, file)
     await copyFile(src, dest)
-    return { bytes: (await stat(dest)).size, sha256: await sha256File(dest) }
+    const { size, sha256 } = await hashFile(dest)
+    return { bytes: size, sha256 }
   }
 }
 
@@ -192,27 +176,4 @@ class S3DatasetStore implements DatasetStore {
   download(ref: ChunkRef, file: string, dest: string, signal?: AbortSignal): Promise<DownloadResult> {
     return downloadObject(this.bucket, this.key(ref.path, file), dest, signal)
   }
-}
-
-async function readJson<T>(file: string): Promise<T | undefined> {
-  try {
-    return JSON.parse(await readFile(file, 'utf8'))
-  } catch (e: any) {
-    if (e.code === 'ENOENT') return undefined
-    throw e
-  }
-}
-
-async function isFile(p: string): Promise<boolean> {
-  try {
-    return (await stat(p)).isFile()
-  } catch {
-    return false
-  }
-}
-
-export async function sha256File(file: string): Promise<string> {
-  const hash = createHash('sha256')
-  await pipeline(createReadStream(file), hash)
-  return hash.digest('hex')
 }
