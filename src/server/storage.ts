@@ -100,9 +100,20 @@ export class ArchiveStorage implements ChunkStorage {
     return (await this.store(dataset)).listChunks()
   }
 
+  /** Chunks are immutable: each meta.json is read once (the router checks the metas of sparse datasets at every listing). */
   async chunkMeta(dataset: string, chunk: ChunkRef): Promise<ChunkMeta> {
-    return (await this.store(dataset)).chunkMeta(chunk)
+    const store = await this.store(dataset)
+    const key = `${store.url}\n${chunk.path}`
+    let meta = this.metas.get(key)
+    if (!meta) {
+      meta = store.chunkMeta(chunk)
+      this.metas.set(key, meta)
+      meta.catch(() => this.metas.delete(key))
+    }
+    return meta
   }
+
+  private readonly metas = new Map<string, Promise<ChunkMeta>>()
 
   async fetchChunk(dataset: string, chunk: ChunkRef): Promise<string> {
     const store = await this.store(dataset)
