@@ -1,7 +1,10 @@
 import { mkdtemp, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
+import { readDatasetMeta } from '../src/chunks/layout.js'
 import { ArchiveClient } from '../src/client/archive-client.js'
+import { listObjects } from '../src/storage/s3.js'
+import { metricSum } from '../test/helpers/cli.js'
 import { startS3, uploadDataset } from '../test/helpers/s3.js'
 import { ensureDataset } from './lib/dataset.js'
 import { fmtRate } from './lib/measure.js'
@@ -34,10 +37,10 @@ export async function runS3(o: S3BenchOptions): Promise<void> {
     console.log(`uploaded ${uploaded.length} chunks, ${(bytes / 2 ** 20).toFixed(1)} MiB in ${(uploadMs / 1000).toFixed(1)} s: ${(bytes / 2 ** 20 / (uploadMs / 1000)).toFixed(1)} MiB/s`)
 
     t0 = performance.now()
-    const remote = await deploy('s3://bench/ds', o.workers, { cache: (i) => path.join(tmp, `cache-${i}`), env: s3.env, dataset: await datasetName(dir) })
+    const remote = await deploy('s3://bench/ds', o.workers, { cache: (i) => path.join(tmp, `cache-${i}`), env: s3.env, dataset: (await readDatasetMeta(dir))!.name })
     const routableMs = performance.now() - t0
     let downloaded = 0
-    for (const w of remote.workers) downloaded += await metric(w.url, 'block_archive_worker_download_bytes_total')
+    for (const w of remote.workers) downloaded += await metricSum(w.url, 'block_archive_worker_download_bytes_total')
     console.log(`router + ${o.workers} workers started, every chunk routable after ${(routableMs / 1000).toFixed(1)} s; ` +
       `${(downloaded / 2 ** 20).toFixed(1)} MiB downloaded (replication 2): ${(downloaded / 2 ** 20 / (routableMs / 1000)).toFixed(1)} MiB/s including process start`)
     const remoteSync = await sync(remote.base, o.shape)
@@ -57,19 +60,8 @@ export async function runS3(o: S3BenchOptions): Promise<void> {
   }
 }
 
-async function datasetName(dir: string): Promise<string> {
-  const { readFile } = await import('node:fs/promises')
-  return JSON.parse(await readFile(path.join(dir, 'dataset.json'), 'utf8')).name
-}
-
 async function datasetBytes(): Promise<number> {
-  const { listObjects } = await import('../src/storage/s3.js')
   return (await listObjects('bench', 'ds/')).reduce((n, o) => n + o.size, 0)
-}
-
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text()
-  return text.split('\n').filter((l) => l.startsWith(name + '{')).reduce((n, l) => n + Number(l.split(' ').at(-1)), 0)
 }
 
 async function sync(base: string, shapeName: string): Promise<{ blocks: number; ms: number }> {

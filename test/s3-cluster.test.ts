@@ -7,7 +7,7 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { ReplayServer } from '../src/ingest/replay.js'
 import { downloadObject, listObjects } from '../src/storage/s3.js'
-import { killChildren, runCli, startCli, until } from './helpers/cli.js'
+import { killChildren, metricSum, runCli, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, type AnvilRecord } from './helpers/dataset.js'
 import { assertMatchesSource, blocksOf, fullSync, runProcessor } from './helpers/processor-expect.js'
 import { startS3, type S3Server } from './helpers/s3.js'
@@ -25,11 +25,6 @@ import { listLocalChunks, type ChunkMeta, type ChunkRef } from '../src/chunks/la
 
 const HB = ['--heartbeat-ms', '200']
 const sha256 = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex')
-
-async function metric(workerUrl: string, name: string): Promise<number> {
-  const text = await (await fetch(`${workerUrl}/metrics`)).text()
-  return text.split('\n').filter((l) => l.startsWith(name + '{') || l.startsWith(name + ' ')).reduce((n, l) => n + Number(l.split(' ').at(-1)), 0)
-}
 
 describe('object storage: router and three worker processes over S3', { timeout: 300_000 }, () => {
   let s3: S3Server
@@ -115,8 +110,8 @@ describe('object storage: router and three worker processes over S3', { timeout:
     for (const w of workers) {
       const held = s.workers.find((x: any) => x.id === w.id).state.anvil as [number, number][]
       assert.ok(held.length > 0, `${w.id} holds something`)
-      downloaded += await metric(w.url!, 'block_archive_worker_download_bytes_total')
-      assert.ok((await metric(w.url!, 'block_archive_worker_download_seconds_total')) > 0)
+      downloaded += await metricSum(w.url!, 'block_archive_worker_download_bytes_total')
+      assert.ok((await metricSum(w.url!, 'block_archive_worker_download_seconds_total')) > 0)
     }
     // Replication 2 over 3 workers: nobody holds everything, and chunks given back were deleted from the cache.
     for (const w of s.workers) assert.ok(JSON.stringify(w.state.anvil) !== '[[0,95]]', `${w.id} holds everything`)
@@ -186,7 +181,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
     const chunk = chunks.find((c) => held.some(([a, b]) => a <= c.first && c.last <= b) && existsSync(path.join(w.cache, 'anvil', c.path)))!
     const file = path.join(w.cache, 'anvil', chunk.path, 'transactions.parquet')
     const good = sha256(file)
-    const before = await metric(w.url!, 'block_archive_worker_cache_corrupt_total')
+    const before = await metricSum(w.url!, 'block_archive_worker_cache_corrupt_total')
     const fh = await open(file, 'r+')
     const { size } = await fh.stat()
     await fh.write(Buffer.alloc(64, 0xab), 0, 64, Math.floor(size / 2))
@@ -206,7 +201,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
       }
     }
     await until('the chunk downloaded again', async () => (existsSync(file) && sha256(file) === good ? true : undefined), 20_000)
-    assert.ok((await metric(w.url!, 'block_archive_worker_cache_corrupt_total')) > before)
+    assert.ok((await metricSum(w.url!, 'block_archive_worker_cache_corrupt_total')) > before)
     const res = await fetch(`${w.url}/datasets/anvil/query`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(query) })
     assert.equal(res.status, 200)
     assert.deepEqual(((await res.json()) as any[]).flatMap((b) => (b.transactions ?? []).map((t: any) => t.hash)), expected)
@@ -217,8 +212,8 @@ describe('object storage: router and three worker processes over S3', { timeout:
     assert.ok(existsSync(w.cache))
     measured.restartRoutableMs = Math.round(await startWorker(w))
     await until(`${w.id} ready`, async () => ((await fetch(`${w.url}/ready`)).status === 200 ? true : undefined), 20_000)
-    const downloaded = await metric(w.url!, 'block_archive_worker_download_bytes_total')
-    const cached = await metric(w.url!, 'block_archive_worker_cache_bytes')
+    const downloaded = await metricSum(w.url!, 'block_archive_worker_download_bytes_total')
+    const cached = await metricSum(w.url!, 'block_archive_worker_cache_bytes')
     assert.ok(cached > 0)
     assert.ok(downloaded < cached, `downloaded ${downloaded} of ${cached} cached bytes again`)
     measured.restartDownloadedBytes = downloaded

@@ -62,3 +62,9 @@ export async function until<T>(what: string, probe: () => Promise<T | undefined>
 export function killChildren(): void {
   for (const c of children) c.kill('SIGKILL')
 }
+
+/** The sum of a Prometheus metric's samples (all label sets) at `baseUrl/metrics`. */
+export async function metricSum(baseUrl: string, name: string): Promise<number> {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text()
+  return text.split('\n').filter((l) => l.startsWith(name + '{') || l.startsWith(name + ' ')).reduce((n, l) => n + Number(l.split(' ').at(-1)), 0)
+}
