@@ -1,5 +1,5 @@
 /**
- * An error answered to an HTTP client: JSON `{error, message, path?}` with `status` (DECISIONS §23).
+ * An error answered to an HTTP client: JSON `{error, message, path?}` with `status` (docs/protocol.md §4).
  * Anything else that escapes a handler is a bug and becomes a 500.
  */
 export class ApiError extends Error {

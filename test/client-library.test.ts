@@ -221,7 +221,7 @@ describe('client library over a sparse dataset', { timeout: 60_000 }, () => {
   it('ends a range whose end lies in a gap, sequentially and in parallel segments', async () => {
     const tmp = await tempDir()
     const records = await anvilRecords()
-    // Blocks 5–9 and 20–29 only (DECISIONS §25), in chunks of 5.
+    // Blocks 5–9 and 20–29 only (docs/protocol.md §3.5), in chunks of 5.
     const kept = records.filter((r) => (r.number >= 5 && r.number <= 9) || (r.number >= 20 && r.number <= 29))
     await writeDataset(path.join(tmp.dir, 'sparse'), 'sparse', kept, 5)
     const cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, heartbeatMs: 100 })

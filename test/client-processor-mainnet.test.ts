@@ -13,7 +13,7 @@ import {
  * The real `@subsquid/evm-processor@1.27.3` against router + workers over recorded mainnet blocks
  * (Ethereum 1000000, 4369999, 18000000, 18500000 with receipts; 1000000 and 18500000 with their
  * recorded `trace_block`; Polygon 50000000; Arbitrum 150000000), ingested through the replay
- * server. These datasets are sparse (DECISIONS §25): the processor walks from 0 across the gaps.
+ * server. These datasets are sparse (docs/protocol.md §3.5): the processor walks from 0 across the gaps.
  * What the handler got is compared field by field with the recorded RPC answers.
  */
 

@@ -13,7 +13,7 @@ import { KINDS, REQUEST_KEY, evaluate, firstDifference, type FullBlock, type Obj
 import type { QueryBudgets } from '../src/query/types.js'
 
 /*
- * Response budgets (DECISIONS §16–18, §25): workers with a small size budget, a size budget below
+ * Response budgets (docs/protocol.md §3.5, §3.7): workers with a small size budget, a size budget below
  * any block, and a 1 ms time budget, over real chunks of the recorded anvil chain (dense, and sparse
  * with gaps). A cut answer must end on a block boundary, never be empty, start at the first existing
  * block ≥ fromBlock, hold complete blocks; continuing from last + 1 (by hand through the router, or

@@ -9,7 +9,7 @@ import { postJson, request, type RawAnswer } from './helpers/http.js'
 import { FILTERS, KINDS, REQUEST_KEY, type Obj } from './helpers/reference-evm.js'
 
 /*
- * Every error class of the query protocol (DECISIONS §1–5, §19–27) through real HTTP against a
+ * Every error class of the query protocol (docs/protocol.md §1, §2, §3.5, §3.7, §4) through real HTTP against a
  * worker over real chunks of the recorded anvil chain: a dense dataset, and a sparse one with gaps
  * before, between and inside chunks. Each error answer must be JSON `{error, message, path?}` with
  * `content-type: application/json`, and the worker must go on answering afterwards.
@@ -55,7 +55,7 @@ describe('query errors', { timeout: 110_000 }, () => {
     assert.deepEqual(JSON.parse(res.text).map((b: Obj) => b.header.number), [7, 8, 9])
   }
 
-  /** An error answer as DECISIONS §23 says; returns its body. */
+  /** An error answer as docs/protocol.md §4 says; returns its body. */
   function errorBody(res: RawAnswer, status: number, what: string): Obj {
     assert.equal(res.status, status, `${what}: ${res.status} ${res.text.slice(0, 300)}`)
     assert.equal(res.headers['content-type']?.split(';')[0].trim(), 'application/json', `${what}: content-type`)
@@ -171,7 +171,7 @@ describe('query errors', { timeout: 110_000 }, () => {
       [{ fromBlock: 0, logs: [{ transaction: 'true' }] }, 'logs[0].transaction', /boolean/i],
       [{ fromBlock: 0, traces: [{ callValueNonZero: 'true' }] }, 'traces[0].callValueNonZero', /boolean/i],
       [{ fromBlock: 0, parentBlockHash: 5 }, 'parentBlockHash', /string/i],
-      // Field flags must be booleans (DECISIONS §28).
+      // Field flags must be booleans (docs/protocol.md §2).
       [{ fromBlock: 0, fields: { log: { address: 1 } } }, 'fields.log.address', /boolean/i],
       [{ fromBlock: 0, fields: { log: { address: 'true' } } }, 'fields.log.address', /boolean/i],
       [{ fromBlock: 0, fields: { block: { timestamp: {} } } }, 'fields.block.timestamp', /boolean/i],

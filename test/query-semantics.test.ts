@@ -25,7 +25,7 @@ import {
 import { loadQueries, rebase, type RebaseRange } from './helpers/reference-rebase.js'
 
 /*
- * Filters and relations (DECISIONS §6–16, §25; REFERENCE §3.1–3.6, §4.6–4.7) checked against an
+ * Filters and relations (docs/protocol.md §3.1, §3.2, §3.3, §3.4, §3.5, §3.6, §3.7; docs/protocol.md §3.6, §5) checked against an
  * independent evaluation: everything is fetched once with empty-filter requests through a real
  * worker over HTTP, checked against the source rows, then every query's answer is computed in plain
  * TypeScript (helpers/reference-evm.ts) and compared with the worker's.

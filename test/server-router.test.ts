@@ -52,7 +52,7 @@ describe('router', { timeout: 60_000 }, () => {
     tmp = await tempDir()
     records = await anvilRecords()
     denseChunks = await writeDataset(path.join(tmp.dir, 'dense'), 'dense', records, 16)
-    // Isolated blocks with gaps between and before them (DECISIONS §25).
+    // Isolated blocks with gaps between and before them (docs/protocol.md §3.5).
     const sparse = records.filter((r) => [3, 4, 10, 11, 20, 40, 41, 42].includes(r.number))
     sparseChunks = await writeDataset(path.join(tmp.dir, 'sparse'), 'sparse', sparse, 2)
     growingChunks = await writeDataset(path.join(tmp.dir, 'growing'), 'growing', records.slice(0, 32), 16)

@@ -38,7 +38,7 @@ const HEADER_ID: [string, string][] = [['number', 'number'], ['hash', 'hash'], [
 const header = (extra: [string, string][], where: string): Stmt => ({
   table: 'blocks', cols: [...HEADER_ID, ...extra], where, block: 'number', order: 'number',
 })
-/** Headers of the blocks that have items, plus the first and last block of the range (DECISIONS §16). */
+/** Headers of the blocks that have items, plus the first and last block of the range (docs/protocol.md §3.7). */
 const headersOf = (table: string, cond: string): string =>
   `{range} AND (number IN (SELECT block_number FROM {${table}} WHERE {range:block_number} AND ${cond}) OR number = {from} OR number = {to})`
 

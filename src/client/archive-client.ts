@@ -1,7 +1,7 @@
 import { Channel } from './channel.js'
 
 /*
- * Client of the v2 archive protocol (REFERENCE §1, CLIENTS §1.3–1.4): GET {base}/height,
+ * Client of the v2 archive protocol (docs/protocol.md §1): GET {base}/height,
  * GET {base}/{from}/worker, POST the query there, continue from the last returned block + 1. Each
  * step (worker lookup + POST) is retried with back-off on the conditions the SDK retries, a bounded
  * number of times.
@@ -210,7 +210,7 @@ export class ArchiveClient {
       try {
         blocks = await this.query({ ...query, fromBlock: beg, ...(toBlock === undefined ? {} : { toBlock }) }, range.signal)
       } catch (e) {
-        // The rest of the range lies in a gap of a sparse dataset (DECISIONS §26): nothing more to get.
+        // The rest of the range lies in a gap of a sparse dataset (docs/protocol.md §3.5): nothing more to get.
         if (toBlock !== undefined && isNoBlocksInRange(e)) return
         throw e
       }
@@ -328,7 +328,7 @@ function isNoBlocksInRange(e: unknown): boolean {
   }
 }
 
-/** The checks the SDK makes on an answer (CLIENTS §1.3), plus order and range. */
+/** The checks the SDK makes on an answer (docs/protocol.md §1), plus order and range. */
 export function checkAnswer(blocks: unknown, from: number, to: number | undefined): asserts blocks is Block[] {
   if (!Array.isArray(blocks)) throw new ProtocolError('the answer is not a JSON array')
   if (blocks.length === 0) throw new ProtocolError(`empty answer for fromBlock ${from}: boundary blocks are expected`)

@@ -76,9 +76,9 @@ export interface NestedObjectDecl {
   dropIfEmpty: boolean
 }
 
-/** A request filter key. All list filters are OR inside, AND across keys (DECISIONS §6). */
+/** A request filter key. All list filters are OR inside, AND across keys (docs/protocol.md §3.1). */
 export type FilterDecl =
-  /** value ∈ list; `values` says how each value is checked and normalised before matching (DECISIONS §7). */
+  /** value ∈ list; `values` says how each value is checked and normalised before matching (docs/protocol.md §3.2). */
   | { kind: 'in'; column: string; values: 'hex' | 'string' | 'lowercase' | 'integer' | 'felt' }
   /** `column >= value` / `column <= value` for an integer bound. */
   | { kind: 'min' | 'max'; column: string }
@@ -128,7 +128,7 @@ export interface ItemDecl {
   /** Primary key after the block number: item order inside a block. */
   key: string[]
   fields: Record<string, FieldDecl>
-  /** Always emitted, whatever the selection (DECISIONS §12). */
+  /** Always emitted, whatever the selection (docs/protocol.md §3.6). */
   idFields: string[]
   nested?: NestedObjectDecl[]
   /** Request lists selecting this kind (none for the block header). */

@@ -88,7 +88,7 @@ const callRelations: Record<string, RelationDecl> = {
   extrinsic: extrinsicOf,
   // all ancestors of the call
   stack: { kind: 'ancestors', target: 'call', on: sameExtrinsic, sourceAddress: 'address', targetAddress: 'address' },
-  // events of the call and of all its descendants (DECISIONS §10)
+  // events of the call and of all its descendants (docs/protocol.md §3.3)
   events: { kind: 'descendants', target: 'event', on: sameExtrinsic, sourceAddress: 'address', targetAddress: 'call_address', inclusive: true },
   // calls with the same parent (the call itself included)
   siblings: { kind: 'siblings', target: 'call', on: sameExtrinsic, sourceAddress: 'address', targetAddress: 'address' },
@@ -207,7 +207,7 @@ const event: ItemDecl = {
     { name: 'events', filters: { name: exact('name') }, relations: eventRelations },
     eventsNamed('evmLogs', 'EVM.Log', { address: hex('evm_log_address'), ...topics('evm_log') }),
     eventsNamed('contractsEvents', 'Contracts.ContractEmitted', { contractAddress: hex('contract_address') }),
-    // The SDK's name and event (DECISIONS §9), and the original archives' (§8).
+    // The SDK's name and event (docs/protocol.md §3.3), and the original archives' (§8).
     eventsNamed('gearMessagesQueued', 'Gear.MessageQueued', { programId: hex('gear_program_id') }),
     eventsNamed('gearMessagesEnqueued', 'Gear.UserMessageEnqueued', { programId: hex('gear_program_id') }),
     eventsNamed('gearUserMessagesSent', 'Gear.UserMessageSent', { programId: hex('gear_program_id') }),

@@ -17,7 +17,7 @@ import { Mutex } from './mutex.js'
 /*
  * The generic query engine: validate a query against the dataset's family declaration, find the
  * contiguous run of held chunks that contains `fromBlock`, and stream the JSON answer chunk by
- * chunk, slice by slice, stopping at a block boundary when a budget is spent (DECISIONS §16–19,
+ * chunk, slice by slice, stopping at a block boundary when a budget is spent (docs/protocol.md §3.7,
  * §25–27).
  */
 
@@ -42,7 +42,7 @@ export const HEAVY_SLICE_BYTES = 4 * 1024 * 1024
 const heavySlices = new Mutex()
 /** Output is handed to the HTTP layer in pieces of about this size. */
 const PIECE_BYTES = 64 * 1024
-/** Blocks listed in a fork answer (DECISIONS §5). */
+/** Blocks listed in a fork answer (docs/protocol.md §2). */
 const FORK_BLOCKS = 100
 
 /** Which tables a chunk folder has (chunks are immutable, so this is cached). */
@@ -137,7 +137,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const spent = () => sizeSpent() || performance.now() - started >= budgets.timeMs
   /** Writes a slice (a heavy one under the process's heavy-slice lock, handing nothing on until its rows are read). */
   async function* writeSlice(rows: AsyncIterable<SliceRows>, want: Set<number>, firstChunk: boolean, heavy: boolean): AsyncGenerator<Uint8Array, boolean> {
-    // The time budget counts after the first chunk (DECISIONS §17).
+    // The time budget counts after the first chunk (docs/protocol.md §3.7).
     const over = firstChunk ? sizeSpent : spent
     const unlock = heavy ? await heavySlices.lock() : undefined
     try {
@@ -303,7 +303,7 @@ async function createValueTables(con: DuckDBConnection, plan: QueryPlan): Promis
 }
 
 /**
- * DECISIONS §5, §27: when the parent of `fromBlock` exists in the dataset and has another hash than
+ * docs/protocol.md §2: when the parent of `fromBlock` exists in the dataset and has another hash than
  * the client expects, answer 409 with the blocks before `fromBlock` so the client can find the fork.
  */
 async function checkParent(con: DuckDBConnection, view: DatasetView, from: number, expected: string): Promise<void> {

@@ -6,7 +6,7 @@ import type { FieldDecl, FilterDecl, ItemDecl, RelationDecl } from '../families/
  * estimate, request filters and relation joins. Everything here is pure string building.
  */
 
-/** Default output weight of one field, in bytes (REFERENCE §3.3). */
+/** Default output weight of one field, in bytes (docs/protocol.md §3.6). */
 export const FIELD_WEIGHT = 32
 
 /** Output fields of an item: identifier fields first, then the selected ones in declaration order. */

@@ -5,7 +5,7 @@ import type { FamilyDecl } from '../families/declaration.js'
 export interface HeldChunk extends ChunkRef {
   /**
    * First block this chunk answers for: the previous dataset chunk's `last + 1` (0 for the first
-   * chunk). Blocks in `[coverFrom, first)` are a gap (DECISIONS §25): a query starting there is
+   * chunk). Blocks in `[coverFrom, first)` are a gap (docs/protocol.md §3.5): a query starting there is
    * answered from this chunk's first existing block.
    */
   coverFrom: number

@@ -3,7 +3,7 @@ import { ApiError, badRequest } from '../errors.js'
 import { normalizeHex, type FamilyDecl, type FilterDecl, type ItemDecl, type RequestDecl } from '../families/declaration.js'
 
 /*
- * Query validation (DECISIONS §1–4, §7, §28), compiled once per family from its declaration into a
+ * Query validation (docs/protocol.md §2, §3.2), compiled once per family from its declaration into a
  * JSON schema checked by ajv. Errors name the JSON path of the offending value (`logs[0].adress`).
  */
 
@@ -27,7 +27,7 @@ export interface ValidQuery {
   requests: Map<string, ValidRequest[]>
 }
 
-/** `0x` or `0X` + hex digits (DECISIONS §7: the prefix is case-insensitive too). */
+/** `0x` or `0X` + hex digits (docs/protocol.md §3.2: the prefix is case-insensitive too). */
 const HEX = '^0[xX][0-9a-fA-F]*$'
 
 function filterSchema(f: FilterDecl): object {
@@ -167,7 +167,7 @@ export function validateQuery(family: FamilyDecl, body: unknown): ValidQuery {
       throw badRequest('wrong-family', `this dataset holds ${family.name} data; a query of type "${q.type}" does not apply to it`, 'type')
     }
   } else if (!family.queryTypes.includes(undefined)) {
-    // DECISIONS §1: a query without `type` is an EVM query.
+    // docs/protocol.md §2: a query without `type` is an EVM query.
     throw badRequest('wrong-family', `a query without "type" is an EVM query; this dataset holds ${family.name} data: add "type": "${family.queryTypes[0]}"`, 'type')
   }
   const validate = validator(family)

@@ -10,7 +10,7 @@ import { httpDuration, httpRequests } from './metrics.js'
 
 /*
  * What the router and the worker share: a fastify instance whose every error answer is
- * `{error, message, path?}` JSON (DECISIONS §23), request metrics, `GET /metrics`.
+ * `{error, message, path?}` JSON (docs/protocol.md §4), request metrics, `GET /metrics`.
  */
 
 /** fastify's own request errors → our stable codes. */

@@ -1,4 +1,4 @@
-/** Inclusive block ranges `[first, last]`, as exchanged in router pings (REFERENCE §10). */
+/** Inclusive block ranges `[first, last]`, as exchanged in router pings (docs/serving.md). */
 export type Range = [first: number, last: number]
 
 /** Merge chunk ranges that touch (`b.first == a.last + 1`) into ascending disjoint ranges. */

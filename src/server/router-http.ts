@@ -53,7 +53,7 @@ export const DEFAULT_ROUTER_OPTIONS = {
 }
 
 /**
- * The router's HTTP face (DECISIONS §20–22, REFERENCE §10):
+ * The router's HTTP face (docs/protocol.md §1, §4; pings and status: docs/serving.md):
  * `GET /datasets/:name/height`, `GET /datasets/:name/:block/worker`, `POST /ping`, `GET /status`, `GET /metrics`,
  * `GET /health`, `GET /ready`, and `GET /`: the dataset listing, or the status page for a browser.
  */

@@ -61,7 +61,7 @@ interface DatasetEntry {
   problems: string[]
   /** chunk path → assigned worker ids */
   assigned: Map<string, Set<string>>
-  /** Highest block such that every chunk up to it has been served (DECISIONS §22); never goes down. */
+  /** Highest block such that every chunk up to it has been served (docs/protocol.md §1); never goes down. */
   height: number
 }
 

@@ -13,10 +13,10 @@ export type Obj = Record<string, any>
 
 /** A query the worker must refuse (400 `invalid-query`). */
 export class InvalidQuery extends Error {}
-/** A range without blocks (400 `no-blocks-in-range`, DECISIONS §26). */
+/** A range without blocks (400 `no-blocks-in-range`, docs/protocol.md §3.5). */
 export class NoBlocksInRange extends Error {}
 
-/** `[] < [0] < [0,0] < [0,1] < [1]` (REFERENCE §3.6). */
+/** `[] < [0] < [0,0] < [0,1] < [1]` (docs/protocol.md §3.6). */
 export function compareAddress(a: readonly number[], b: readonly number[]): number {
   for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i]
   return a.length - b.length
@@ -123,7 +123,7 @@ export function evaluation<K extends string, B extends { header: Obj }>(rules: E
   const projectHeader = (h: Obj, fields: Obj | undefined): Obj => pick(h, fieldNames(idFields.block, fields, 'block'), 'header')
   const projectItem = (kind: K, item: Obj, fields: Obj | undefined): Obj => rules.project ? rules.project(kind, item, fields) : pick(item, fieldNames(idFields[kind], fields, kind), kind)
 
-  /** The item kinds a query involves, by a non-empty request list or a relation flag set to true (DECISIONS §11). */
+  /** The item kinds a query involves, by a non-empty request list or a relation flag set to true (docs/protocol.md §3.3). */
   function involvedKinds(query: Obj): Set<K> {
     const out = new Set<K>()
     for (const l of rules.lists) {
@@ -155,7 +155,7 @@ export function evaluation<K extends string, B extends { header: Obj }>(rules: E
    * What the worker must answer for `query` given `data` (the full answer over every block it holds,
    * ascending), budgets not cutting it: every block with a selected item plus the first and the last
    * existing block of the range (every block with `includeAllBlocks`), each with its header and one
-   * array per involved kind. Throws `NoBlocksInRange` for a range without blocks (DECISIONS §26) and
+   * array per involved kind. Throws `NoBlocksInRange` for a range without blocks (docs/protocol.md §3.5) and
    * `InvalidQuery` for invalid filter values.
    */
   function evaluate(data: B[], query: Obj, opts: EvaluateOptions = {}): Obj[] {

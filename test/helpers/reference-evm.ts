@@ -1,6 +1,6 @@
 /*
  * A reference evaluator of EVM archive queries, written from the protocol documents only
- * (shared/spec DECISIONS.md §6–16, §25–26; REFERENCE.md §3.1–3.6, §4.1–4.7), in plain TypeScript
+ * (docs/protocol.md §3 and §5), in plain TypeScript
  * and independent of the engine and of the family declaration.
  *
  * It works on "everything" about a block range — the answer to `fullQuery()` (every item of every
@@ -31,7 +31,7 @@ export interface FullBlock {
 
 // ------------------------------------------------------------------------------------ fields
 
-/** Selectable fields (REFERENCE §4.1–4.5 and the rs-only ones, DECISIONS §28). */
+/** Selectable fields (docs/protocol.md §5 and the rs-only ones, docs/protocol.md §2). */
 export const BLOCK_FIELDS = [
   'number', 'hash', 'parentHash', 'timestamp', 'transactionsRoot', 'receiptsRoot', 'stateRoot', 'logsBloom',
   'sha3Uncles', 'extraData', 'miner', 'nonce', 'mixHash', 'size', 'gasLimit', 'gasUsed', 'difficulty',
@@ -56,7 +56,7 @@ export const LOG_FIELDS = ['logIndex', 'transactionIndex', 'transactionHash', 'a
 
 export const TRACE_FLAT_FIELDS = ['transactionIndex', 'traceAddress', 'type', 'subtraces', 'error', 'revertReason'] as const
 
-/** Type-specific trace selectors: trace type, output object, key inside it (REFERENCE §4.4). */
+/** Type-specific trace selectors: trace type, output object, key inside it (docs/protocol.md §5). */
 export const TRACE_NESTED_FIELDS: Record<string, [type: string, object: 'action' | 'result', key: string]> = {
   createFrom: ['create', 'action', 'from'],
   createValue: ['create', 'action', 'value'],
@@ -95,7 +95,7 @@ export const ALL_FIELDS = {
   stateDiff: allFields(STATE_DIFF_FIELDS),
 }
 
-/** Identifier fields, always present (DECISIONS §12). */
+/** Identifier fields, always present (docs/protocol.md §3.6). */
 export const ID_FIELDS = {
   block: ['number', 'hash', 'parentHash'],
   transaction: ['transactionIndex'],
@@ -136,7 +136,7 @@ export function traceValue(t: Obj, selector: string): any {
 
 type Getter = (item: Obj) => any
 
-/** How a filter value is normalised before matching (DECISIONS §7). */
+/** How a filter value is normalised before matching (docs/protocol.md §3.2). */
 type ValueKind = 'hex' | 'lower' | 'exact' | 'int'
 
 interface ListFilter {
@@ -157,7 +157,7 @@ type Filter = ListFilter | BoundFilter | NonZeroFilter
 const hexF = (get: Getter): ListFilter => ({ kind: 'in', values: 'hex', get })
 const tv = (selector: string): Getter => (t) => traceValue(t, selector)
 
-/** Request filters of each kind (REFERENCE §4.6, DECISIONS §8). */
+/** Request filters of each kind (docs/protocol.md §5, §3.3). */
 export const FILTERS: Record<Kind, Record<string, Filter>> = {
   transaction: {
     from: hexF((t) => t.from),
@@ -197,7 +197,7 @@ export const FILTERS: Record<Kind, Record<string, Filter>> = {
   },
 }
 
-/** Relation flags (REFERENCE §4.7): target kind and how a target item relates to the source item. */
+/** Relation flags (docs/protocol.md §5): target kind and how a target item relates to the source item. */
 type Relation = { target: Kind; rel: 'sameTx' | 'descendants' | 'ancestors' }
 export const RELATIONS: Record<Kind, Record<string, Relation>> = {
   transaction: {
@@ -245,7 +245,7 @@ export function normaliseValue(kind: ValueKind, v: unknown): string | number {
 
 const big = (v: unknown): bigint => BigInt(v as any)
 
-/** Does one request object select this item? (AND across keys, OR inside lists, DECISIONS §6.) */
+/** Does one request object select this item? (AND across keys, OR inside lists, docs/protocol.md §3.1) */
 export function matches(kind: Kind, request: Obj, item: Obj): boolean {
   return compileRequest(kind, request)(item)
 }
@@ -292,7 +292,7 @@ export function compileRequest(kind: Kind, request: Obj): (item: Obj) => boolean
 
 // ------------------------------------------------------------------------------------ keys
 
-/** Primary-key order of items of each kind (REFERENCE §4). */
+/** Primary-key order of items of each kind (docs/protocol.md §5). */
 export const COMPARE: Record<Kind, (a: Obj, b: Obj) => number> = {
   transaction: (a, b) => a.transactionIndex - b.transactionIndex,
   log: (a, b) => a.logIndex - b.logIndex,
@@ -343,7 +343,7 @@ function projectEvmItem(kind: Kind, item: Obj, fields: Obj | undefined): Obj {
     const v = item[object]?.[key] ?? null
     if (v !== null) obj[key] = v
   }
-  // Null sub-fields are omitted; an all-null `result` is omitted, `action` stays (DECISIONS §14, py).
+  // Null sub-fields are omitted; an all-null `result` is omitted, `action` stays (docs/protocol.md §3.4, py).
   if (nested.action) out.action = nested.action
   if (nested.result && Object.keys(nested.result).length > 0) out.result = nested.result
   return out

@@ -92,7 +92,7 @@ export const ALL_FIELDS: Obj = {
   ...Object.fromEntries(KINDS.map((k) => [k, allFields(FIELDS[k])])),
 }
 
-/** Identifier fields, always present (DECISIONS §12, docs/protocol.md §6). */
+/** Identifier fields, always present (docs/protocol.md §3.6, docs/protocol.md §6). */
 export const ID_FIELDS: Record<Kind | 'block', readonly string[]> = {
   block: ['number', 'hash'],
   transaction: ['transactionIndex'],
@@ -300,7 +300,7 @@ const STARKNET = evaluation<Kind, FullBlock>({
 
 /**
  * `evaluate`: what the worker must answer (answers.ts; a state update with nothing selected is `{}`);
- * `involvedKinds`: by a non-empty request list or a relation flag (DECISIONS §11); `selectItems`: the
+ * `involvedKinds`: by a non-empty request list or a relation flag (docs/protocol.md §3.3); `selectItems`: the
  * items of each kind a query selects in one block, by primary key.
  */
 export const { projectHeader, projectItem, involvedKinds, selectItems, evaluate, itemsOf, itemCount, firstDifference } = STARKNET
