@@ -27,18 +27,22 @@ const TIMEOUT_MS = 10_000
 
 describe('fuzz: worker queries of every family (fast-check)', { timeout: 240_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
+  let forms: Awaited<ReturnType<typeof tempDir>>
   let fz: FuzzCluster
 
   before(async () => {
     tmp = await tempDir('ba-fuzz-')
     await buildFuzzDatasets(tmp.dir)
-    fz = await startFuzzCluster(tmp.dir)
+    // The worker answers from its local forms (DuckDB copies of the chunks), the reference from the data.
+    forms = await tempDir('ba-fuzz-forms-')
+    fz = await startFuzzCluster(tmp.dir, { localForms: forms.dir })
     console.log(`# fuzz seeds: fixed ${FIXED_SEED}, random ${RANDOM_SEED} (replay: FUZZ_SEED=${RANDOM_SEED} node --test dist/test/fuzz-property.test.js)`)
   })
 
   after(async () => {
     await fz?.stop()
     await tmp?.cleanup()
+    await forms?.cleanup()
   })
 
   // The families at the same time (the worker runs 4 queries at once).

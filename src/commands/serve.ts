@@ -12,7 +12,7 @@ import { ChunkCache } from '../storage/chunk-cache.js'
 import os from 'node:os'
 import path from 'node:path'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
-import { int, opt } from './options.js'
+import { choice, int, opt } from './options.js'
 
 /*
  * `serve` (router + workers in one process), `router`, `worker` (separate processes) and `query`
@@ -45,6 +45,8 @@ function storageOptions(o: StorageFlags, cache?: ChunkCache): ArchiveStorage {
   return new ArchiveStorage({ roots: o.data, datasets, cache })
 }
 
+const localFormsOption = () =>
+  choice('--local-forms <mode>', 'duckdb: copy each served chunk into a DuckDB file in the cache folder (reads 1.5–2.5× faster, ~3× the Parquet bytes, within --cache-gb); off: read the Parquet files only', 'BLOCK_ARCHIVE_LOCAL_FORMS', ['duckdb', 'off'], 'duckdb')
 const cacheGbOption = () => opt('--cache-gb <n>', 'keep the cache under this many GB (default: no limit)', 'BLOCK_ARCHIVE_CACHE_GB', positiveNumber)
 
 function positiveNumber(v: string): number {
@@ -189,6 +191,7 @@ export function registerServe(program: Command): void {
     .addOption(opt('--workers <n>', 'number of workers', 'BLOCK_ARCHIVE_WORKERS', int(1), 2))
     .addOption(opt('--cache <folder>', 'where workers keep chunks of datasets in object storage (one sub-folder per worker)', 'BLOCK_ARCHIVE_CACHE', undefined, path.join(os.tmpdir(), 'block-archive-cache')))
     .addOption(cacheGbOption())
+    .addOption(localFormsOption())
     .addOption(heartbeatOption())
   routerOptions(serve)
   accessOptions(serve)
@@ -198,7 +201,7 @@ export function registerServe(program: Command): void {
     const access = accessSettings(o, true)
     const cluster = await startCluster({
       storage,
-      workerStorage: (i) => storageOptions(o, new ChunkCache({ root: path.join(o.cache, `worker-${i}`), limitBytes: gb(o.cacheGb), label: `worker-${i}` })),
+      workerStorage: (i) => storageOptions(o, new ChunkCache({ root: path.join(o.cache, `worker-${i}`), limitBytes: gb(o.cacheGb), label: `worker-${i}`, localForms: o.localForms === 'duckdb' })),
       host: o.host,
       port: o.port,
       workers: o.workers,
@@ -248,6 +251,7 @@ export function registerServe(program: Command): void {
     .addOption(opt('--cache <folder>', 'where chunks of datasets in object storage are downloaded (kept across restarts); datasets in a folder on this machine are read in place', 'BLOCK_ARCHIVE_CACHE'))
     .addOption(opt('--data <url>', 'read datasets from here instead of the locations the router announces (e.g. the same folder mounted at another path), repeatable', 'BLOCK_ARCHIVE_DATA', collect))
     .addOption(cacheGbOption())
+    .addOption(localFormsOption())
     .addOption(hostOption())
     .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_WORKER_PORT', int(0), 0))
     .addOption(opt('--public-url <url>', 'URL clients reach this worker at (default: the listening address)', 'BLOCK_ARCHIVE_PUBLIC_URL'))
@@ -257,7 +261,7 @@ export function registerServe(program: Command): void {
   workerOptions(worker)
   worker.action(async (o) => {
     const server = new WorkerServer({
-      storage: new ArchiveStorage({ roots: o.data, cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker' }) : undefined }),
+      storage: new ArchiveStorage({ roots: o.data, cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker', localForms: o.localForms === 'duckdb' }) : undefined }),
       routerUrl: o.router.replace(/\/+$/, ''),
       id: o.id,
       publicUrl: o.publicUrl,

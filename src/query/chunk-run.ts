@@ -4,6 +4,7 @@ import { ident, lit } from '../db.js'
 import type { ItemDecl } from '../families/declaration.js'
 import { tableOf } from '../families/declaration.js'
 import type { QueryPlan, ScanPlan } from './plan.js'
+import type { HeldChunk } from './types.js'
 import { bigintNumbers, integerNumbers, varcharBytes } from './raw-rows.js'
 import { chunkIsDense } from './summary.js'
 import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightParts, weightSql } from './sql.js'
@@ -38,6 +39,9 @@ export interface SliceRows {
   json: Uint8Array[]
 }
 
+/** Where a chunk's tables are read: its Parquet folder, or the worker's local form of it. */
+export type ChunkSource = Pick<HeldChunk, 'dir' | 'local'>
+
 /** Values of long filter lists live in per-query temp tables; this creates them once. */
 export type ValueTables = (values: unknown[]) => string
 
@@ -49,7 +53,7 @@ export class ChunkRun {
   constructor(
     private readonly con: DuckDBConnection,
     private readonly plan: QueryPlan,
-    private readonly dir: string,
+    private readonly chunk: ChunkSource,
     /** Inclusive block range of this chunk that the query covers. */
     readonly from: number,
     readonly to: number,
@@ -59,8 +63,12 @@ export class ChunkRun {
     this.blockCol = tableOf(plan.family, plan.family.header.table).blockColumn
   }
 
+  /** A table of the chunk as an SQL source; with `rowNumbers`, with the `file_row_number` column. */
   private file(table: string, rowNumbers = false): string {
-    return `read_parquet(${lit(path.join(this.dir, `${table}.parquet`))}${rowNumbers ? ', file_row_number = true' : ''})`
+    const local = this.chunk.local?.(table)
+    // The local form keeps the Parquet file's row order: rowid is the file's row number.
+    if (local) return rowNumbers ? `(SELECT *, rowid AS file_row_number FROM ${local})` : local
+    return `read_parquet(${lit(path.join(this.chunk.dir, `${table}.parquet`))}${rowNumbers ? ', file_row_number = true' : ''})`
   }
 
   private selected(item: ItemDecl): string[] {
@@ -167,7 +175,7 @@ export class ChunkRun {
     // In a chunk that holds every block of its range, the blocks need not be read unless their
     // weight depends on their columns: the boundaries are `from` and `to` (one Parquet file and
     // 1–2 ms less per chunk).
-    const known = !headersOnly && headerWeightColumns.length === 0 && (await chunkIsDense(this.con, this.dir, header.table, this.blockCol))
+    const known = !headersOnly && headerWeightColumns.length === 0 && (await chunkIsDense(this.con, this.chunk.dir, header.table, this.blockCol))
     let sql: string
     if (known && !includeAllBlocks) {
       sql =

@@ -101,7 +101,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   const con = await connect()
   try {
     const values = await createValueTables(con, plan)
-    const first = new ChunkRun(con, plan, chunks[0].dir, Math.max(from, chunks[0].first), Math.min(to, chunks[0].last), values)
+    const first = new ChunkRun(con, plan, chunks[0], Math.max(from, chunks[0].first), Math.min(to, chunks[0].last), values)
     const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, chunks[0].dir))
     if (firstBlocks.length === 0) throw noBlocks(from, query.toBlock)
     if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
@@ -154,7 +154,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const openChunk = async (ci: number, ruledOut: boolean): Promise<Prepared> => {
     const chunk = chunks[ci]
     const c = await connection(ci)
-    const run = new ChunkRun(c.con, plan, chunk.dir, chunk.first, Math.min(a.to, chunk.last), c.values)
+    const run = new ChunkRun(c.con, plan, chunk, chunk.first, Math.min(a.to, chunk.last), c.values)
     return { ruledOut, run, blocks: await run.prepare(plan.query.includeAllBlocks, ruledOut) }
   }
   const prepareChunk = async (ci: number): Promise<Prepared> => {

@@ -11,6 +11,8 @@ export interface HeldChunk extends ChunkRef {
   coverFrom: number
   /** Absolute folder of the chunk's Parquet files on this machine. */
   dir: string
+  /** SQL names of the chunk's tables in the worker's local form, when built (read instead of the Parquet files). */
+  local?: (table: string) => string
   /** Whether the files are still as fetched (checked before the chunk is read; a cache copy may have been damaged). */
   intact?: () => Promise<boolean>
 }

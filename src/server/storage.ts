@@ -1,7 +1,9 @@
 import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { familyByName } from '../families/index.js'
+import { readdir } from 'node:fs/promises'
 import type { ChunkCache } from '../storage/chunk-cache.js'
+import type { LocalTables } from '../storage/local-forms.js'
 import { discoverDatasets, normalizeUrl, openDatasetStore, type DatasetStore } from '../storage/dataset-store.js'
 
 /*
@@ -41,8 +43,15 @@ export interface ChunkStorage {
   intact(dataset: string, chunk: ChunkRef): Promise<boolean>
   /** A worker registered with a router learns the datasets and their URLs from it. */
   useDatasets(list: DatasetAnnouncement[]): void
-  /** The worker knows what it serves: cached chunks it did not ask for can go. */
-  pruneUnused(): Promise<void>
+  /** The worker knows what it serves (`held`): cached chunks and local forms it did not ask for can go. */
+  pruneUnused(held: { dataset: string; chunk: ChunkRef }[]): Promise<void>
+  /** Build the local form of a fetched chunk (when this storage keeps them); returns whether it has one. */
+  buildLocalForm?(dataset: string, chunk: ChunkRef, dir: string): Promise<boolean>
+  /** The chunk's local tables for one query, if built (give them back with `releaseLocalForm`). */
+  localForm?(dataset: string, chunk: ChunkRef): LocalTables | undefined
+  releaseLocalForm?(dataset: string, chunk: ChunkRef): void
+  /** Let go of files held open (the local forms' database). */
+  close?(): Promise<void>
 }
 
 export interface ArchiveStorageOptions {
@@ -124,7 +133,37 @@ export class ArchiveStorage implements ChunkStorage {
   }
 
   async dropChunk(dataset: string, chunk: ChunkRef): Promise<void> {
+    const key = this.formKey(dataset, chunk)
+    if (key) await this.opts.cache?.forms?.drop(key)
     await this.opts.cache?.release(dataset, chunk.path)
+  }
+
+  /** Local forms are keyed by storage URL and chunk path (a dataset moved elsewhere is another dataset). */
+  private formKey(dataset: string, chunk: ChunkRef): string | undefined {
+    const store = this.stores.get(dataset)
+    return store && `${store.url}\n${chunk.path}`
+  }
+
+  async buildLocalForm(dataset: string, chunk: ChunkRef, dir: string): Promise<boolean> {
+    const forms = this.opts.cache?.forms
+    const key = this.formKey(dataset, chunk)
+    if (!forms || !key) return false
+    const tables = (await readdir(dir)).filter((f) => f.endsWith('.parquet')).map((f) => f.slice(0, -'.parquet'.length))
+    return forms.build(key, dir, tables)
+  }
+
+  localForm(dataset: string, chunk: ChunkRef): LocalTables | undefined {
+    const key = this.formKey(dataset, chunk)
+    return key ? this.opts.cache?.forms?.acquire(key) : undefined
+  }
+
+  releaseLocalForm(dataset: string, chunk: ChunkRef): void {
+    const key = this.formKey(dataset, chunk)
+    if (key) this.opts.cache?.forms?.release(key)
+  }
+
+  async close(): Promise<void> {
+    await this.opts.cache?.forms?.close()
   }
 
   async intact(dataset: string, chunk: ChunkRef): Promise<boolean> {
@@ -133,8 +172,10 @@ export class ArchiveStorage implements ChunkStorage {
     return this.opts.cache.intact(dataset, chunk.path)
   }
 
-  async pruneUnused(): Promise<void> {
+  async pruneUnused(held: { dataset: string; chunk: ChunkRef }[]): Promise<void> {
     await this.opts.cache?.pruneUnheld()
+    const keep = new Set(held.map((h) => this.formKey(h.dataset, h.chunk)))
+    await this.opts.cache?.forms?.prune((key) => keep.has(key))
   }
 
   private async store(dataset: string): Promise<DatasetStore> {

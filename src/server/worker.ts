@@ -35,6 +35,8 @@ interface Held {
   ref: ChunkRef
   dir: string
   leases: number
+  /** Its local form is built (or the storage keeps none). */
+  formed?: boolean
   /** When the chunk stopped being desired; undefined while desired. */
   undesiredSince?: number
 }
@@ -86,6 +88,8 @@ export class WorkerNode {
     this.stopped = true
     if (this.timer) clearTimeout(this.timer)
     await this.settled()
+    await this.forming
+    await this.opts.storage.close?.()
   }
 
   /** One heartbeat: ping the router (or list storage when standalone), then reconcile held chunks. */
@@ -124,6 +128,33 @@ export class WorkerNode {
     } finally {
       this.syncing = undefined
     }
+    this.formPass()
+  }
+
+  private forming?: Promise<void>
+
+  /**
+   * Build the local forms of held chunks that have none, one at a time, in the background (queries
+   * read the Parquet files meanwhile). A chunk without room for one is tried again at the next pass.
+   */
+  private formPass(): void {
+    const storage = this.opts.storage
+    if (!storage.buildLocalForm || this.stopped || this.forming) return
+    this.forming = (async () => {
+      try {
+        for (const ds of this.datasets.values()) {
+          for (const h of [...ds.held.values()]) {
+            if (this.stopped) return
+            if (h.formed || ds.held.get(h.ref.path) !== h) continue
+            h.formed = await storage.buildLocalForm!(ds.name, h.ref, h.dir)
+          }
+        }
+      } catch (e) {
+        log.warn({ worker: this.opts.id, err: e instanceof Error ? e.message : String(e) }, 'worker: local forms pass failed')
+      } finally {
+        this.forming = undefined
+      }
+    })()
   }
 
   /** Ranges of held chunks per dataset, as reported to the router. */
@@ -146,11 +177,14 @@ export class WorkerNode {
     if (!ds) return undefined
     const held = [...ds.held.values()].sort((a, b) => a.ref.first - b.ref.first)
     const index = new Map(ds.listing.map((c, i) => [c.path, i]))
-    const chunks: HeldChunk[] = held.map((h) => {
+    const storage = this.opts.storage
+    const forms = held.map((h) => storage.localForm?.(ds.name, h.ref))
+    const chunks: HeldChunk[] = held.map((h, n) => {
       const i = index.get(h.ref.path) ?? -1
       return {
         ...h.ref,
         dir: h.dir,
+        local: forms[n],
         coverFrom: i > 0 ? ds.listing[i - 1].last + 1 : i === 0 ? 0 : h.ref.first,
         intact: () => this.checkIntact(ds, h),
       }
@@ -163,6 +197,7 @@ export class WorkerNode {
         if (released) return
         released = true
         for (const h of held) h.leases--
+        held.forEach((h, n) => forms[n] && storage.releaseLocalForm?.(ds.name, h.ref))
       },
     }
   }
@@ -174,11 +209,20 @@ export class WorkerNode {
       router_url: this.opts.routerUrl ?? null,
       last_ping_ms_ago: this.lastPingOk ? Date.now() - this.lastPingOk : null,
       last_ping_error: this.lastPingError ?? null,
+      local_forms: this.opts.storage.buildLocalForm ? this.localForms() : null,
       state: {
         available: this.state(),
         desired: Object.fromEntries([...this.datasets.values()].map((d) => [d.name, d.desired])),
       },
     }
+  }
+
+  /** Held chunks with and without a local form yet (built in the background after each fetch pass). */
+  localForms(): { built: number; pending: number } {
+    let built = 0
+    let pending = 0
+    for (const ds of this.datasets.values()) for (const h of ds.held.values()) h.formed ? built++ : pending++
+    return { built, pending }
   }
 
   /** Ready once it knows what to hold (a ping answered, or standalone a storage listing) and has fetched it once. */
@@ -290,7 +334,7 @@ export class WorkerNode {
     if (this.exchanged && !this.pruned && !this.stopped) {
       // What an earlier run left in the cache and is not wanted now can go.
       this.pruned = true
-      await this.opts.storage.pruneUnused()
+      await this.opts.storage.pruneUnused([...this.datasets.values()].flatMap((ds) => [...ds.held.values()].map((h) => ({ dataset: ds.name, chunk: h.ref }))))
     }
     return changed
   }

@@ -5,6 +5,7 @@ import { hashFile, type ChunkRef } from '../chunks/layout.js'
 import { log } from '../log.js'
 import { cacheBytes, cacheCorrupt, cacheEvictions, downloadBytes, downloadSeconds } from './metrics.js'
 import type { DatasetStore } from './dataset-store.js'
+import { LocalForms } from './local-forms.js'
 
 /*
  * A worker's local copy of the chunks it serves from remote storage. A chunk is downloaded into a
@@ -31,6 +32,11 @@ export interface ChunkCacheOptions {
   parallel?: number
   /** Label of the metrics (the worker id). */
   label: string
+  /**
+   * Keep a local form of every chunk served (cached or read in place) in `local-forms.duckdb`,
+   * within the same limit; downloads come first (default true).
+   */
+  localForms?: boolean
 }
 
 interface VerifiedFile {
@@ -58,7 +64,19 @@ export class ChunkCache {
   /** Bytes of downloads under way: room was made for them, they are not in `bytes` yet. */
   private reserved = 0
 
-  constructor(readonly opts: ChunkCacheOptions) {}
+  /** Local forms of the chunks served, sharing the byte limit (undefined with `localForms: false`). */
+  readonly forms?: LocalForms
+
+  constructor(readonly opts: ChunkCacheOptions) {
+    if (opts.localForms !== false) {
+      const limit = opts.limitBytes
+      this.forms = new LocalForms({
+        file: path.join(opts.root, 'local-forms.duckdb'),
+        label: opts.label,
+        room: limit === undefined ? undefined : () => limit - this.bytes - this.reserved,
+      })
+    }
+  }
 
   private key(dataset: string, chunkPath: string): string {
     return `${dataset}\n${chunkPath}`
@@ -214,17 +232,20 @@ export class ChunkCache {
   private async makeRoom(need: number): Promise<void> {
     const limit = this.opts.limitBytes
     if (limit !== undefined) {
+      const forms = () => this.forms?.bytes ?? 0
+      // Local forms only speed queries up: they give way first.
+      if (this.forms && this.bytes + this.reserved + forms() + need > limit) await this.forms.free(this.bytes + this.reserved + forms() + need - limit)
       const idle = [...this.entries.values()].filter((e) => !e.held).sort((a, b) => a.lastUsed - b.lastUsed)
-      while (this.bytes + this.reserved + need > limit && idle.length) {
+      while (this.bytes + this.reserved + forms() + need > limit && idle.length) {
         const e = idle.shift()!
         // While this waited, another caller may have removed it, or a fetch may serve it again.
         if (this.entries.get(this.key(e.dataset, e.path)) !== e || e.held) continue
         await this.remove(e)
         cacheEvictions.inc({ worker: this.opts.label, reason: 'space' })
       }
-      if (this.bytes + this.reserved + need > limit) {
+      if (this.bytes + this.reserved + forms() + need > limit) {
         throw new CacheFull(
-          `the cache holds ${((this.bytes + this.reserved) / MiB).toFixed(1)} MiB of served and downloading chunks; ${(need / MiB).toFixed(1)} MiB more would pass the limit of ${(limit / MiB).toFixed(1)} MiB`,
+          `the cache holds ${((this.bytes + this.reserved + forms()) / MiB).toFixed(1)} MiB of served and downloading chunks and local forms in use; ${(need / MiB).toFixed(1)} MiB more would pass the limit of ${(limit / MiB).toFixed(1)} MiB`,
         )
       }
     }

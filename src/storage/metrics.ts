@@ -37,3 +37,24 @@ export const cacheCorrupt = new Counter({
   labelNames: ['worker'] as const,
   registers: [registry],
 })
+
+export const localFormBytes = new Gauge({
+  name: 'block_archive_worker_local_form_bytes',
+  help: "Bytes of the worker's local forms (chunks copied into its DuckDB file)",
+  labelNames: ['worker'] as const,
+  registers: [registry],
+})
+
+export const localFormBuilds = new Counter({
+  name: 'block_archive_worker_local_form_builds_total',
+  help: 'Chunks copied from Parquet into the local form',
+  labelNames: ['worker'] as const,
+  registers: [registry],
+})
+
+export const localFormSeconds = new Counter({
+  name: 'block_archive_worker_local_form_seconds_total',
+  help: 'Time spent copying chunks into the local form',
+  labelNames: ['worker'] as const,
+  registers: [registry],
+})

@@ -3,7 +3,9 @@ import path from 'node:path'
 import { ingestRecordedStarknet } from '../../src/ingest/recorded.js'
 import { ingestRecordedSidecar } from '../../src/ingest/substrate/sidecar/recorded.js'
 import { startCluster, type Cluster } from '../../src/server/cluster.js'
-import { LocalStorage } from '../../src/server/storage.js'
+import { ArchiveStorage, LocalStorage } from '../../src/server/storage.js'
+import { ChunkCache } from '../../src/storage/chunk-cache.js'
+import { until } from './cli.js'
 import { InvalidQuery, NoBlocksInRange, byFrequency, type Obj } from './answers.js'
 import { renderBody, type Family, type FamilyModel, type FilterModel, type FuzzCase, type ListModel } from './arbitraries.js'
 import { anvilRecords, writeDataset } from './dataset.js'
@@ -168,9 +170,13 @@ export function modelOf(family: Family, data: any[], height: number): FamilyMode
  * default size (20 MiB, so answers are cut like in production) but a long time budget, so that the
  * same query always gets the same answer (equivalence cases compare bodies byte for byte).
  */
-export async function startFuzzCluster(root: string, opts: { concurrency?: number; queue?: number } = {}): Promise<FuzzCluster> {
+export async function startFuzzCluster(root: string, opts: { concurrency?: number; queue?: number; localForms?: string } = {}): Promise<FuzzCluster> {
   const cluster = await startCluster({
     storage: new LocalStorage(root),
+    // With a cache folder the worker answers from the local forms (once built) instead of the Parquet files.
+    workerStorage: opts.localForms
+      ? (i) => new ArchiveStorage({ roots: [root], cache: new ChunkCache({ root: path.join(opts.localForms!, `worker-${i}`), label: `fuzz-${i}` }) })
+      : undefined,
     workers: 1,
     replication: 1,
     heartbeatMs: 100,
@@ -181,6 +187,9 @@ export async function startFuzzCluster(root: string, opts: { concurrency?: numbe
     bodyLimit: FUZZ_BODY_LIMIT,
   })
   try {
+    if (opts.localForms) {
+      await until('local forms built', async () => cluster.workers.every((w) => w.node!.localForms().pending === 0 && w.node!.localForms().built > 0) || undefined, 60_000)
+    }
     const targets: FuzzTarget[] = []
     for (const { name, family } of FUZZ_DATASETS) {
       const dir = path.join(root, name)
