@@ -192,6 +192,40 @@ describe('chunk cache over S3', { timeout: 60_000 }, () => {
     assert.equal(later.bytes, size.get(chunks[1].path)! + size.get(chunks[3].path)!)
   })
 
+  it('local forms share the limit and give way to downloads', async () => {
+    const [c0, c1] = chunks
+    const tables = ['blocks', 'transactions', 'logs', 'traces', 'statediffs']
+    // The size of chunk 0's form, measured in a cache without a limit.
+    const probe = new ChunkCache({ root: root(), label: 'forms-probe' })
+    assert.equal(await probe.forms!.build('c0', await probe.fetch('anvil', store, c0), tables), true)
+    const formBytes = probe.forms!.bytes
+    assert.ok(formBytes > 0)
+    await probe.forms!.close()
+
+    const s0 = size.get(c0.path)!
+    const s1 = size.get(c1.path)!
+    // Room for chunk 0 and its form, or for chunks 0 and 1, not for all three.
+    const limitBytes = s0 + formBytes + Math.floor(s1 / 2)
+    const cache = new ChunkCache({ root: root(), label: 'forms-limit', limitBytes })
+    assert.equal(await cache.forms!.build('c0', await cache.fetch('anvil', store, c0), tables), true)
+    assert.equal(cache.forms!.bytes, formBytes)
+    // A form a query is reading is not dropped: the download is refused.
+    const reading = cache.forms!.acquire('c0')
+    assert.ok(reading)
+    await assert.rejects(cache.fetch('anvil', store, c1), CacheFull)
+    cache.forms!.release('c0')
+    // Once nothing reads it, the form gives way and the chunk is downloaded.
+    await cache.fetch('anvil', store, c1)
+    assert.equal(cache.forms!.has('c0'), false)
+    assert.equal(cache.forms!.bytes, 0)
+    assert.equal(cache.bytes, s0 + s1)
+    // A form is kept only within the limit (built, or refused when it does not fit).
+    const built = await cache.forms!.build('c1', path.join(cache.opts.root, 'anvil', c1.path), tables)
+    assert.equal(built, cache.forms!.bytes > 0)
+    assert.ok(cache.bytes + cache.forms!.bytes <= limitBytes, `${cache.bytes} + ${cache.forms!.bytes} bytes, limit ${limitBytes}`)
+    await cache.forms!.close()
+  })
+
   it('reuses its chunks after a restart, re-hashing files whose mtime changed', async () => {
     const r = root()
     const first = new ChunkCache({ root: r, label: 'restart-1' })

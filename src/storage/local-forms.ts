@@ -149,6 +149,13 @@ export class LocalForms {
       const bytes = grown > 0 ? grown : Math.round(need / GROWTH * 3.1)
       await con.run(`UPDATE ${this.alias}.forms SET bytes = ${bytes} WHERE key = ${lit(key)}`)
       this.add({ key, prefix, tables, source, bytes, refs: 0, lastUsed: Date.now() })
+      if (this.opts.room && this.opts.room() - this.bytes < 0) {
+        // Bigger than estimated (small chunks take whole 256 KiB blocks): it does not fit after all.
+        await this.remove(con, this.forms.get(key)!)
+        this.noRoom.add(key)
+        log.info({ worker: this.opts.label, chunk: key, mb: +(bytes / MiB).toFixed(1) }, 'local forms: no room in the cache limit; the chunk is read from Parquet')
+        return false
+      }
       const seconds = (performance.now() - t0) / 1000
       localFormBuilds.inc({ worker: this.opts.label })
       localFormSeconds.inc({ worker: this.opts.label }, seconds)

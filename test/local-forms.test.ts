@@ -1,0 +1,122 @@
+import assert from 'node:assert/strict'
+import { rename } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import type { ChunkRef } from '../src/chunks/layout.js'
+import { ArchiveStorage, LocalStorage } from '../src/server/storage.js'
+import { WorkerServer } from '../src/server/worker-http.js'
+import { ChunkCache } from '../src/storage/chunk-cache.js'
+import { registry } from '../src/metrics.js'
+import { until } from './helpers/cli.js'
+import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { ALL_FIELDS, fullQuery } from './helpers/reference-evm.js'
+
+/*
+ * A worker's local forms (src/storage/local-forms.ts) over a real EVM dataset (64 recorded anvil
+ * blocks with traces and state diffs, 16 per chunk): built in the background, answers byte for byte
+ * those read from the Parquet files (relations included: related rows are found by row number),
+ * reused after a restart, dropped with their chunk, and not built when the cache limit has no room.
+ * The fuzz test (fuzz-property.test.ts) answers every family from local forms as well.
+ */
+
+const QUERIES = [
+  fullQuery(0, 63),
+  fullQuery(21, 50),
+  { fromBlock: 0, logs: [{ transaction: true, transactionLogs: true, transactionTraces: true }], fields: ALL_FIELDS },
+  { fromBlock: 5, transactions: [{ logs: true, traces: true, stateDiffs: true }], fields: ALL_FIELDS },
+  { fromBlock: 0, traces: [{ parents: true, subtraces: true, transaction: true, transactionLogs: true }], fields: ALL_FIELDS },
+  { fromBlock: 0, stateDiffs: [{ kind: ['*', '+'], transaction: true }], fields: ALL_FIELDS },
+]
+
+async function answer(w: WorkerServer, query: unknown): Promise<string> {
+  const res = await fetch(`${w.url}/datasets/anvil/query`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(query) })
+  const text = await res.text()
+  assert.equal(res.status, 200, text.slice(0, 300))
+  return text
+}
+
+/** Sum of a metric's values for one worker label (the workers here share the process's registry). */
+async function metricSum(name: string, labels: Record<string, string>): Promise<number> {
+  const { values } = await registry.getSingleMetric(name)!.get()
+  return values.filter((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x)).reduce((n, v) => n + v.value, 0)
+}
+
+const formsOf = (w: WorkerServer) => w.node!.localForms()
+
+describe('local forms of a worker', { timeout: 120_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let data: string
+  let chunks: ChunkRef[]
+  let parquet: WorkerServer
+  const running: WorkerServer[] = []
+  const common = { heartbeatMs: 200, dropGraceMs: 200, concurrency: 2, queue: 8, queueTimeoutMs: 10_000, budgets: { sizeBytes: 1 << 30, timeMs: 60_000 } }
+
+  async function start(label: string, cache: string, limitBytes?: number): Promise<{ w: WorkerServer; cache: ChunkCache }> {
+    const c = new ChunkCache({ root: cache, label, limitBytes })
+    const w = new WorkerServer({ ...common, storage: new ArchiveStorage({ roots: [data], cache: c }), id: label })
+    running.push(w)
+    await w.start('127.0.0.1', 0)
+    return { w, cache: c }
+  }
+
+  before(async () => {
+    tmp = await tempDir('ba-local-forms-')
+    data = path.join(tmp.dir, 'anvil')
+    chunks = await writeDataset(data, 'anvil', (await anvilRecords()).slice(0, 64), 16)
+    parquet = new WorkerServer({ ...common, storage: new LocalStorage(data) })
+    running.push(parquet)
+    await parquet.start('127.0.0.1', 0)
+  })
+
+  after(async () => {
+    for (const w of running) await w.stop()
+    await tmp?.cleanup()
+  })
+
+  it('are built in the background, answer exactly like the Parquet files, and are reused after a restart', async () => {
+    const cacheDir = path.join(tmp.dir, 'cache-a')
+    const { w, cache } = await start('lf-a', cacheDir)
+    await until('forms built', async () => (formsOf(w).pending === 0 && formsOf(w).built === chunks.length) || undefined, 30_000)
+    assert.equal(await metricSum('block_archive_worker_local_form_builds_total', { worker: 'lf-a' }), chunks.length)
+    assert.ok(cache.forms!.bytes > 0)
+    assert.equal(await metricSum('block_archive_worker_local_form_bytes', { worker: 'lf-a' }), cache.forms!.bytes)
+    const status = (await (await fetch(`${w.url}/status`)).json()) as { local_forms: unknown }
+    assert.deepEqual(status.local_forms, { built: chunks.length, pending: 0 })
+    const expected: string[] = []
+    for (const q of QUERIES) {
+      const want = await answer(parquet, q)
+      expected.push(want)
+      assert.ok(want.length > 1000, 'a real answer')
+      assert.equal(await answer(w, q), want, JSON.stringify(q).slice(0, 200))
+    }
+
+    // Restart on the same cache: the forms are found, none is built again.
+    await w.stop()
+    const again = await start('lf-a2', cacheDir)
+    await until('forms found', async () => (formsOf(again.w).pending === 0 && formsOf(again.w).built === chunks.length) || undefined, 30_000)
+    assert.equal(await metricSum('block_archive_worker_local_form_builds_total', { worker: 'lf-a2' }), 0)
+    for (const [i, q] of QUERIES.entries()) assert.equal(await answer(again.w, q), expected[i])
+
+    // A chunk that leaves the dataset loses its form once no query reads it.
+    const before = again.cache.forms!.bytes
+    const last = chunks[chunks.length - 1]
+    await rename(path.join(data, last.path), path.join(tmp.dir, 'moved-away'))
+    try {
+      await until('form dropped', async () => (formsOf(again.w).built === chunks.length - 1 && again.cache.forms!.bytes < before) || undefined, 30_000)
+      assert.equal(await answer(again.w, fullQuery(0, 47)), await answer(parquet, fullQuery(0, 47)))
+    } finally {
+      await rename(path.join(tmp.dir, 'moved-away'), path.join(data, last.path))
+    }
+  })
+
+  it('are not built when the cache limit leaves no room; queries read the Parquet files', async () => {
+    const { w, cache } = await start('lf-full', path.join(tmp.dir, 'cache-b'), 1024)
+    await until('worker ready', async () => w.node!.readiness().ready || undefined, 30_000)
+    // Two passes after the first fetch: still nothing built.
+    await new Promise((r) => setTimeout(r, 3 * common.heartbeatMs))
+    assert.deepEqual(formsOf(w), { built: 0, pending: chunks.length })
+    assert.equal(cache.forms!.bytes, 0)
+    assert.equal(await metricSum('block_archive_worker_local_form_builds_total', { worker: 'lf-full' }), 0)
+    assert.equal(await answer(w, QUERIES[2]), await answer(parquet, QUERIES[2]))
+  })
+})
