@@ -69,6 +69,7 @@ program
   .option('--parallel <n...>', 'requests in flight for our client', intList)
   .option('--sdk', 'also sync with @subsquid/evm-processor 1.27.3')
   .option('--compression <mode>', COMPRESSION_HELP, 'auto')
+  .option('--storage <which...>', 'chunks read from: parquet (in place), local (the workers\' local forms), side by side', ['parquet', 'local'])
   .action(async (o) => (await import('./sync.js')).runSync({ ...o, parallel: o.parallel ?? [1, 2], sdk: !!o.sdk }))
 
 program

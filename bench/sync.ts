@@ -1,4 +1,6 @@
 import { spawn } from 'node:child_process'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { ArchiveClient } from '../src/client/archive-client.js'
@@ -15,6 +17,8 @@ export interface SyncBenchOptions {
   parallel: number[]
   sdk: boolean
   compression: string
+  /** Chunk sources to compare side by side: Parquet read in place, and/or the workers' local forms. */
+  storage: string[]
 }
 
 const itemCount = (block: Record<string, unknown>) =>
@@ -26,13 +30,35 @@ const itemCount = (block: Record<string, unknown>) =>
  */
 export async function runSync(o: SyncBenchOptions): Promise<void> {
   const { dir } = await ensureDataset(o.blocks)
-  const d = await deploy(dir, o.workers, { compression: o.compression })
   const rows: string[][] = []
+  const forms = await mkdtemp(path.join(tmpdir(), 'ba-bench-forms-'))
   try {
-    const client = new ArchiveClient(d.base)
+    for (const storage of o.storage) {
+      const t0 = performance.now()
+      const d = await deploy(dir, o.workers, {
+        compression: o.compression,
+        localForms: storage === 'local' ? (i) => path.join(forms, `w${i}`) : undefined,
+      })
+      if (storage === 'local') console.log(`local forms built in ${((performance.now() - t0) / 1000).toFixed(1)} s (router and workers started, chunks copied)`)
+      try {
+        await syncAll(o, d.base, dir, storage, rows)
+      } finally {
+        await d.stop()
+      }
+    }
+  } finally {
+    await rm(forms, { recursive: true, force: true })
+  }
+  printTable(`full-range sync of ${o.blocks} blocks`, ['query', 'chunks read from', 'client', 'answers', 'blocks returned', 'items', 'time', 'range blocks/s', 'items/s'], rows)
+}
+
+async function syncAll(o: SyncBenchOptions, base: string, dir: string, storage: string, rows: string[][]): Promise<void> {
+  const from = storage === 'local' ? 'local forms' : 'Parquet'
+  {
+    const client = new ArchiveClient(base)
     const height = await client.getHeight()
     console.log(`machine: ${machine()}`)
-    console.log(`dataset ${dir}: blocks 0–${height}; router + ${o.workers} worker processes (default settings, --compression ${o.compression})`)
+    console.log(`dataset ${dir}: blocks 0–${height}; router + ${o.workers} worker processes (default settings, --compression ${o.compression}), chunks read from ${from}`)
     for (const name of o.shape) {
       const shape = shapeByName(name)
       const { fromBlock: _f, toBlock: _t, ...query } = shape.query(0, height)
@@ -47,19 +73,16 @@ export async function runSync(o: SyncBenchOptions): Promise<void> {
           for (const b of batch.blocks) items += itemCount(b as any)
         }
         const wall = performance.now() - t0
-        rows.push([`${name}`, `our client, ${parallel} in flight`, String(answers), String(blocks), String(items), `${(wall / 1000).toFixed(2)} s`,
+        rows.push([`${name}`, from, `our client, ${parallel} in flight`, String(answers), String(blocks), String(items), `${(wall / 1000).toFixed(2)} s`,
           fmtRate(height + 1, wall), fmtRate(items, wall)])
       }
       if (o.sdk) {
-        const r = await sdkSync(d.base, height, name)
-        rows.push([name, '@subsquid/evm-processor 1.27.3', '', String(r.blocks), String(r.items), `${(r.ms / 1000).toFixed(2)} s`,
+        const r = await sdkSync(base, height, name)
+        rows.push([name, from, '@subsquid/evm-processor 1.27.3', '', String(r.blocks), String(r.items), `${(r.ms / 1000).toFixed(2)} s`,
           fmtRate(height + 1, r.ms), fmtRate(r.items, r.ms)])
       }
     }
-  } finally {
-    await d.stop()
   }
-  printTable(`full-range sync of ${o.blocks} blocks`, ['query', 'client', 'answers', 'blocks returned', 'items', 'time', 'range blocks/s', 'items/s'], rows)
 }
 
 /** Run the real SDK processor over the range in a child process (it calls process.exit itself). */

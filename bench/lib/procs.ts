@@ -68,6 +68,11 @@ export interface WorkerFlags {
   env?: Record<string, string>
   /** Dataset name (default: read from `data`/dataset.json). */
   dataset?: string
+  /**
+   * Each worker's cache folder for local forms of the chunks it reads in place (`--data` and
+   * `--cache`); `deploy` waits until every form is built. Without it workers read the Parquet files.
+   */
+  localForms?: (index: number) => string
 }
 
 export interface Deployment {
@@ -99,12 +104,18 @@ export async function deploy(data: string, workers: number, flags: WorkerFlags =
     if (flags.maxResponseBytes) extra.push('--max-response-bytes', String(flags.maxResponseBytes))
     if (flags.compression) extra.push('--compression', flags.compression)
     if (flags.sliceMb) extra.push('--slice-mb', String(flags.sliceMb))
-    const where = (i: number) => (flags.cache ? ['--cache', flags.cache(i), '--id', `w${i}`] : ['--data', data])
+    const where = (i: number) =>
+      flags.cache
+        ? ['--cache', flags.cache(i), '--id', `w${i}`, '--local-forms', flags.localForms ? 'duckdb' : 'off']
+        : flags.localForms
+          ? ['--data', data, '--cache', flags.localForms(i), '--id', `w${i}`]
+          : ['--data', data, '--local-forms', 'off']
     const ws = await Promise.all(Array.from({ length: workers }, (_, i) =>
       startCli(['worker', '--router', router.url, ...where(i), '--heartbeat-ms', String(heartbeatMs), ...extra], 'worker', flags.env)))
     procs.push(...ws)
     const name = flags.dataset ?? (JSON.parse(readFileSync(path.join(data, 'dataset.json'), 'utf8')).name as string)
     await waitReady(router.url, name, workers)
+    if (flags.localForms) await waitForms(ws)
     return { router, workers: ws, base: `${router.url}/datasets/${name}`, stop }
   } catch (e) {
     await stop()
@@ -122,6 +133,17 @@ async function waitReady(routerUrl: string, dataset: string, workers: number): P
     if (ds && ds.height === ds.lastChunkBlock && ds.height >= 0 && alive.length === workers) return
     if (Date.now() > deadline) throw new Error(`cluster not ready after 60 s: ${JSON.stringify(s).slice(0, 1000)}`)
     await new Promise((r) => setTimeout(r, 200))
+  }
+}
+
+/** Until every worker has built the local forms of the chunks it holds. */
+async function waitForms(workers: Proc[]): Promise<void> {
+  const deadline = Date.now() + 30 * 60_000
+  for (;;) {
+    const states = await Promise.all(workers.map(async (w) => ((await (await fetch(`${w.url}/status`)).json()) as any).local_forms))
+    if (states.every((f) => f && f.pending === 0 && f.built > 0)) return
+    if (Date.now() > deadline) throw new Error(`local forms not built after 30 min: ${JSON.stringify(states)}`)
+    await new Promise((r) => setTimeout(r, 500))
   }
 }
 
