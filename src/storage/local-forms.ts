@@ -39,7 +39,7 @@ interface Form {
   key: string
   prefix: string
   tables: string[]
-  /** Parquet file sizes the form was built from (a rebuilt chunk under the same path gets a new form). */
+  /** Sizes and mtimes of the Parquet files the form was built from (files written anew get a new form). */
   source: string
   bytes: number
   refs: number
@@ -112,8 +112,9 @@ export class LocalForms {
   async build(key: string, dir: string, tables: string[]): Promise<boolean> {
     const con = await this.open()
     if (!con) return false
-    const sizes = await Promise.all(tables.map((t) => stat(path.join(dir, `${t}.parquet`)).then((s) => s.size)))
-    const source = JSON.stringify(Object.fromEntries(tables.map((t, i) => [t, sizes[i]])))
+    const stats = await Promise.all(tables.map((t) => stat(path.join(dir, `${t}.parquet`))))
+    const sizes = stats.map((s) => s.size)
+    const source = JSON.stringify(Object.fromEntries(tables.map((t, i) => [t, [stats[i].size, stats[i].mtimeMs]])))
     const known = this.forms.get(key)
     if (known && known.source === source && !known.dropping) return true
     const unlock = await this.writing.lock()
