@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { mkdir, rm, stat } from 'node:fs/promises'
+import { mkdir, rm, stat, statfs } from 'node:fs/promises'
 import path from 'node:path'
 import type { DuckDBConnection } from '@duckdb/node-api'
 import { connect, ident, lit } from '../db.js'
@@ -22,6 +22,8 @@ let instances = 0
 const MiB = 1024 * 1024
 /** Room asked for before a build, per byte of Parquet (measured: DuckDB's file is 3.0–3.2× the zstd Parquet). */
 const GROWTH = 3.5
+/** Disk space always left free by forms (beyond twice the form being built). */
+const DISK_MARGIN = 64 * MiB
 
 export interface LocalFormsOptions {
   /** The database file. */
@@ -110,10 +112,13 @@ export class LocalForms {
    * else build it when there is room. Returns whether the chunk has a form now.
    */
   async build(key: string, dir: string, tables: string[]): Promise<boolean> {
-    const con = await this.open()
-    if (!con) return false
     const stats = await Promise.all(tables.map((t) => stat(path.join(dir, `${t}.parquet`))))
     const sizes = stats.map((s) => s.size)
+    const need = sizes.reduce((a, b) => a + b, 0) * GROWTH
+    // Forms only speed queries up: they never take the disk space downloads need (the file does not shrink).
+    if (!this.forms.has(key) && !(await this.diskHasRoom(need))) return false
+    const con = await this.open()
+    if (!con) return false
     const source = JSON.stringify(Object.fromEntries(tables.map((t, i) => [t, [stats[i].size, stats[i].mtimeMs]])))
     const known = this.forms.get(key)
     if (known && known.source === source && !known.dropping) return true
@@ -122,7 +127,6 @@ export class LocalForms {
       const again = this.forms.get(key)
       if (again && again.source !== source) await this.remove(con, again)
       else if (again) return !again.dropping
-      const need = sizes.reduce((a, b) => a + b, 0) * GROWTH
       if (this.opts.room && this.opts.room() - this.bytes < need) {
         if (!this.noRoom.has(key)) log.info({ worker: this.opts.label, chunk: key, needMb: +(need / MiB).toFixed(1) }, 'local forms: no room in the cache limit; the chunk is read from Parquet')
         this.noRoom.add(key)
@@ -169,6 +173,20 @@ export class LocalForms {
       unlock()
     }
   }
+
+  /** Free disk space for twice the estimated form and 64 MiB more; logged once per chunk when not. */
+  private async diskHasRoom(need: number): Promise<boolean> {
+    const folder = path.dirname(this.opts.file)
+    await mkdir(folder, { recursive: true })
+    const fs = await statfs(folder)
+    const free = fs.bavail * fs.bsize
+    if (free >= 2 * need + DISK_MARGIN) return true
+    if (!this.noDisk) log.info({ worker: this.opts.label, freeMb: +(free / MiB).toFixed(1), needMb: +(need / MiB).toFixed(1) }, 'local forms: too little free disk space; chunks are read from Parquet')
+    this.noDisk = true
+    return false
+  }
+
+  private noDisk = false
 
   /** The chunk's tables for one query (give them back with `release`); undefined without a form. */
   acquire(key: string): LocalTables | undefined {
