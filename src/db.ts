@@ -37,3 +37,15 @@ export const ident = (name: string) => `"${name.replace(/"/g, '""')}"`
 
 /** Quote a SQL string literal. */
 export const lit = (value: string) => `'${value.replace(/'/g, "''")}'`
+
+/** Run `body` in one transaction: committed when it returns, rolled back when it throws. */
+export async function inTransaction(con: DuckDBConnection, body: () => Promise<void>): Promise<void> {
+  await con.run('BEGIN TRANSACTION')
+  try {
+    await body()
+    await con.run('COMMIT')
+  } catch (e) {
+    await con.run('ROLLBACK').catch(() => undefined)
+    throw e
+  }
+}

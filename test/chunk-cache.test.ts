@@ -5,11 +5,11 @@ import { open, readdir, readFile, stat, utimes } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import type { ChunkMeta, ChunkRef } from '../src/chunks/layout.js'
-import { registry } from '../src/metrics.js'
 import { CacheFull, ChunkCache } from '../src/storage/chunk-cache.js'
 import { openDatasetStore, type DatasetStore } from '../src/storage/dataset-store.js'
 import { joinKey, putText } from '../src/storage/s3.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { registrySum } from './helpers/metrics.js'
 import { startS3, uploadDataset, type S3Server } from './helpers/s3.js'
 
 /*
@@ -22,14 +22,7 @@ import { startS3, uploadDataset, type S3Server } from './helpers/s3.js'
 const sha256 = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex')
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
-/** Sum of a metric's values whose labels include `labels` (each cache below has its own worker label). */
-async function metric(name: string, labels: Record<string, string>): Promise<number> {
-  const m = registry.getSingleMetric(name)
-  assert.ok(m, `metric ${name} is registered`)
-  const { values } = await m.get()
-  return values.filter((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x)).reduce((n, v) => n + v.value, 0)
-}
-const downloaded = (label: string) => metric('block_archive_worker_download_bytes_total', { worker: label })
+const downloaded = (label: string) => registrySum('block_archive_worker_download_bytes_total', { worker: label })
 
 /** Overwrite `n` bytes in the middle of a file: same size, other bytes, new mtime. */
 async function damage(file: string, n = 32): Promise<void> {
@@ -173,7 +166,7 @@ describe('chunk cache over S3', { timeout: 60_000 }, () => {
     const first = new ChunkCache({ root: r2, label: 'limit-fill' })
     for (const c of chunks.slice(0, 3)) await first.fetch('anvil', store, c)
     const all = chunks.reduce((n, c) => n + size.get(c.path)!, 0)
-    const evictions = () => metric('block_archive_worker_cache_evictions_total', { worker: 'limit-lru', reason: 'space' })
+    const evictions = () => registrySum('block_archive_worker_cache_evictions_total', { worker: 'limit-lru', reason: 'space' })
     const later = new ChunkCache({ root: r2, label: 'limit-lru', limitBytes: all - 1 })
     await later.open()
     assert.equal(later.bytes, all - size.get(chunks[3].path)!)
@@ -252,7 +245,7 @@ describe('chunk cache over S3', { timeout: 60_000 }, () => {
     await third.open()
     assert.equal(existsSync(cached(r, chunks[1])), false, 'the changed chunk is deleted')
     assert.equal(existsSync(cached(r, chunks[2])), true, 'the touched chunk is kept')
-    assert.equal(await metric('block_archive_worker_cache_corrupt_total', { worker: 'restart-3' }), 1)
+    assert.equal(await registrySum('block_archive_worker_cache_corrupt_total', { worker: 'restart-3' }), 1)
     assert.equal(third.bytes, size.get(chunks[0].path)! + size.get(chunks[2].path)!)
     // The touched file's new mtime was recorded: the chunk is intact and a further restart does not hash it again.
     const verified = JSON.parse(await readFile(path.join(cached(r, chunks[2]), '.verified.json'), 'utf8')).files
@@ -270,7 +263,7 @@ describe('chunk cache over S3', { timeout: 60_000 }, () => {
     assert.equal(await third.intact('anvil', chunks[1].path), true)
     await damage(changed)
     assert.equal(await third.intact('anvil', chunks[1].path), false)
-    assert.equal(await metric('block_archive_worker_cache_corrupt_total', { worker: 'restart-3' }), 2)
+    assert.equal(await registrySum('block_archive_worker_cache_corrupt_total', { worker: 'restart-3' }), 2)
   })
 
   it('drops the cached chunks of a dataset whose storage URL changed', async () => {

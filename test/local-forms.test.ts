@@ -6,8 +6,8 @@ import type { ChunkRef } from '../src/chunks/layout.js'
 import { ArchiveStorage, LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { ChunkCache } from '../src/storage/chunk-cache.js'
-import { registry } from '../src/metrics.js'
 import { until } from './helpers/cli.js'
+import { registrySum } from './helpers/metrics.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { ALL_FIELDS, fullQuery } from './helpers/reference-evm.js'
 
@@ -33,12 +33,6 @@ async function answer(w: WorkerServer, query: unknown): Promise<string> {
   const text = await res.text()
   assert.equal(res.status, 200, text.slice(0, 300))
   return text
-}
-
-/** Sum of a metric's values for one worker label (the workers here share the process's registry). */
-async function metricSum(name: string, labels: Record<string, string>): Promise<number> {
-  const { values } = await registry.getSingleMetric(name)!.get()
-  return values.filter((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x)).reduce((n, v) => n + v.value, 0)
 }
 
 const formsOf = (w: WorkerServer) => w.node!.localForms()
@@ -77,9 +71,9 @@ describe('local forms of a worker', { timeout: 120_000 }, () => {
     const cacheDir = path.join(tmp.dir, 'cache-a')
     const { w, cache } = await start('lf-a', cacheDir)
     await until('forms built', async () => (formsOf(w).pending === 0 && formsOf(w).built === chunks.length) || undefined, 30_000)
-    assert.equal(await metricSum('block_archive_worker_local_form_builds_total', { worker: 'lf-a' }), chunks.length)
+    assert.equal(await registrySum('block_archive_worker_local_form_builds_total', { worker: 'lf-a' }), chunks.length)
     assert.ok(cache.forms!.bytes > 0)
-    assert.equal(await metricSum('block_archive_worker_local_form_bytes', { worker: 'lf-a' }), cache.forms!.bytes)
+    assert.equal(await registrySum('block_archive_worker_local_form_bytes', { worker: 'lf-a' }), cache.forms!.bytes)
     const status = (await (await fetch(`${w.url}/status`)).json()) as { local_forms: unknown }
     assert.deepEqual(status.local_forms, { built: chunks.length, pending: 0 })
     const expected: string[] = []
@@ -94,7 +88,7 @@ describe('local forms of a worker', { timeout: 120_000 }, () => {
     await w.stop()
     const again = await start('lf-a2', cacheDir)
     await until('forms found', async () => (formsOf(again.w).pending === 0 && formsOf(again.w).built === chunks.length) || undefined, 30_000)
-    assert.equal(await metricSum('block_archive_worker_local_form_builds_total', { worker: 'lf-a2' }), 0)
+    assert.equal(await registrySum('block_archive_worker_local_form_builds_total', { worker: 'lf-a2' }), 0)
     for (const [i, q] of QUERIES.entries()) assert.equal(await answer(again.w, q), expected[i])
 
     // A chunk that leaves the dataset loses its form once no query reads it.
@@ -116,7 +110,7 @@ describe('local forms of a worker', { timeout: 120_000 }, () => {
     await new Promise((r) => setTimeout(r, 3 * common.heartbeatMs))
     assert.deepEqual(formsOf(w), { built: 0, pending: chunks.length })
     assert.equal(cache.forms!.bytes, 0)
-    assert.equal(await metricSum('block_archive_worker_local_form_builds_total', { worker: 'lf-full' }), 0)
+    assert.equal(await registrySum('block_archive_worker_local_form_builds_total', { worker: 'lf-full' }), 0)
     assert.equal(await answer(w, QUERIES[2]), await answer(parquet, QUERIES[2]))
   })
 })

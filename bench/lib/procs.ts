@@ -104,12 +104,12 @@ export async function deploy(data: string, workers: number, flags: WorkerFlags =
     if (flags.maxResponseBytes) extra.push('--max-response-bytes', String(flags.maxResponseBytes))
     if (flags.compression) extra.push('--compression', flags.compression)
     if (flags.sliceMb) extra.push('--slice-mb', String(flags.sliceMb))
-    const where = (i: number) =>
-      flags.cache
-        ? ['--cache', flags.cache(i), '--id', `w${i}`, '--local-forms', flags.localForms ? 'duckdb' : 'off']
-        : flags.localForms
-          ? ['--data', data, '--cache', flags.localForms(i), '--id', `w${i}`]
-          : ['--data', data, '--local-forms', 'off']
+    const forms = ['--local-forms', flags.localForms ? 'duckdb' : 'off']
+    const where = (i: number) => {
+      if (flags.cache) return ['--cache', flags.cache(i), '--id', `w${i}`, ...forms]
+      if (flags.localForms) return ['--data', data, '--cache', flags.localForms(i), '--id', `w${i}`, ...forms]
+      return ['--data', data, ...forms]
+    }
     const ws = await Promise.all(Array.from({ length: workers }, (_, i) =>
       startCli(['worker', '--router', router.url, ...where(i), '--heartbeat-ms', String(heartbeatMs), ...extra], 'worker', flags.env)))
     procs.push(...ws)

@@ -45,7 +45,9 @@ export interface ChunkStorage {
   useDatasets(list: DatasetAnnouncement[]): void
   /** The worker knows what it serves (`held`): cached chunks and local forms it did not ask for can go. */
   pruneUnused(held: { dataset: string; chunk: ChunkRef }[]): Promise<void>
-  /** Build the local form of a fetched chunk (when this storage keeps them); returns whether it has one. */
+  /** Whether this storage keeps local forms of the chunks (a worker with a cache folder). */
+  readonly keepsLocalForms?: boolean
+  /** Build the local form of a fetched chunk; returns whether it has one. */
   buildLocalForm?(dataset: string, chunk: ChunkRef, dir: string): Promise<boolean>
   /** The chunk's local tables for one query, if built (give them back with `releaseLocalForm`). */
   localForm?(dataset: string, chunk: ChunkRef): LocalTables | undefined
@@ -136,6 +138,10 @@ export class ArchiveStorage implements ChunkStorage {
     const key = this.formKey(dataset, chunk)
     if (key) await this.opts.cache?.forms?.drop(key)
     await this.opts.cache?.release(dataset, chunk.path)
+  }
+
+  get keepsLocalForms(): boolean {
+    return this.opts.cache?.forms !== undefined
   }
 
   /** Local forms are keyed by storage URL and chunk path (a dataset moved elsewhere is another dataset). */

@@ -35,7 +35,7 @@ interface Held {
   ref: ChunkRef
   dir: string
   leases: number
-  /** Its local form is built (or the storage keeps none). */
+  /** Its local form is built. */
   formed?: boolean
   /** When the chunk stopped being desired; undefined while desired. */
   undesiredSince?: number
@@ -139,7 +139,7 @@ export class WorkerNode {
    */
   private formPass(): void {
     const storage = this.opts.storage
-    if (!storage.buildLocalForm || this.stopped || this.forming) return
+    if (!storage.keepsLocalForms || !storage.buildLocalForm || this.stopped || this.forming) return
     this.forming = (async () => {
       try {
         for (const ds of this.datasets.values()) {
@@ -178,13 +178,12 @@ export class WorkerNode {
     const held = [...ds.held.values()].sort((a, b) => a.ref.first - b.ref.first)
     const index = new Map(ds.listing.map((c, i) => [c.path, i]))
     const storage = this.opts.storage
-    const forms = held.map((h) => storage.localForm?.(ds.name, h.ref))
-    const chunks: HeldChunk[] = held.map((h, n) => {
+    const chunks: HeldChunk[] = held.map((h) => {
       const i = index.get(h.ref.path) ?? -1
       return {
         ...h.ref,
         dir: h.dir,
-        local: forms[n],
+        local: storage.localForm?.(ds.name, h.ref),
         coverFrom: i > 0 ? ds.listing[i - 1].last + 1 : i === 0 ? 0 : h.ref.first,
         intact: () => this.checkIntact(ds, h),
       }
@@ -197,7 +196,7 @@ export class WorkerNode {
         if (released) return
         released = true
         for (const h of held) h.leases--
-        held.forEach((h, n) => forms[n] && storage.releaseLocalForm?.(ds.name, h.ref))
+        held.forEach((h, n) => chunks[n].local && storage.releaseLocalForm?.(ds.name, h.ref))
       },
     }
   }
@@ -209,7 +208,7 @@ export class WorkerNode {
       router_url: this.opts.routerUrl ?? null,
       last_ping_ms_ago: this.lastPingOk ? Date.now() - this.lastPingOk : null,
       last_ping_error: this.lastPingError ?? null,
-      local_forms: this.opts.storage.buildLocalForm ? this.localForms() : null,
+      local_forms: this.opts.storage.keepsLocalForms ? this.localForms() : null,
       state: {
         available: this.state(),
         desired: Object.fromEntries([...this.datasets.values()].map((d) => [d.name, d.desired])),

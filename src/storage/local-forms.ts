@@ -1,8 +1,9 @@
 import { createHash } from 'node:crypto'
+import { existsSync } from 'node:fs'
 import { mkdir, rm, stat, statfs } from 'node:fs/promises'
 import path from 'node:path'
 import type { DuckDBConnection } from '@duckdb/node-api'
-import { connect, ident, lit } from '../db.js'
+import { connect, ident, inTransaction, lit } from '../db.js'
 import { log } from '../log.js'
 import { Mutex } from '../query/mutex.js'
 import { localFormBuilds, localFormBytes, localFormSeconds } from './metrics.js'
@@ -19,8 +20,12 @@ import { localFormBuilds, localFormBytes, localFormSeconds } from './metrics.js'
  */
 
 let instances = 0
+/** DuckDB's error when another process holds the file open. */
+const inUse = (e: unknown) => /lock/i.test(String(e))
 const MiB = 1024 * 1024
-/** Room asked for before a build, per byte of Parquet (measured: DuckDB's file is 3.0–3.2× the zstd Parquet). */
+/** A form's size per byte of Parquet, measured: DuckDB's file is 3.0–3.2× the zstd Parquet. */
+const MEASURED_GROWTH = 3.1
+/** Room asked for before a build, per byte of Parquet (the measured growth and a margin). */
 const GROWTH = 3.5
 /** Disk space always left free by forms (beyond twice the form being built). */
 const DISK_MARGIN = 64 * MiB
@@ -80,7 +85,7 @@ export class LocalForms {
         await tryAttach()
       } catch (e) {
         // Another process has it open: serve from Parquet. Anything else (a damaged or older file): start afresh.
-        if (/lock/i.test(String(e))) throw e
+        if (inUse(e)) throw e
         log.warn({ worker: this.opts.label, file: this.opts.file, err: String(e) }, 'local forms: cannot open the database file; starting a new one')
         await con.run(`DETACH DATABASE IF EXISTS ${this.alias}`).catch(() => undefined)
         await rm(this.opts.file, { force: true })
@@ -94,8 +99,7 @@ export class LocalForms {
       log.info({ worker: this.opts.label, file: this.opts.file, chunks: this.forms.size, mb: +(this.bytes / MiB).toFixed(1) }, 'local forms: opened')
       return con
     } catch (e) {
-      const busy = /lock/i.test(String(e))
-      log[busy ? 'info' : 'warn']({ worker: this.opts.label, file: this.opts.file, err: String(e) }, busy ? 'local forms: the database file is in use by another process; queries read the Parquet files' : 'local forms: not used (queries read the Parquet files)')
+      log[inUse(e) ? 'info' : 'warn']({ worker: this.opts.label, file: this.opts.file, err: String(e) }, inUse(e) ? 'local forms: the database file is in use by another process; queries read the Parquet files' : 'local forms: not used (queries read the Parquet files)')
       con.closeSync()
       return undefined
     }
@@ -103,7 +107,11 @@ export class LocalForms {
 
   private add(f: Form): void {
     this.forms.set(f.key, f)
-    this.bytes += f.bytes
+    this.count(f.bytes)
+  }
+
+  private count(delta: number): void {
+    this.bytes += delta
     localFormBytes.set({ worker: this.opts.label }, this.bytes)
   }
 
@@ -127,39 +135,28 @@ export class LocalForms {
       const again = this.forms.get(key)
       if (again && again.source !== source) await this.remove(con, again)
       else if (again) return !again.dropping
-      if (this.opts.room && this.opts.room() - this.bytes < need) {
-        if (!this.noRoom.has(key)) log.info({ worker: this.opts.label, chunk: key, needMb: +(need / MiB).toFixed(1) }, 'local forms: no room in the cache limit; the chunk is read from Parquet')
-        this.noRoom.add(key)
-        return false
-      }
+      if (this.opts.room && this.opts.room() - this.bytes < need) return this.noRoomFor(key, need)
       this.noRoom.delete(key)
       const t0 = performance.now()
       const before = await this.usedBytes(con)
       const prefix = `c${createHash('sha256').update(key).digest('hex').slice(0, 20)}_`
-      await con.run('BEGIN TRANSACTION')
-      try {
+      await inTransaction(con, async () => {
         for (const t of tables) {
           await con.run(`CREATE TABLE ${this.alias}.${ident(prefix + t)} AS SELECT * FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))})`)
         }
         await con.run(`DELETE FROM ${this.alias}.forms WHERE key = ${lit(key)}`)
         await con.run(`INSERT INTO ${this.alias}.forms VALUES (${lit(key)}, ${lit(prefix)}, ${lit(JSON.stringify(tables))}, ${lit(source)}, 0)`)
-        await con.run('COMMIT')
-      } catch (e) {
-        await con.run('ROLLBACK').catch(() => undefined)
-        throw e
-      }
+      })
       await this.checkpoint(con)
       // Without a checkpoint (another transaction was writing) the growth is not known yet: estimate it.
       const grown = (await this.usedBytes(con)) - before
-      const bytes = grown > 0 ? grown : Math.round(need / GROWTH * 3.1)
+      const bytes = grown > 0 ? grown : Math.round((need / GROWTH) * MEASURED_GROWTH)
       await con.run(`UPDATE ${this.alias}.forms SET bytes = ${bytes} WHERE key = ${lit(key)}`)
       this.add({ key, prefix, tables, source, bytes, refs: 0, lastUsed: Date.now() })
       if (this.opts.room && this.opts.room() - this.bytes < 0) {
         // Bigger than estimated (small chunks take whole 256 KiB blocks): it does not fit after all.
         await this.remove(con, this.forms.get(key)!)
-        this.noRoom.add(key)
-        log.info({ worker: this.opts.label, chunk: key, mb: +(bytes / MiB).toFixed(1) }, 'local forms: no room in the cache limit; the chunk is read from Parquet')
-        return false
+        return this.noRoomFor(key, bytes)
       }
       const seconds = (performance.now() - t0) / 1000
       localFormBuilds.inc({ worker: this.opts.label })
@@ -172,6 +169,13 @@ export class LocalForms {
     } finally {
       unlock()
     }
+  }
+
+  /** No form for the chunk: the cache limit leaves no room for `bytes` (logged once until it fits again). */
+  private noRoomFor(key: string, bytes: number): false {
+    if (!this.noRoom.has(key)) log.info({ worker: this.opts.label, chunk: key, needMb: +(bytes / MiB).toFixed(1) }, 'local forms: no room in the cache limit; the chunk is read from Parquet')
+    this.noRoom.add(key)
+    return false
   }
 
   /** Free disk space for twice the estimated form and 64 MiB more; logged once per chunk when not. */
@@ -237,6 +241,8 @@ export class LocalForms {
 
   /** Drop the forms of chunks `keep` says are not served (what an earlier run left). */
   async prune(keep: (key: string) => boolean): Promise<void> {
+    // No file, nothing to prune: do not create one (on a disk too full for forms, say).
+    if (!this.opened && !existsSync(this.opts.file)) return
     await this.open()
     for (const key of [...this.forms.keys()]) if (!keep(key)) await this.drop(key)
   }
@@ -260,18 +266,12 @@ export class LocalForms {
   }
 
   private async remove(con: DuckDBConnection, f: Form): Promise<void> {
-    await con.run('BEGIN TRANSACTION')
-    try {
+    await inTransaction(con, async () => {
       for (const t of f.tables) await con.run(`DROP TABLE IF EXISTS ${this.alias}.${ident(f.prefix + t)}`)
       await con.run(`DELETE FROM ${this.alias}.forms WHERE key = ${lit(f.key)}`)
-      await con.run('COMMIT')
-    } catch (e) {
-      await con.run('ROLLBACK').catch(() => undefined)
-      throw e
-    }
+    })
     this.forms.delete(f.key)
-    this.bytes -= f.bytes
-    localFormBytes.set({ worker: this.opts.label }, this.bytes)
+    this.count(-f.bytes)
     await this.checkpoint(con)
   }
 
