@@ -7,7 +7,8 @@ import type { QueryPlan, ScanPlan } from './plan.js'
 import type { HeldChunk } from './types.js'
 import { bigintNumbers, integerNumbers, varcharBytes } from './raw-rows.js'
 import { chunkIsDense } from './summary.js'
-import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightParts, weightSql } from './sql.js'
+import { cachedHeader, keepHeader } from './header-cache.js'
+import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceColumns, weightParts, weightSql } from './sql.js'
 
 /*
  * One query over one chunk, in DuckDB, in separate short statements (measured: a semi join per
@@ -31,6 +32,9 @@ export interface SelectedBlock {
 
 /** Estimated JSON size below which a slice is read as a materialised result. */
 const SMALL_SLICE = 1024 * 1024
+
+/** Candidate blocks named in a slice's header read; more are read as a range. */
+const MAX_IN_LIST = 16
 
 /** Rows of a slice: block number, kind (0 = header, i > 0 = the plan's kinds[i-1]) and JSON text. */
 export interface SliceRows {
@@ -119,6 +123,15 @@ export class ChunkRun {
    */
   async prepare(includeAllBlocks: boolean, ruledOut = false): Promise<SelectedBlock[]> {
     this.ruledOut = ruledOut
+    const header = this.plan.family.header
+    if (ruledOut && !includeAllBlocks && (await chunkIsDense(this.con, this.chunk.dir, header.table, this.blockCol))) {
+      // Nothing can match: the answer holds at most the range's first and last blocks.
+      const numbers = this.from === this.to ? [this.from] : [this.from, this.to]
+      const json = await this.headers(numbers)
+      this.candidates = numbers.map((number, i) => ({ number, weight: json[i].length, items: false }))
+      this.headerJson = new Map(numbers.map((n, i) => [n, json[i]]))
+      return this.candidates
+    }
     const kinds = ruledOut ? [] : this.kinds
     // 1. matched rows of requests that pull related items
     for (const scan of ruledOut ? [] : this.plan.scans) {
@@ -162,7 +175,6 @@ export class ChunkRun {
       await this.con.run(`CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS ${parts.join(' UNION ')}`)
     }
     // 3. blocks: with items, the range boundaries, or all of them
-    const header = this.plan.family.header
     const blockCol = ident(this.blockCol)
     const itemWeights = kinds.map((k) => `SELECT block_number, w FROM ${this.selName(k)}`).join(' UNION ALL ')
     const items = kinds.length ? `LEFT JOIN (SELECT block_number, sum(w) AS iw FROM (${itemWeights}) GROUP BY block_number) s ON s.block_number = b.${blockCol}` : ''
@@ -241,7 +253,7 @@ export class ChunkRun {
     const order = this.orderColumns()
     const parts = [
       `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, ${order.columns(-1)}, ${this.headerText('src')} AS j ` +
-        `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi} AND src.${blockCol} IN (${this.candidatesIn(lo, hi)})`,
+        `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi}${this.candidatesIn(`src.${blockCol}`, lo, hi)}`,
     ]
     if (!this.ruledOut) this.kinds.forEach((kind, i) => {
       parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
@@ -272,21 +284,52 @@ export class ChunkRun {
   }
 
   /** The header JSON of one block. */
-  async header(block: number): Promise<string | Uint8Array> {
-    const known = this.headerJson?.get(block)
-    if (known !== undefined) return known
-    const header = this.plan.family.header
-    const blockCol = ident(this.blockCol)
-    const res = await this.con.runAndReadAll(
-      `SELECT ${this.headerText('src')} FROM ${this.file(header.table)} src WHERE src.${blockCol} = ${block}`,
-    )
-    return res.getRows()[0][0] as string
+  async header(block: number): Promise<Uint8Array> {
+    return this.headerJson?.get(block) ?? (await this.headers([block]))[0]
   }
 
-  /** Candidate block numbers in `lo..hi` as an SQL list (`NULL` when there are none). */
-  private candidatesIn(lo: number, hi: number): string {
+  /** Header JSON of existing blocks, kept in memory for the next query (see header-cache.ts). */
+  private async headers(blocks: number[]): Promise<Uint8Array[]> {
+    const header = this.plan.family.header
+    const fields = outputFields(header, this.selected(header)).join(',')
+    const found = new Map<number, Uint8Array>()
+    for (const b of blocks) {
+      const json = cachedHeader(this.chunk.dir, b, fields)
+      if (json) found.set(b, json)
+    }
+    const missing = blocks.filter((b) => !found.has(b))
+    if (missing.length > 0) {
+      const blockCol = ident(this.blockCol)
+      const result = await this.con.run(
+        `SELECT src.${blockCol}::BIGINT, ${this.headerText('src')} FROM ${this.file(header.table)} src WHERE src.${blockCol} IN (${missing.join(', ')})`,
+      )
+      for (const chunk of await result.fetchAllChunks()) {
+        const numbers: number[] = []
+        const json: Uint8Array[] = []
+        bigintNumbers(chunk, 0, numbers)
+        varcharBytes(chunk, 1, json)
+        numbers.forEach((n, i) => {
+          found.set(n, json[i])
+          keepHeader(this.chunk.dir, n, fields, json[i])
+        })
+      }
+    }
+    return blocks.map((b) => {
+      const json = found.get(b)
+      if (!json) throw new Error(`block ${b} is not in chunk ${this.chunk.dir}`)
+      return json
+    })
+  }
+
+  /**
+   * ` AND <column> IN (…)` naming the candidate blocks in `lo..hi`, when there are few of them; with
+   * many, nothing (the writer passes over the other headers): a long IN list cost more than building
+   * every header's JSON of the range (measured 3.1 against 1.3 ms for 160 of 200 blocks).
+   */
+  private candidatesIn(column: string, lo: number, hi: number): string {
     const list = this.candidates.filter((b) => b.number >= lo && b.number <= hi).map((b) => b.number)
-    return list.length ? list.join(', ') : 'NULL'
+    if (list.length > MAX_IN_LIST) return ''
+    return ` AND ${column} IN (${list.length ? list.join(', ') : 'NULL'})`
   }
 
   /** A header row's JSON text. */
