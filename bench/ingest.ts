@@ -12,6 +12,7 @@ import { bundleTables, normalizeEvmBlock } from '../src/ingest/evm/normalize.js'
 import { loadTemplates } from '../src/bench-data/templates.js'
 import { templateFor, tileBlock } from '../src/bench-data/tile.js'
 import { benchRoot } from './lib/dataset.js'
+import { reportTarget } from './lib/targets.js'
 import { fmtRate, mb, ms } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
 import { progress } from '../src/bench-data/progress.js'
@@ -169,6 +170,22 @@ async function replayIngest(blocks: number): Promise<void> {
       const cpu = xs.every((x) => x.ingestCpuS != null) ? median(xs.map((x) => (1000 * (x.ingestCpuS! + (x.serverCpuS ?? 0))) / x.blocks)).toFixed(1) : '—'
       return [build, bps.toFixed(1), rps.toFixed(0), `${((100 * bps) / TARGET).toFixed(1)} %`, cpu]
     }))
+  const ours = results.filter((x) => x.build === 'this build')
+  const base = results.filter((x) => x.build === 'baseline')
+  const bps = (xs: E2eRun[]) => (xs.length ? median(xs.map((x) => x.blocks / (x.wallMs / 1000))) : undefined)
+  const cpuMs = (xs: E2eRun[]) => (xs.length && xs.every((x) => x.ingestCpuS != null) ? median(xs.map((x) => (1000 * (x.ingestCpuS! + (x.serverCpuS ?? 0))) / x.blocks)) : undefined)
+  const now = bps(ours)
+  if (now !== undefined) {
+    const b = bps(base)
+    reportTarget({ n: 5, measure: 'ingest of recorded mainnet blocks from replay-rpc (median)', now: `${now.toFixed(1)} blocks/s`, value: now,
+      baseline: b === undefined ? undefined : `${b.toFixed(1)} blocks/s (BENCH_INGEST_BASELINE)`, baselineValue: b, goal: '≥ 200 blocks/s', atLeast: 200 })
+  }
+  const cpu = cpuMs(ours)
+  if (cpu !== undefined) {
+    const b = cpuMs(base)
+    reportTarget({ n: 5, measure: 'ingest CPU per block, ingest + replay server (median)', now: `${cpu.toFixed(1)} ms`, value: cpu,
+      baseline: b === undefined ? undefined : `${b.toFixed(1)} ms (BENCH_INGEST_BASELINE)`, baselineValue: b, goal: '≤ 8 ms', atMost: 8 })
+  }
   const mine = results.filter((x) => x.build === 'this build' && x.stages).sort((a, b) => a.wallMs - b.wallMs)
   const mid = mine[Math.floor((mine.length - 1) / 2)]
   if (mid?.stages) {

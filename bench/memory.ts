@@ -1,9 +1,13 @@
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
 import { ensureDataset } from './lib/dataset.js'
 import { runLoad } from './lib/load.js'
 import { deploy, rss } from './lib/procs.js'
 import { machine, printTable } from './lib/report.js'
 import { shapeByName } from './lib/shapes.js'
 import { mb } from './lib/measure.js'
+import { reportTarget } from './lib/targets.js'
 
 export interface MemoryBenchOptions {
   blocks: number
@@ -11,6 +15,8 @@ export interface MemoryBenchOptions {
   seconds: number
   shape: string
   compression: string
+  /** Chunk sources to compare side by side: Parquet read in place, and/or the worker's local forms. */
+  storage: string[]
 }
 
 /**
@@ -20,14 +26,37 @@ export interface MemoryBenchOptions {
  */
 export async function runMemory(o: MemoryBenchOptions): Promise<void> {
   const { dir } = await ensureDataset(o.blocks)
-  const shape = shapeByName(o.shape)
   console.log(`machine: ${machine()}`)
   const rows: string[][] = []
+  const peaks: { from: string; peak: number }[] = []
+  const forms = await mkdtemp(path.join(tmpdir(), 'ba-bench-forms-'))
+  try {
+    for (const storage of o.storage) {
+      await measure(o, dir, storage === 'local' ? path.join(forms, storage) : undefined, rows, peaks)
+    }
+  } finally {
+    await rm(forms, { recursive: true, force: true })
+  }
+  const peak = (from: string) => Math.max(...peaks.filter((x) => x.from === from).map((x) => x.peak))
+  if (peaks.some((x) => x.from === 'local forms')) {
+    const now = peak('local forms')
+    const base = peaks.some((x) => x.from === 'Parquet') ? peak('Parquet') : undefined
+    reportTarget({ n: 6, measure: `worker peak RSS, ${o.clients} clients with budget-size answers (MB)`, now: `${mb(now)} (local forms)`, value: now / 1e6,
+      baseline: base === undefined ? undefined : `${mb(base)} (Parquet)`, baselineValue: base === undefined ? undefined : base / 1e6, goal: '≤ 512 MB', atMost: 512 })
+  }
+  printTable(`worker memory, ${o.clients} concurrent "${o.shape}" queries for ${o.seconds} s, --compression ${o.compression} (MB)`,
+    ['worker', 'chunks read from', 'RSS idle', 'RSS max (sampled)', 'RSS peak (VmHWM)', 'answers', 'rejected/retried', 'MB per answer', 'MB/s served'], rows)
+}
+
+async function measure(o: MemoryBenchOptions, dir: string, forms: string | undefined, rows: string[][], peaks: { from: string; peak: number }[]): Promise<void> {
+  const shape = shapeByName(o.shape)
+  const from = forms ? 'local forms' : 'Parquet'
   for (const [label, flags] of [
     ['default limits', { compression: o.compression }],
     [`all ${o.clients} admitted`, { concurrency: o.clients, queue: o.clients, compression: o.compression }],
   ] as const) {
-    const d = await deploy(dir, 1, flags)
+    // A fresh forms folder per deployment: the forms are built (and their memory counted) each time.
+    const d = await deploy(dir, 1, { ...flags, localForms: forms ? (i) => path.join(forms, `${label.replace(/\W+/g, '-')}-${i}`) : undefined })
     try {
       const pid = d.workers[0].pid
       const idle = rss(pid).rss
@@ -37,13 +66,12 @@ export async function runMemory(o: MemoryBenchOptions): Promise<void> {
       const load = await runLoad({ base: d.base, height, clients: o.clients, durationMs: o.seconds * 1000, query: shape.query, gzip: true })
       clearInterval(sampler)
       const peak = rss(pid).peak
-      rows.push([label, mb(idle), mb(max), mb(peak), String(load.answers), String(load.rejected),
+      peaks.push({ from, peak })
+      rows.push([label, from, mb(idle), mb(max), mb(peak), String(load.answers), String(load.rejected),
         load.answers ? mb(load.bytes / load.answers) : '-', (load.bytes / 1e6 / (load.wallMs / 1000)).toFixed(1)])
       if (load.errors.length) console.log(`${label}: errors: ${load.errors.join(' | ')}`)
     } finally {
       await d.stop()
     }
   }
-  printTable(`worker memory, ${o.clients} concurrent "${o.shape}" queries for ${o.seconds} s, --compression ${o.compression} (MB)`,
-    ['worker', 'RSS idle', 'RSS max (sampled)', 'RSS peak (VmHWM)', 'answers', 'rejected/retried', 'MB per answer', 'MB/s served'], rows)
 }

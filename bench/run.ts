@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { spawn } from 'node:child_process'
+import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { Command, InvalidArgumentError } from 'commander'
 
@@ -80,6 +81,7 @@ program
   .option('--seconds <n>', 'load duration per configuration', int, 20)
   .option('--shape <name>', 'query', 'all tx+logs')
   .option('--compression <mode>', COMPRESSION_HELP, 'auto')
+  .option('--storage <which...>', 'chunks read from: parquet (in place), local (the worker\'s local forms), side by side', ['parquet', 'local'])
   .action(async (o) => (await import('./memory.js')).runMemory(o))
 
 program
@@ -160,7 +162,7 @@ const ALL: string[][] = [
   ['sql'],
   ['stringify'],
   ['worker'],
-  ['sync'],
+  ['sync', '--blocks', '2000', '--sdk'],
   ['memory'],
   ['scaling'],
   ['anvil'],
@@ -174,14 +176,23 @@ program
   .description('run every benchmark with bounded defaults (a few minutes), one process each')
   .option('--skip <name...>', 'benchmarks to leave out', [])
   .action(async (o: { skip: string[] }) => {
+    const { TARGET_PREFIX, TARGET_COLUMNS, targetRows } = await import('./lib/targets.js')
+    const { printTable } = await import('./lib/report.js')
+    const targets: import('./lib/targets.js').TargetFigure[] = []
     const t0 = performance.now()
     for (const args of ALL.filter(([name]) => !o.skip.includes(name))) {
       console.log(`\n## bench ${args.join(' ')}\n`)
       const code = await new Promise<number | null>((resolve) => {
-        spawn(process.execPath, [fileURLToPath(import.meta.url), ...args], { stdio: 'inherit' }).on('exit', resolve)
+        const child = spawn(process.execPath, [fileURLToPath(import.meta.url), ...args], { stdio: ['ignore', 'pipe', 'inherit'] })
+        createInterface({ input: child.stdout! }).on('line', (line) => {
+          if (line.startsWith(TARGET_PREFIX)) targets.push(JSON.parse(line.slice(TARGET_PREFIX.length)))
+          else console.log(line)
+        })
+        child.on('exit', resolve)
       })
       if (code !== 0) console.log(`bench ${args[0]} exited with ${code}`)
     }
+    printTable('performance targets (BENCHMARKS.md, "Targets"): this run, each against its baseline measured in the same run', TARGET_COLUMNS, targetRows(targets))
     console.log(`\nall benchmarks: ${((performance.now() - t0) / 1000).toFixed(0)} s`)
   })
 

@@ -11,6 +11,7 @@ import { benchChunk } from './lib/chunk.js'
 import { mb, ms, timeInterleaved } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
 import { SHAPES, shapeByName } from './lib/shapes.js'
+import { reportTarget } from './lib/targets.js'
 import { responseObjects, runJson, runRows, type Range } from './lib/sql.js'
 
 export interface WorkerBenchOptions {
@@ -83,6 +84,10 @@ export async function runWorker(o: WorkerBenchOptions): Promise<void> {
       if (worker) variants.push(() => overHttp(query))
       const [e, l, r, j, h] = await timeInterleaved(variants, o.runs, 2)
       const best = Math.min(r.median, j.median)
+      if (shape.name === 'logs+tx') {
+        reportTarget({ n: 1, measure: 'USDC logs + their transactions, one 200-block chunk, in process', now: `${ms(l.median)} ms (local form)`, value: l.median,
+          baseline: `${ms(e.median)} ms (Parquet)`, baselineValue: e.median, goal: '≤ 20 ms', atMost: 20 })
+      }
       rows.push([
         shape.name, mb(engineBytes), mb(sqlJsonBytes), ms(e.median), ms(l.median), `${(e.median / l.median).toFixed(2)}×`, ms(r.median), ms(j.median),
         `${(e.median / best).toFixed(2)}×${e.median / best <= 1.5 ? '' : ' ✗'}`, `${(l.median / best).toFixed(2)}×`,
@@ -108,6 +113,10 @@ export async function runWorker(o: WorkerBenchOptions): Promise<void> {
       const wRate = bytes / 1e6 / (w.median / 1000)
       const sRate = stringifyBytes / 1e6 / (s.median / 1000)
       const pct = (r: number) => `${((r / sRate) * 100).toFixed(0)} %`
+      if (shape.name === 'all tx+logs') {
+        reportTarget({ n: 2, measure: 'engine JSON rate with bounded memory, all tx+logs, % of JSON.stringify', now: `${pct(lRate)} (local form)`, value: (lRate / sRate) * 100,
+          baseline: `${pct(eRate)} (Parquet)`, baselineValue: (eRate / sRate) * 100, goal: '≥ 60 %', atLeast: 60 })
+      }
       out.push([shape.name, mb(bytes), `${eRate.toFixed(0)}`, `${lRate.toFixed(0)}`, `${wRate.toFixed(0)}`, `${sRate.toFixed(0)}`, pct(eRate), pct(lRate), pct(wRate)])
     }
     printTable('JSON output rate with bounded memory (16 MiB slices): engine over Parquet and over the local form vs JSON.stringify of the answer held as JS objects, one core',
