@@ -28,7 +28,7 @@ export async function runMemory(o: MemoryBenchOptions): Promise<void> {
   const { dir } = await ensureDataset(o.blocks)
   console.log(`machine: ${machine()}`)
   const rows: string[][] = []
-  const peaks: { from: string; peak: number }[] = []
+  const peaks: { from: string; label: string; peak: number }[] = []
   const forms = await mkdtemp(path.join(tmpdir(), 'ba-bench-forms-'))
   try {
     for (const storage of o.storage) {
@@ -37,18 +37,19 @@ export async function runMemory(o: MemoryBenchOptions): Promise<void> {
   } finally {
     await rm(forms, { recursive: true, force: true })
   }
-  const peak = (from: string) => Math.max(...peaks.filter((x) => x.from === from).map((x) => x.peak))
+  // The target is for the default limits (extra queries wait or get 503).
+  const peak = (from: string) => Math.max(...peaks.filter((x) => x.from === from && x.label === 'default limits').map((x) => x.peak))
   if (peaks.some((x) => x.from === 'local forms')) {
     const now = peak('local forms')
     const base = peaks.some((x) => x.from === 'Parquet') ? peak('Parquet') : undefined
-    reportTarget({ n: 6, measure: `worker peak RSS, ${o.clients} clients with budget-size answers (MB)`, now: `${mb(now)} (local forms)`, value: now / 1e6,
+    reportTarget({ n: 6, measure: `worker peak RSS, ${o.clients} clients with budget-size answers, default limits (MB)`, now: `${mb(now)} (local forms)`, value: now / 1e6,
       baseline: base === undefined ? undefined : `${mb(base)} (Parquet)`, baselineValue: base === undefined ? undefined : base / 1e6, goal: '≤ 512 MB', atMost: 512 })
   }
   printTable(`worker memory, ${o.clients} concurrent "${o.shape}" queries for ${o.seconds} s, --compression ${o.compression} (MB)`,
     ['worker', 'chunks read from', 'RSS idle', 'RSS max (sampled)', 'RSS peak (VmHWM)', 'answers', 'rejected/retried', 'MB per answer', 'MB/s served'], rows)
 }
 
-async function measure(o: MemoryBenchOptions, dir: string, forms: string | undefined, rows: string[][], peaks: { from: string; peak: number }[]): Promise<void> {
+async function measure(o: MemoryBenchOptions, dir: string, forms: string | undefined, rows: string[][], peaks: { from: string; label: string; peak: number }[]): Promise<void> {
   const shape = shapeByName(o.shape)
   const from = forms ? 'local forms' : 'Parquet'
   for (const [label, flags] of [
@@ -66,7 +67,7 @@ async function measure(o: MemoryBenchOptions, dir: string, forms: string | undef
       const load = await runLoad({ base: d.base, height, clients: o.clients, durationMs: o.seconds * 1000, query: shape.query, gzip: true })
       clearInterval(sampler)
       const peak = rss(pid).peak
-      peaks.push({ from, peak })
+      peaks.push({ from, label, peak })
       rows.push([label, from, mb(idle), mb(max), mb(peak), String(load.answers), String(load.rejected),
         load.answers ? mb(load.bytes / load.answers) : '-', (load.bytes / 1e6 / (load.wallMs / 1000)).toFixed(1)])
       if (load.errors.length) console.log(`${label}: errors: ${load.errors.join(' | ')}`)

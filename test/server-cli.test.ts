@@ -84,10 +84,16 @@ describe('CLI: router and workers as separate processes', { timeout: 120_000 }, 
   })
 
   it('query against a closed port names the cause and does not retry a wrong address', async () => {
-    const probe = net.createServer()
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve))
-    const port = (probe.address() as net.AddressInfo).port
-    await new Promise((resolve) => probe.close(resolve))
+    // Port 1021 (RFC 4727, experiments): outside the range the OS hands out for port 0, so no server that another
+    // test starts meanwhile can take it (a port freed after a probe once was, and answered 404), and
+    // not one that fetch refuses to dial.
+    const port = 1021
+    const refused = await new Promise<boolean>((resolve) => {
+      const socket = net.connect(port, '127.0.0.1')
+      socket.once('connect', () => (socket.destroy(), resolve(false)))
+      socket.once('error', (e: NodeJS.ErrnoException) => resolve(e.code === 'ECONNREFUSED'))
+    })
+    assert.ok(refused, `something listens on 127.0.0.1:${port}; this test needs a closed port`)
     const r = await runCli(['query', `http://127.0.0.1:${port}/datasets/x`, '{}'])
     assert.equal(r.code, 1)
     assert.match(r.stderr, /connection refused/)
