@@ -1,4 +1,4 @@
-import { readdir } from 'node:fs/promises'
+import { chunkTableNames } from '../src/chunks/layout.js'
 import path from 'node:path'
 import { configureDb, connect } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
@@ -48,7 +48,7 @@ export async function runWorker(o: WorkerBenchOptions): Promise<void> {
   const con = await connect()
   // The same chunk in a worker's local form (built once, kept next to the dataset).
   const forms = new LocalForms({ file: `${root}-forms/local-forms.duckdb`, label: 'bench' })
-  const tables = (await readdir(dir)).filter((f) => f.endsWith('.parquet')).map((f) => f.slice(0, -'.parquet'.length))
+  const tables = await chunkTableNames(dir)
   const t0 = performance.now()
   if (!(await forms.build('bench', dir, tables))) throw new Error('could not build the local form')
   const buildMs = performance.now() - t0

@@ -101,16 +101,20 @@ describe('cache disk faults', { timeout: 90_000 }, () => {
   const truth = (first: number, last: number) => records.filter((r) => r.number >= first && r.number <= last).map((r) => ({ number: r.number, hash: r.block.hash.toLowerCase(), txs: r.block.transactions.map((t: any) => t.hash.toLowerCase()) }))
   const summary = (blocks: any[]) => blocks.map((b) => ({ number: b.header.number, hash: b.header.hash, txs: (b.transactions ?? []).map((t: any) => t.hash) }))
 
-  /** A standalone worker node (it holds every chunk of the bucket's dataset) with its own cache. */
-  const startNode = async () => {
-    const root = path.join(tmp.dir, `cache-${++n}`)
-    const node = new WorkerNode({
-      id: `node-${n}`,
+  /** A standalone worker node (it holds every chunk of the bucket's dataset) with its cache in `root`. */
+  const s3Node = (id: string, root: string) =>
+    new WorkerNode({
+      id,
       publicUrl: 'http://127.0.0.1:1',
-      storage: new ArchiveStorage({ datasets: [{ name: 'anvil', url: 's3://archive/evm/anvil' }], cache: new ChunkCache({ root, label: `node-${n}` }) }),
+      storage: new ArchiveStorage({ datasets: [{ name: 'anvil', url: 's3://archive/evm/anvil' }], cache: new ChunkCache({ root, label: id }) }),
       heartbeatMs: 100,
       dropGraceMs: 200,
     })
+
+  /** The same, started, with a cache of its own. */
+  const startNode = async () => {
+    const root = path.join(tmp.dir, `cache-${++n}`)
+    const node = s3Node(`node-${n}`, root)
     await node.start()
     assert.deepEqual(node.state().anvil, [[0, 127]])
     return { node, root, dir: (c: ChunkRef) => path.join(root, 'anvil', c.path) }
@@ -251,13 +255,7 @@ describe('cache disk faults', { timeout: 90_000 }, () => {
       for (const room of [1.1, 1.3, 1.5, 1.7, 1.9]) {
         await fill(Math.floor(room * unit))
         const root = path.join(fs, `serial-${room}`)
-        const node = new WorkerNode({
-          id: `serial-${room}`,
-          publicUrl: 'http://127.0.0.1:1',
-          storage: new ArchiveStorage({ datasets: [{ name: 'anvil', url: 's3://archive/evm/anvil' }], cache: new ChunkCache({ root, label: `serial-${room}` }) }),
-          heartbeatMs: 100,
-          dropGraceMs: 200,
-        })
+        const node = s3Node(`serial-${room}`, root)
         try {
           await node.start()
           const held = await until(`a chunk held with room for ${room} chunks`, async () => ((node.state().anvil ?? []).length ? node.state().anvil : undefined), 5_000)

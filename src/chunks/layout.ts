@@ -20,6 +20,11 @@ export interface ChunkRef {
   path: string
 }
 
+/** The tables of the chunk in the folder `dir`: the names of its `{table}.parquet` files. */
+export async function chunkTableNames(dir: string): Promise<string[]> {
+  return (await readdir(dir)).filter((f) => f.endsWith('.parquet')).map((f) => f.slice(0, -'.parquet'.length))
+}
+
 /** Written next to the parquet files: what the chunk holds. */
 export interface ChunkMeta {
   family: string

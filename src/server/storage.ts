@@ -1,7 +1,6 @@
-import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
+import { chunkTableNames, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { familyByName } from '../families/index.js'
-import { readdir } from 'node:fs/promises'
 import type { ChunkCache } from '../storage/chunk-cache.js'
 import type { LocalTables } from '../storage/local-forms.js'
 import { discoverDatasets, normalizeUrl, openDatasetStore, type DatasetStore } from '../storage/dataset-store.js'
@@ -68,6 +67,9 @@ export interface ArchiveStorageOptions {
 export class DuplicateDataset extends Error {}
 
 /** Datasets from folders and `s3://` prefixes (or as a router announces them), one storage interface for both. */
+/** A chunk's key in per-chunk maps (metas, local forms): storage URL and chunk path (a dataset moved elsewhere is another dataset). */
+const chunkKey = (store: DatasetStore, chunk: ChunkRef) => `${store.url}\n${chunk.path}`
+
 export class ArchiveStorage implements ChunkStorage {
   readonly location: string
   private readonly stores = new Map<string, DatasetStore>()
@@ -114,7 +116,7 @@ export class ArchiveStorage implements ChunkStorage {
   /** Chunks are immutable: each meta.json is read once (the router checks the metas of sparse datasets at every listing). */
   async chunkMeta(dataset: string, chunk: ChunkRef): Promise<ChunkMeta> {
     const store = await this.store(dataset)
-    const key = `${store.url}\n${chunk.path}`
+    const key = chunkKey(store, chunk)
     let meta = this.metas.get(key)
     if (!meta) {
       meta = store.chunkMeta(chunk)
@@ -144,18 +146,16 @@ export class ArchiveStorage implements ChunkStorage {
     return this.opts.cache?.forms !== undefined
   }
 
-  /** Local forms are keyed by storage URL and chunk path (a dataset moved elsewhere is another dataset). */
   private formKey(dataset: string, chunk: ChunkRef): string | undefined {
     const store = this.stores.get(dataset)
-    return store && `${store.url}\n${chunk.path}`
+    return store && chunkKey(store, chunk)
   }
 
   async buildLocalForm(dataset: string, chunk: ChunkRef, dir: string): Promise<boolean> {
     const forms = this.opts.cache?.forms
     const key = this.formKey(dataset, chunk)
     if (!forms || !key) return false
-    const tables = (await readdir(dir)).filter((f) => f.endsWith('.parquet')).map((f) => f.slice(0, -'.parquet'.length))
-    return forms.build(key, dir, tables)
+    return forms.build(key, dir, await chunkTableNames(dir))
   }
 
   localForm(dataset: string, chunk: ChunkRef): LocalTables | undefined {

@@ -232,20 +232,20 @@ export class ChunkCache {
   private async makeRoom(need: number): Promise<void> {
     const limit = this.opts.limitBytes
     if (limit !== undefined) {
-      const forms = () => this.forms?.bytes ?? 0
+      const used = () => this.bytes + this.reserved + (this.forms?.bytes ?? 0)
       // Local forms only speed queries up: they give way first.
-      if (this.forms && this.bytes + this.reserved + forms() + need > limit) await this.forms.free(this.bytes + this.reserved + forms() + need - limit)
+      if (this.forms && used() + need > limit) await this.forms.free(used() + need - limit)
       const idle = [...this.entries.values()].filter((e) => !e.held).sort((a, b) => a.lastUsed - b.lastUsed)
-      while (this.bytes + this.reserved + forms() + need > limit && idle.length) {
+      while (used() + need > limit && idle.length) {
         const e = idle.shift()!
         // While this waited, another caller may have removed it, or a fetch may serve it again.
         if (this.entries.get(this.key(e.dataset, e.path)) !== e || e.held) continue
         await this.remove(e)
         cacheEvictions.inc({ worker: this.opts.label, reason: 'space' })
       }
-      if (this.bytes + this.reserved + forms() + need > limit) {
+      if (used() + need > limit) {
         throw new CacheFull(
-          `the cache holds ${((this.bytes + this.reserved + forms()) / MiB).toFixed(1)} MiB of served and downloading chunks and local forms in use; ${(need / MiB).toFixed(1)} MiB more would pass the limit of ${(limit / MiB).toFixed(1)} MiB`,
+          `the cache holds ${(used() / MiB).toFixed(1)} MiB of served and downloading chunks and local forms in use; ${(need / MiB).toFixed(1)} MiB more would pass the limit of ${(limit / MiB).toFixed(1)} MiB`,
         )
       }
     }
