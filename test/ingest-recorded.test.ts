@@ -3,6 +3,7 @@ import { readdir, readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, it } from 'node:test'
 import { listLocalChunks, readChunkMeta } from '../src/chunks/layout.js'
+import { evmFamily } from '../src/families/evm.js'
 import { callTracerRows, parityTraceRows, prestateDiffRows, replayStateDiffRows } from '../src/ingest/evm/normalize.js'
 import { BadRpcAnswer, EvmRpcSource } from '../src/ingest/evm/source.js'
 import { ReorgError, runIngest } from '../src/ingest/loop.js'
@@ -10,7 +11,7 @@ import { ingestRecorded, loadRecordedChain, type RecordedChainName } from '../sr
 import { ReplayServer, type RecordedBlock } from '../src/ingest/replay.js'
 import { RpcClient, RpcUnavailable } from '../src/ingest/rpc.js'
 import {
-  canon, compareRows, expectCallTraces, expectParityTraces, expectPrestateDiffs, expectReplayDiffs, expectTables, readTable, type NodeBlock,
+  assertHexColumns, canon, compareRows, expectCallTraces, expectParityTraces, expectPrestateDiffs, expectReplayDiffs, expectTables, readTable, type NodeBlock,
 } from './helpers/ingest-expect.js'
 import { freshFolders } from './helpers/dataset.js'
 
@@ -36,6 +37,8 @@ async function compareDataset(dir: string, expected: NodeBlock[], tables = ['blo
   for (const b of expected) for (const [t, rows] of Object.entries(expectTables(b))) (want[t] ??= []).push(...rows)
   let values = 0
   for (const t of tables) values += compareRows(t, want[t] ?? [], await readTable(dir, t))
+  // The engine writes `hex` fields between quotes without escaping: the ingest must have checked them.
+  assert.ok((await assertHexColumns(dir, evmFamily, tables)) > 0)
   return values
 }
 

@@ -4,6 +4,10 @@ import type { ColumnDecl, FieldDecl, FilterDecl, RelationDecl } from './declarat
 
 export const num = (column: string): FieldDecl => ({ encoding: { kind: 'number', column } })
 export const str = (column: string, weight?: FieldDecl['weight']): FieldDecl => ({ encoding: { kind: 'string', column }, weight })
+/** A hex string column the ingest checks (`0x` + lower-case hex digits): no JSON escaping needed. */
+export const hexStr = (column: string, weight?: FieldDecl['weight']): FieldDecl => ({ encoding: { kind: 'hex', column }, weight })
+/** A hex string column weighted by its stored `X_size` column (the value's length). */
+export const sizedHex = (column: string): FieldDecl => hexStr(column, { column: `${column}_size` })
 export const big = (column: string): FieldDecl => ({ encoding: { kind: 'bigint', column } })
 export const json = (column: string, weight?: FieldDecl['weight']): FieldDecl => ({ encoding: { kind: 'json', column }, weight })
 /** A string column weighted by its stored `X_size` column (the value's length). */

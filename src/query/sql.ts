@@ -33,6 +33,9 @@ function valueText(f: FieldDecl, q: (column: string) => string): string {
     case 'string':
       v = `CAST(to_json(${q(e.column)}) AS VARCHAR)`
       break
+    case 'hex':
+      v = `CASE WHEN ${q(e.column)} IS NOT NULL THEN concat('"', ${q(e.column)}, '"') END`
+      break
     case 'bigint':
       v = `CASE WHEN ${q(e.column)} > ${MAX_SAFE} THEN concat('"', ${q(e.column)}, '"') ELSE CAST(${q(e.column)} AS VARCHAR) END`
       break
@@ -47,6 +50,15 @@ function valueText(f: FieldDecl, q: (column: string) => string): string {
       break
   }
   return f.when ? `CASE WHEN ${qualifyCondition(f.when, q)} THEN ${v} END` : v
+}
+
+/**
+ * A top-level field's JSON text, `null` when the value is null. A hex value is one CASE (measured
+ * 35–40 % less DuckDB time per transaction row than `to_json` inside `coalesce`).
+ */
+function fieldText(f: FieldDecl, q: (column: string) => string): string {
+  if (f.encoding.kind === 'hex' && !f.when) return `CASE WHEN ${q(f.encoding.column)} IS NULL THEN 'null' ELSE concat('"', ${q(f.encoding.column)}, '"') END`
+  return `coalesce(${valueText(f, q)}, 'null')`
 }
 
 /** `when` conditions are written over bare column names; qualify the leading column name. */
@@ -76,7 +88,7 @@ export function itemJsonSql(item: ItemDecl, selected: string[], alias = '', pref
       list.push({ key: f.path[1], f })
       nested.set(f.path[0], list)
     } else {
-      parts.push(keyLit(f.path?.[0] ?? name, parts.length > 0), `coalesce(${valueText(f, q)}, 'null')`)
+      parts.push(keyLit(f.path?.[0] ?? name, parts.length > 0), fieldText(f, q))
     }
   }
   for (const decl of item.nested ?? []) {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { connect, lit } from '../../src/db.js'
+import type { FamilyDecl } from '../../src/families/declaration.js'
 
 /*
  * What the chunk files must hold for the node's answers, written from the spec (REFERENCE.md §4,
@@ -293,4 +294,39 @@ export function compareRows(table: string, expected: Row[], actual: Row[]): numb
     }
   }
   return values
+}
+
+/**
+ * Every value of the columns a family declares `hex` (written into the answer between quotes, not
+ * escaped) in the dataset's chunk files is `0x` + lower-case hex digits. Returns how many non-null
+ * values were checked.
+ */
+export async function assertHexColumns(dataset: string, family: FamilyDecl, tables: string[]): Promise<number> {
+  const columns = new Map<string, Set<string>>()
+  for (const item of [family.header, ...family.items]) {
+    if (!tables.includes(item.table)) continue
+    for (const f of Object.values(item.fields)) {
+      if (f.encoding.kind === 'hex') (columns.get(item.table) ?? columns.set(item.table, new Set()).get(item.table)!).add(f.encoding.column)
+    }
+  }
+  const con = await connect()
+  let checked = 0
+  try {
+    for (const [table, cols] of columns) {
+      const glob = lit(path.join(dataset, '*', '*', `${table}.parquet`))
+      for (const c of cols) {
+        const q = `"${c}"`
+        const r = await con.runAndReadAll(
+          `SELECT count(${q}), count(*) FILTER (WHERE NOT regexp_full_match(${q}, '0x[0-9a-f]*')), any_value(${q}) FILTER (WHERE NOT regexp_full_match(${q}, '0x[0-9a-f]*')) ` +
+            `FROM read_parquet(${glob}, union_by_name = true)`,
+        )
+        const [n, bad, example] = r.getRows()[0]
+        assert.equal(Number(bad), 0, `${table}.${c} is declared hex but holds ${JSON.stringify(example)}`)
+        checked += Number(n)
+      }
+    }
+  } finally {
+    con.closeSync()
+  }
+  return checked
 }
