@@ -26,6 +26,20 @@ export interface WriteOptions {
    * JSON reader and sort).
    */
   ndjsonTables?: string[]
+  /** Tables whose rows come from a spool of raw answers (blocks added with `spool` files) instead of rows. */
+  spool?: SpoolWriter
+}
+
+/**
+ * Turns the spool of a chunk (files of raw source answers, each holding blocks of a range; files may
+ * hold blocks of neighbouring chunks too) into temp tables of the declared columns, unsorted.
+ * Throws when the answers are malformed, naming the block and the method.
+ */
+export interface SpoolWriter {
+  readonly tables: string[]
+  /** Builds the temp tables of blocks `first`..`last`; returns table name → qualified temp table name. */
+  build(con: DuckDBConnection, files: Record<string, string>[], first: number, last: number, prefix: string): Promise<Record<string, string>>
+  drop(con: DuckDBConnection, tables: Record<string, string>): Promise<void>
 }
 
 /** Tables of a family written through NDJSON unless `ndjsonTables` says otherwise. */
@@ -63,6 +77,9 @@ export class ChunkBuilder {
   private readonly ndjson: Set<string>
   private readonly streams = new Map<string, WriteStream>()
   private readonly rowCounts = new Map<string, number>()
+  /** Spool files of the blocks added with `spool`, per file set (in block order). */
+  private readonly spoolFiles = new Map<string, Record<string, string>>()
+  private spooledBlocks = 0
   private ready: Promise<void>
   /**
    * Size of the rows added so far: the length of their text as NDJSON (values, column names and
@@ -98,8 +115,9 @@ export class ChunkBuilder {
    * `bytes`: the size of `rows` and `texts` as `blockRowsSize` gives it, when the caller (a fetch
    * worker) computed it already. `texts`: rows of NDJSON tables already as text.
    */
-  async addBlock(number: number, hash: string, parentHash: string, rows: BlockRows, bytes?: number, texts?: Record<string, RowsText>): Promise<void> {
+  async addBlock(number: number, hash: string, parentHash: string, rows: BlockRows, bytes?: number, texts?: Record<string, RowsText>, spool?: Record<string, string>): Promise<void> {
     await this.ready
+    if (spool && !this.opts.spool) throw new Error('a spooled block needs a chunk builder with a spool writer')
     if (this.blockCount > 0 && number <= this.last) {
       throw new Error(`block ${number} does not follow ${this.last} in the chunk being built`)
     }
@@ -111,7 +129,12 @@ export class ChunkBuilder {
     this.lastHash = hash
     this.blockCount++
     if (bytes != null) this.bytes += bytes
+    if (spool) {
+      this.spoolFiles.set(Object.values(spool).join('\n'), spool)
+      this.spooledBlocks++
+    }
     for (const table of this.tables) {
+      if (spool && this.opts.spool!.tables.includes(table)) continue
       const list = rows[table]
       const given = texts?.[table]
       if (given) {
@@ -138,12 +161,22 @@ export class ChunkBuilder {
     await this.ready
     for (const s of this.streams.values()) await new Promise<void>((resolve, reject) => s.end((e?: Error | null) => (e ? reject(e) : resolve())))
     const con = await connect()
+    const spool = this.spooledBlocks > 0 ? this.opts.spool! : undefined
+    if (spool && this.spooledBlocks !== this.blockCount) throw new Error('a chunk cannot mix spooled blocks and blocks given as rows')
+    let spooled: Record<string, string> | undefined
     try {
+      if (spool) {
+        const t0 = performance.now()
+        spooled = await spool.build(con, [...this.spoolFiles.values()], this.first, this.last, `s_${randomBytes(3).toString('hex')}`)
+        this.times.appendMs += performance.now() - t0
+      }
       for (const name of this.tables) {
-        if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
+        if (spooled?.[name]) await this.writeTableFromTemp(con, this.decl(name), spooled[name])
+        else if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
         else await this.writeTable(con, this.decl(name))
       }
     } finally {
+      if (spooled) await spool!.drop(con, spooled).catch(() => undefined)
       con.closeSync()
     }
     const meta: ChunkMeta = {
@@ -234,6 +267,25 @@ export class ChunkBuilder {
     } finally {
       await con.run(`DROP TABLE ${tmp}`)
     }
+  }
+
+  /** Parquet options of a table's file: zstd, and the row-group size (the header table's is a fifth). */
+  private parquetOptions(table: TableDecl): string {
+    const groupSize = this.opts.rowGroupSize ?? 10_000
+    const rowGroup = table.name === this.family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
+    return `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`
+  }
+
+  /** A table the spool writer built: sorted as declared, written as Parquet. */
+  private async writeTableFromTemp(con: DuckDBConnection, table: TableDecl, temp: string): Promise<void> {
+    const out = path.join(this.tmpDir, `${table.name}.parquet`)
+    const t0 = performance.now()
+    const columns = table.columns.map((c) => ident(c.name)).join(', ')
+    const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
+    const rows = await con.runAndReadAll(`SELECT count(*) FROM ${temp}`)
+    this.rowCounts.set(table.name, Number(rows.getRows()[0][0]))
+    await con.run(`COPY (SELECT ${columns} FROM ${temp} ORDER BY ${order}) TO ${lit(out)} ${this.parquetOptions(table)}`)
+    this.times.parquetMs += performance.now() - t0
   }
 
   /** The NDJSON way: DuckDB reads the temp file with explicit columns, sorts and writes Parquet. */

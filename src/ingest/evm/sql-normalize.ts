@@ -290,6 +290,9 @@ export async function spoolToTables(con: DuckDBConnection, s: SpoolInput, prefix
           `) ORDER BY n LIMIT 10`,
       )
       return { bad: bad.getRows().map(([n, what]) => ({ block: Number(n), what: String(what) })), tables }
+    } catch (e) {
+      for (const x of Object.values(tables)) await con.run(`DROP TABLE IF EXISTS ${x}`)
+      throw e
     } finally {
       await con.run(`DROP TABLE IF EXISTS ${rawR}`)
     }

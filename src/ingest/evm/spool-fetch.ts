@@ -1,0 +1,214 @@
+import { randomBytes } from 'node:crypto'
+import { writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import type { RpcCall } from '../rpc.js'
+import type { BlockContext, EvmRpcSource } from './source.js'
+
+/*
+ * EVM blocks fetched into a spool (the default for blocks, transactions and logs; sql-normalize.ts
+ * turns the spool into rows when the chunk closes). The answers of `eth_getBlockByNumber(n, true)`
+ * and `eth_getBlockReceipts(n)` go to disk as the node sent them, one file per HTTP answer, with the
+ * block number as JSON-RPC id. No JSON is parsed: a scan for a few keys (`scanBlocks`,
+ * `scanReceipts`) takes what the ingest loop and the fetch need — each block's number, hash and
+ * parent hash (continuity), its transaction hashes, and that the receipts answer is of this block and
+ * lists its transactions in order. An answer the scan cannot vouch for (an error, a missing block,
+ * receipts of another block or of other transactions, keys it does not find where expected) is
+ * parsed and goes through the checks of source.ts exactly as without a spool (retries, per-transaction
+ * receipts, the same errors); what it yields is then written to the spool as JSON.
+ */
+
+/** A block fetched into the spool: its identity for the loop, the files holding its answers, row counts. */
+export interface SpooledBlock {
+  number: number
+  hash: string
+  parentHash: string
+  /** Size of its answers (bytes of JSON): what a chunk's byte bound counts. */
+  bytes: number
+  transactions: number
+  logs: number
+  files: { blocks: string; receipts: string }
+}
+
+interface ScannedBlock extends BlockContext {
+  parentHash: string
+  bytes: number
+}
+
+const q = (n: number) => '0x' + n.toString(16)
+const HASH = /^0x[0-9a-fA-F]{64}$/
+
+/** The answers of a batch, one text span per answer: they start at each `"jsonrpc"` member (every node sends it before `result`). */
+function answerSpans(text: string, count: number): [number, number][] | undefined {
+  const starts: number[] = []
+  for (let at = text.indexOf('"jsonrpc"'); at >= 0; at = text.indexOf('"jsonrpc"', at + 9)) starts.push(at)
+  if (starts.length !== count) return undefined
+  return starts.map((s, i) => [s, i + 1 < count ? starts[i + 1] : text.length])
+}
+
+/** The string value after each occurrence of `key` (`"key":"`) in [from, to). */
+function values(text: string, key: string, from: number, to: number): { at: number; value: string }[] {
+  const out: { at: number; value: string }[] = []
+  for (let at = text.indexOf(key, from); at >= 0 && at < to; at = text.indexOf(key, at + key.length)) {
+    const start = at + key.length
+    const end = text.indexOf('"', start)
+    if (end < 0 || end > to) return out
+    out.push({ at, value: text.slice(start, end) })
+  }
+  return out
+}
+
+function count(text: string, key: string, from: number, to: number): number {
+  let n = 0
+  for (let at = text.indexOf(key, from); at >= 0 && at < to; at = text.indexOf(key, at + key.length)) n++
+  return n
+}
+
+/**
+ * Blocks of an `eth_getBlockByNumber(n, true)` batch answer, in the asked order, or undefined when
+ * the text is not plainly that (then it is parsed). Only the block has `number` and `parentHash`
+ * members; `hash` is the block's and each transaction's (the block's is the one outside the
+ * transactions array: before it, or else after it).
+ */
+export function scanBlocks(text: string, numbers: number[]): ScannedBlock[] | undefined {
+  const spans = answerSpans(text, numbers.length)
+  if (!spans) return undefined
+  const out: ScannedBlock[] = []
+  for (const [i, [from, to]] of spans.entries()) {
+    const num = values(text, '"number":"', from, to)
+    const parent = values(text, '"parentHash":"', from, to)
+    if (num.length !== 1 || parent.length !== 1) return undefined
+    if (!/^0x[0-9a-fA-F]+$/.test(num[0].value) || parseInt(num[0].value, 16) !== numbers[i]) return undefined
+    const txs = text.indexOf('"transactions":[', from)
+    if (txs < 0 || txs >= to) return undefined
+    const first = text.charCodeAt(txs + 16)
+    if (first !== 123 /* { */ && first !== 93 /* ] */) return undefined
+    const hashes = values(text, '"hash":"', from, to)
+    const txCount = count(text, '"transactionIndex":', from, to)
+    if (hashes.length !== txCount + 1) return undefined
+    const own = hashes[0].at < txs ? 0 : hashes.length - 1
+    const hash = hashes[own].value
+    if (!HASH.test(hash) || !HASH.test(parent[0].value)) return undefined
+    out.push({
+      number: numbers[i],
+      hash: hash.toLowerCase(),
+      parentHash: parent[0].value.toLowerCase(),
+      txHashes: hashes.filter((_, k) => k !== own).map((h) => h.value.toLowerCase()),
+      bytes: to - from,
+    })
+  }
+  return out
+}
+
+/**
+ * Per block, the logs and bytes of an `eth_getBlockReceipts` batch answer, or undefined unless every
+ * answer is plainly of its block (every `blockHash` is the block's) and names the block's transactions
+ * in order (`transactionHash` of receipts and their logs, repeats collapsed).
+ */
+export function scanReceipts(text: string, blocks: BlockContext[]): { logs: number; bytes: number }[] | undefined {
+  const spans = answerSpans(text, blocks.length)
+  if (!spans) return undefined
+  const out: { logs: number; bytes: number }[] = []
+  for (const [i, [from, to]] of spans.entries()) {
+    const b = blocks[i]
+    for (const h of values(text, '"blockHash":"', from, to)) if (h.value.toLowerCase() !== b.hash) return undefined
+    let k = 0
+    let last = ''
+    for (const { value } of values(text, '"transactionHash":"', from, to)) {
+      const h = value.toLowerCase()
+      if (h === last) continue
+      if (h !== b.txHashes[k]) return undefined
+      last = h
+      k++
+    }
+    if (k !== b.txHashes.length) return undefined
+    out.push({ logs: count(text, '"logIndex":', from, to), bytes: to - from })
+  }
+  return out
+}
+
+function groups<T>(xs: T[], size: number): T[][] {
+  const out: T[][] = []
+  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size))
+  return out
+}
+
+/** Results of a batch answer that passed the scan (no error members), in the order of `ids`. */
+function resultsOf(body: Buffer, ids: number[]): unknown[] {
+  const json = JSON.parse(body.toString('utf8'))
+  const answers: any[] = Array.isArray(json) ? json : [json]
+  const byId = new Map(answers.map((a) => [a?.id, a?.result]))
+  return ids.map((id) => byId.get(id))
+}
+
+/** A spool file: a JSON array of `{id, result}` answers. A single answer (no batch) is wrapped into one. */
+async function writeAnswers(file: string, body: Buffer | string): Promise<void> {
+  const buf = typeof body === 'string' ? Buffer.from(body, 'utf8') : body
+  let i = 0
+  while (i < buf.length && buf[i] <= 32) i++
+  await writeFile(file, buf[i] === 0x5b /* [ */ ? buf : Buffer.concat([Buffer.from('['), buf, Buffer.from(']')]))
+}
+
+const answersText = (ids: number[], results: unknown[]) => JSON.stringify(ids.map((id, i) => ({ id, result: results[i] })))
+
+/**
+ * Fetch `numbers` into the spool folder `dir`: one pair of files (blocks, receipts) per group of
+ * `batchSize` blocks. Throws what `EvmRpcSource.fetch` throws (BlockChanged, BlockNotAvailable,
+ * BadRpcAnswer, RPC errors); files are written only once every answer passed its checks.
+ */
+export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: string): Promise<SpooledBlock[]> {
+  const parts = groups(numbers, s.batchSize)
+  const blockCalls = (g: number[]): RpcCall[] => g.map((n) => ({ method: 'eth_getBlockByNumber', params: [q(n), true] }))
+  const answers = await Promise.all(parts.map((g) => s.rpc.batchRaw(blockCalls(g), g, (text) => scanBlocks(text, g))))
+  const files: { blocks: string; receipts: string; blockBody: Buffer | string; receiptBody: Buffer | string }[] = []
+  const out: SpooledBlock[] = []
+  const name = (g: number[]) => path.join(dir, `${g[0]}-${g[g.length - 1]}-${randomBytes(4).toString('hex')}`)
+
+  if (answers.some((a) => 'answers' in a)) {
+    // the slow way for the whole batch: parsed answers through the checks of source.ts
+    const results = answers.flatMap((a, i) => ('answers' in a ? a.answers : resultsOf(a.body, parts[i])))
+    const fetched = await s.fetch(numbers, results)
+    const base = name(numbers)
+    const blocksText = answersText(numbers, fetched.map((f) => f.bundle.block))
+    const receiptsText = answersText(numbers, fetched.map((f) => f.bundle.receipts ?? []))
+    files.push({ blocks: `${base}.blocks.json`, receipts: `${base}.receipts.json`, blockBody: blocksText, receiptBody: receiptsText })
+    for (const f of fetched) {
+      const receipts = (f.bundle.receipts ?? []) as any[]
+      out.push({
+        number: f.number, hash: f.hash, parentHash: f.parentHash,
+        bytes: JSON.stringify(f.bundle.block).length + JSON.stringify(receipts).length,
+        transactions: f.bundle.block.transactions.length,
+        logs: receipts.reduce((n, r) => n + (Array.isArray(r?.logs) ? r.logs.length : 0), 0),
+        files: { blocks: files[0].blocks, receipts: files[0].receipts },
+      })
+    }
+  } else {
+    await Promise.all(parts.map(async (g, gi) => {
+      const a = answers[gi] as { body: Buffer; scanned: ScannedBlock[] }
+      const ctx = a.scanned
+      const base = name(g)
+      const pair = { blocks: `${base}.blocks.json`, receipts: `${base}.receipts.json`, blockBody: a.body as Buffer | string, receiptBody: '' as Buffer | string }
+      let perBlock: { logs: number; bytes: number }[]
+      const r = s.receiptsByTx ? undefined : await s.rpc.batchRaw(g.map((n) => ({ method: 'eth_getBlockReceipts', params: [q(n)] })), g, (text) => scanReceipts(text, ctx))
+      if (r && 'body' in r) {
+        pair.receiptBody = r.body
+        perBlock = r.scanned
+      } else {
+        const lists = await s.fetchReceipts(ctx, r?.answers)
+        pair.receiptBody = answersText(g, lists)
+        perBlock = lists.map((list) => ({
+          logs: list.reduce((n, x) => n + (Array.isArray(x?.logs) ? x.logs.length : 0), 0),
+          bytes: JSON.stringify(list).length,
+        }))
+      }
+      files[gi] = pair
+      ctx.forEach((b, i) => out.push({
+        number: b.number, hash: b.hash, parentHash: b.parentHash, bytes: b.bytes + perBlock[i].bytes,
+        transactions: b.txHashes.length, logs: perBlock[i].logs, files: { blocks: pair.blocks, receipts: pair.receipts },
+      }))
+    }))
+    out.sort((x, y) => numbers.indexOf(x.number) - numbers.indexOf(y.number))
+  }
+  await Promise.all(files.flatMap((f) => [writeAnswers(f.blocks, f.blockBody), writeAnswers(f.receipts, f.receiptBody)]))
+  return out
+}
+
