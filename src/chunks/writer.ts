@@ -30,6 +30,12 @@ export interface WriteOptions {
   spool?: SpoolWriter
 }
 
+/** A block's part of a spool: the files holding its answers (per kind), and whether they need the thorough checks. */
+export interface SpoolEntry {
+  files: Record<string, string>
+  checked?: boolean
+}
+
 /**
  * Turns the spool of a chunk (files of raw source answers, each holding blocks of a range; files may
  * hold blocks of neighbouring chunks too) into temp tables of the declared columns, unsorted.
@@ -37,8 +43,11 @@ export interface WriteOptions {
  */
 export interface SpoolWriter {
   readonly tables: string[]
-  /** Builds the temp tables of blocks `first`..`last`; returns table name → qualified temp table name. */
-  build(con: DuckDBConnection, files: Record<string, string>[], first: number, last: number, prefix: string): Promise<Record<string, string>>
+  /**
+   * Builds the temp tables of blocks `first`..`last`; returns table name → qualified temp table name.
+   * `checked`: some block's entry asked for the thorough checks.
+   */
+  build(con: DuckDBConnection, files: Record<string, string>[], first: number, last: number, prefix: string, checked: boolean): Promise<Record<string, string>>
   drop(con: DuckDBConnection, tables: Record<string, string>): Promise<void>
 }
 
@@ -80,6 +89,7 @@ export class ChunkBuilder {
   /** Spool files of the blocks added with `spool`, per file set (in block order). */
   private readonly spoolFiles = new Map<string, Record<string, string>>()
   private spooledBlocks = 0
+  private spoolChecked = false
   private ready: Promise<void>
   /**
    * Size of the rows added so far: the length of their text as NDJSON (values, column names and
@@ -115,7 +125,7 @@ export class ChunkBuilder {
    * `bytes`: the size of `rows` and `texts` as `blockRowsSize` gives it, when the caller (a fetch
    * worker) computed it already. `texts`: rows of NDJSON tables already as text.
    */
-  async addBlock(number: number, hash: string, parentHash: string, rows: BlockRows, bytes?: number, texts?: Record<string, RowsText>, spool?: Record<string, string>): Promise<void> {
+  async addBlock(number: number, hash: string, parentHash: string, rows: BlockRows, bytes?: number, texts?: Record<string, RowsText>, spool?: SpoolEntry): Promise<void> {
     await this.ready
     if (spool && !this.opts.spool) throw new Error('a spooled block needs a chunk builder with a spool writer')
     if (this.blockCount > 0 && number <= this.last) {
@@ -130,8 +140,9 @@ export class ChunkBuilder {
     this.blockCount++
     if (bytes != null) this.bytes += bytes
     if (spool) {
-      this.spoolFiles.set(Object.values(spool).join('\n'), spool)
+      this.spoolFiles.set(Object.values(spool.files).join('\n'), spool.files)
       this.spooledBlocks++
+      if (spool.checked) this.spoolChecked = true
     }
     for (const table of this.tables) {
       if (spool && this.opts.spool!.tables.includes(table)) continue
@@ -167,7 +178,7 @@ export class ChunkBuilder {
     try {
       if (spool) {
         const t0 = performance.now()
-        spooled = await spool.build(con, [...this.spoolFiles.values()], this.first, this.last, `s_${randomBytes(3).toString('hex')}`)
+        spooled = await spool.build(con, [...this.spoolFiles.values()], this.first, this.last, `s_${randomBytes(3).toString('hex')}`, this.spoolChecked)
         this.times.appendMs += performance.now() - t0
       }
       for (const name of this.tables) {

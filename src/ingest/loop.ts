@@ -280,7 +280,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
               openedAt = performance.now()
             }
             t0 = performance.now()
-            await builder.addBlock(f.number, f.hash, f.parentHash, rows, f.bytes, f.texts, f.spool?.files)
+            await builder.addBlock(f.number, f.hash, f.parentHash, rows, f.bytes, f.texts, f.spool)
             stages.addBlockMs += performance.now() - t0
             const counts = [...Object.entries(rows).map(([t, list]) => [t, list.length] as const), ...Object.entries(f.texts).map(([t, x]) => [t, x.rows] as const), ...Object.entries(f.spool?.rows ?? {})]
             for (const [t, n] of counts) {

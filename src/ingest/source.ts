@@ -1,4 +1,4 @@
-import { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type RowsText, type SpoolWriter } from '../chunks/writer.js'
+import { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type RowsText, type SpoolEntry, type SpoolWriter } from '../chunks/writer.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
 
@@ -22,7 +22,7 @@ export interface BlockOfRows {
    * A block fetched into a spool (its answers on disk, turned into rows when the chunk closes,
    * `BlockSource.spoolWriter`): the files holding its answers, per kind, and its row count per table.
    */
-  spool?: { files: Record<string, string>; rows: Record<string, number> }
+  spool?: SpoolEntry & { rows: Record<string, number> }
 }
 
 export interface RowsBatch {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { writeFile } from 'node:fs/promises'
+import { open, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import type { RpcCall } from '../rpc.js'
 import type { BlockContext, EvmRpcSource } from './source.js'
@@ -27,6 +27,8 @@ export interface SpooledBlock {
   transactions: number
   logs: number
   files: { blocks: string; receipts: string }
+  /** Its answers may hold upper-case hex (or were re-serialised): the chunk takes the SQL that checks every character. */
+  upperCase: boolean
 }
 
 interface ScannedBlock extends BlockContext {
@@ -34,16 +36,53 @@ interface ScannedBlock extends BlockContext {
   bytes: number
 }
 
+/** What a scan found in a batch answer: per answer, its [start, end) in the body (it becomes one NDJSON line of the spool). */
+interface Scanned<T> {
+  items: T[]
+  spans: [number, number][]
+  upperCase: boolean
+}
+
 const q = (n: number) => '0x' + n.toString(16)
 const HASH = /^0x[0-9a-fA-F]{64}$/
 
-/** The answers of a batch, one text span per answer: they start at each `"jsonrpc"` member (every node sends it before `result`). */
+/**
+ * The answers of a batch: [start, end) of each answer object, found by its `"jsonrpc"` member, which
+ * nodes send first (`{"jsonrpc":…},{"jsonrpc":…}`, no white space between answers); undefined when
+ * the text is laid out otherwise.
+ */
 function answerSpans(text: string, count: number): [number, number][] | undefined {
   const starts: number[] = []
-  for (let at = text.indexOf('"jsonrpc"'); at >= 0; at = text.indexOf('"jsonrpc"', at + 9)) starts.push(at)
+  for (let at = text.indexOf('{"jsonrpc"'); at >= 0; at = text.indexOf('{"jsonrpc"', at + 10)) starts.push(at)
   if (starts.length !== count) return undefined
-  return starts.map((s, i) => [s, i + 1 < count ? starts[i + 1] : text.length])
+  let end = text.length
+  while (end > 0 && text.charCodeAt(end - 1) <= 32) end--
+  if (count > 1 || text.charCodeAt(0) === 91 /* [ */) {
+    if (text.charCodeAt(starts[0] - 1) !== 91 || text.charCodeAt(end - 1) !== 93 /* ] */) return undefined
+    end--
+  } else if (starts[0] !== 0) return undefined
+  const spans: [number, number][] = []
+  for (let i = 0; i < count; i++) {
+    const to = i + 1 < count ? starts[i + 1] - 1 : end
+    if (i + 1 < count && text.charCodeAt(to) !== 44 /* , */) return undefined
+    spans.push([starts[i], to])
+  }
+  return spans
 }
+
+/** Whether some `"0x…"` string has an upper-case hex digit (keys have upper-case letters too: each hit is looked at). */
+export function hasUpperCaseHex(text: string): boolean {
+  for (const c of 'ABCDEF') {
+    for (let at = text.indexOf(c); at >= 0; at = text.indexOf(c, at + 1)) {
+      let k = at - 1
+      while (k > 1 && isHexDigit(text.charCodeAt(k))) k--
+      if (text.charCodeAt(k) === 120 /* x */ && text.charCodeAt(k - 1) === 48 /* 0 */ && text.charCodeAt(k - 2) === 34 /* " */) return true
+    }
+  }
+  return false
+}
+
+const isHexDigit = (c: number) => (c >= 48 && c <= 57) || (c >= 97 && c <= 102) || (c >= 65 && c <= 70)
 
 /** The string value after each occurrence of `key` (`"key":"`) in [from, to). */
 function values(text: string, key: string, from: number, to: number): { at: number; value: string }[] {
@@ -69,7 +108,7 @@ function count(text: string, key: string, from: number, to: number): number {
  * members; `hash` is the block's and each transaction's (the block's is the one outside the
  * transactions array: before it, or else after it).
  */
-export function scanBlocks(text: string, numbers: number[]): ScannedBlock[] | undefined {
+export function scanBlocks(text: string, numbers: number[]): Scanned<ScannedBlock> | undefined {
   const spans = answerSpans(text, numbers.length)
   if (!spans) return undefined
   const out: ScannedBlock[] = []
@@ -96,7 +135,7 @@ export function scanBlocks(text: string, numbers: number[]): ScannedBlock[] | un
       bytes: to - from,
     })
   }
-  return out
+  return { items: out, spans, upperCase: hasUpperCaseHex(text) }
 }
 
 /**
@@ -104,7 +143,7 @@ export function scanBlocks(text: string, numbers: number[]): ScannedBlock[] | un
  * answer is plainly of its block (every `blockHash` is the block's) and names the block's transactions
  * in order (`transactionHash` of receipts and their logs, repeats collapsed).
  */
-export function scanReceipts(text: string, blocks: BlockContext[]): { logs: number; bytes: number }[] | undefined {
+export function scanReceipts(text: string, blocks: BlockContext[]): Scanned<{ logs: number; bytes: number }> | undefined {
   const spans = answerSpans(text, blocks.length)
   if (!spans) return undefined
   const out: { logs: number; bytes: number }[] = []
@@ -123,7 +162,7 @@ export function scanReceipts(text: string, blocks: BlockContext[]): { logs: numb
     if (k !== b.txHashes.length) return undefined
     out.push({ logs: count(text, '"logIndex":', from, to), bytes: to - from })
   }
-  return out
+  return { items: out, spans, upperCase: hasUpperCaseHex(text) }
 }
 
 function groups<T>(xs: T[], size: number): T[][] {
@@ -140,26 +179,39 @@ function resultsOf(body: Buffer, ids: number[]): unknown[] {
   return ids.map((id) => byId.get(id))
 }
 
-/** A spool file: a JSON array of `{id, result}` answers. A single answer (no batch) is wrapped into one. */
-async function writeAnswers(file: string, body: Buffer | string): Promise<void> {
-  const buf = typeof body === 'string' ? Buffer.from(body, 'utf8') : body
-  let i = 0
-  while (i < buf.length && buf[i] <= 32) i++
-  await writeFile(file, buf[i] === 0x5b /* [ */ ? buf : Buffer.concat([Buffer.from('['), buf, Buffer.from(']')]))
+const NL = Buffer.from('\n')
+
+/** A spool file's content: one answer (`{…, "id": <block number>, "result": …}`) per line. */
+type Lines = Buffer[] | string
+
+/** The answers of a scanned body as lines: views of the body, no copy. */
+const linesOf = (body: Buffer, spans: [number, number][]): Buffer[] => spans.flatMap(([from, to]) => [body.subarray(from, to), NL])
+
+const linesText = (ids: number[], results: unknown[]): string => ids.map((id, i) => JSON.stringify({ id, result: results[i] })).join('\n') + '\n'
+
+async function writeLines(file: string, lines: Lines): Promise<void> {
+  if (typeof lines === 'string') return writeFile(file, lines)
+  const h = await open(file, 'w')
+  try {
+    await h.writev(lines)
+  } finally {
+    await h.close()
+  }
 }
 
-const answersText = (ids: number[], results: unknown[]) => JSON.stringify(ids.map((id, i) => ({ id, result: results[i] })))
+/** A scan of a body whose text is its bytes (ASCII: offsets in the text are offsets in the body). */
+const scanBytes = <T>(scan: (text: string) => T | undefined) => (text: string, body: Buffer) => (text.length === body.length ? scan(text) : undefined)
 
 /**
- * Fetch `numbers` into the spool folder `dir`: one pair of files (blocks, receipts) per group of
- * `batchSize` blocks. Throws what `EvmRpcSource.fetch` throws (BlockChanged, BlockNotAvailable,
+ * Fetch `numbers` into the spool folder `dir`: one pair of NDJSON files (blocks, receipts) per group
+ * of `batchSize` blocks. Throws what `EvmRpcSource.fetch` throws (BlockChanged, BlockNotAvailable,
  * BadRpcAnswer, RPC errors); files are written only once every answer passed its checks.
  */
 export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: string): Promise<SpooledBlock[]> {
   const parts = groups(numbers, s.batchSize)
   const blockCalls = (g: number[]): RpcCall[] => g.map((n) => ({ method: 'eth_getBlockByNumber', params: [q(n), true] }))
-  const answers = await Promise.all(parts.map((g) => s.rpc.batchRaw(blockCalls(g), g, (text) => scanBlocks(text, g))))
-  const files: { blocks: string; receipts: string; blockBody: Buffer | string; receiptBody: Buffer | string }[] = []
+  const answers = await Promise.all(parts.map((g) => s.rpc.batchRaw(blockCalls(g), g, scanBytes((text) => scanBlocks(text, g)))))
+  const writes: { file: string; lines: Lines }[] = []
   const out: SpooledBlock[] = []
   const name = (g: number[]) => path.join(dir, `${g[0]}-${g[g.length - 1]}-${randomBytes(4).toString('hex')}`)
 
@@ -168,9 +220,9 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
     const results = answers.flatMap((a, i) => ('answers' in a ? a.answers : resultsOf(a.body, parts[i])))
     const fetched = await s.fetch(numbers, results)
     const base = name(numbers)
-    const blocksText = answersText(numbers, fetched.map((f) => f.bundle.block))
-    const receiptsText = answersText(numbers, fetched.map((f) => f.bundle.receipts ?? []))
-    files.push({ blocks: `${base}.blocks.json`, receipts: `${base}.receipts.json`, blockBody: blocksText, receiptBody: receiptsText })
+    const files = { blocks: `${base}.blocks.ndjson`, receipts: `${base}.receipts.ndjson` }
+    writes.push({ file: files.blocks, lines: linesText(numbers, fetched.map((f) => f.bundle.block)) })
+    writes.push({ file: files.receipts, lines: linesText(numbers, fetched.map((f) => f.bundle.receipts ?? [])) })
     for (const f of fetched) {
       const receipts = (f.bundle.receipts ?? []) as any[]
       out.push({
@@ -178,37 +230,40 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
         bytes: JSON.stringify(f.bundle.block).length + JSON.stringify(receipts).length,
         transactions: f.bundle.block.transactions.length,
         logs: receipts.reduce((n, r) => n + (Array.isArray(r?.logs) ? r.logs.length : 0), 0),
-        files: { blocks: files[0].blocks, receipts: files[0].receipts },
+        files, upperCase: true,
       })
     }
   } else {
     await Promise.all(parts.map(async (g, gi) => {
-      const a = answers[gi] as { body: Buffer; scanned: ScannedBlock[] }
-      const ctx = a.scanned
+      const a = answers[gi] as { body: Buffer; scanned: Scanned<ScannedBlock> }
+      const ctx = a.scanned.items
       const base = name(g)
-      const pair = { blocks: `${base}.blocks.json`, receipts: `${base}.receipts.json`, blockBody: a.body as Buffer | string, receiptBody: '' as Buffer | string }
+      const files = { blocks: `${base}.blocks.ndjson`, receipts: `${base}.receipts.ndjson` }
       let perBlock: { logs: number; bytes: number }[]
-      const r = s.receiptsByTx ? undefined : await s.rpc.batchRaw(g.map((n) => ({ method: 'eth_getBlockReceipts', params: [q(n)] })), g, (text) => scanReceipts(text, ctx))
+      let upperCase = a.scanned.upperCase
+      let receiptLines: Lines
+      const r = s.receiptsByTx ? undefined : await s.rpc.batchRaw(g.map((n) => ({ method: 'eth_getBlockReceipts', params: [q(n)] })), g, scanBytes((text) => scanReceipts(text, ctx)))
       if (r && 'body' in r) {
-        pair.receiptBody = r.body
-        perBlock = r.scanned
+        receiptLines = linesOf(r.body, r.scanned.spans)
+        perBlock = r.scanned.items
+        upperCase ||= r.scanned.upperCase
       } else {
         const lists = await s.fetchReceipts(ctx, r?.answers)
-        pair.receiptBody = answersText(g, lists)
+        receiptLines = linesText(g, lists)
+        upperCase = true
         perBlock = lists.map((list) => ({
           logs: list.reduce((n, x) => n + (Array.isArray(x?.logs) ? x.logs.length : 0), 0),
           bytes: JSON.stringify(list).length,
         }))
       }
-      files[gi] = pair
+      writes.push({ file: files.blocks, lines: linesOf(a.body, a.scanned.spans) }, { file: files.receipts, lines: receiptLines })
       ctx.forEach((b, i) => out.push({
         number: b.number, hash: b.hash, parentHash: b.parentHash, bytes: b.bytes + perBlock[i].bytes,
-        transactions: b.txHashes.length, logs: perBlock[i].logs, files: { blocks: pair.blocks, receipts: pair.receipts },
+        transactions: b.txHashes.length, logs: perBlock[i].logs, files, upperCase,
       }))
     }))
     out.sort((x, y) => numbers.indexOf(x.number) - numbers.indexOf(y.number))
   }
-  await Promise.all(files.flatMap((f) => [writeAnswers(f.blocks, f.blockBody), writeAnswers(f.receipts, f.receiptBody)]))
+  await Promise.all(writes.map((w) => writeLines(w.file, w.lines)))
   return out
 }
-

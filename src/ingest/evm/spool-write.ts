@@ -21,8 +21,8 @@ export class EvmSpoolWriter implements SpoolWriter {
   /** `methodOf`: the RPC method a normaliser complaint is about (fetch.ts). */
   constructor(private readonly methodOf: (message: string) => string) {}
 
-  async build(con: DuckDBConnection, files: Record<string, string>[], first: number, last: number, prefix: string): Promise<Record<string, string>> {
-    const input = { blockFiles: files.map((f) => f.blocks), receiptFiles: files.map((f) => f.receipts), first, last }
+  async build(con: DuckDBConnection, files: Record<string, string>[], first: number, last: number, prefix: string, checked: boolean): Promise<Record<string, string>> {
+    const input = { blockFiles: files.map((f) => f.blocks), receiptFiles: files.map((f) => f.receipts), first, last, checked }
     let result: Awaited<ReturnType<typeof spoolToTables>>
     try {
       result = await spoolToTables(con, input, prefix)
@@ -35,7 +35,7 @@ export class EvmSpoolWriter implements SpoolWriter {
       const method = what === 'logs' || what === 'receipts' ? this.methodOf('receipt') : 'eth_getBlockByNumber'
       throw (await this.explain(files, first, last)) ?? new BadRpcAnswer(block, method, `the ${what} fail a check of the SQL normaliser (sql-normalize.ts)`)
     }
-    for (const fix of await jsonToLower(con, result.tables)) {
+    for (const fix of checked ? await jsonToLower(con, result.tables) : []) {
       const text = JSON.stringify(lowerHexDeep(JSON.parse(fix.text)))
       await con.run(`UPDATE ${result.tables[fix.table]} SET ${ident(fix.column)} = $1 WHERE rowid = $2`, [text, fix.rowid])
     }
@@ -49,8 +49,9 @@ export class EvmSpoolWriter implements SpoolWriter {
   /** The first block of the range that the JS checks reject, as the error they raise (one file pair in memory at a time). */
   private async explain(files: Record<string, string>[], first: number, last: number): Promise<Error | undefined> {
     for (const f of files) {
-      const blocks: { id: number; result: any }[] = JSON.parse(await readFile(f.blocks, 'utf8'))
-      const receipts = new Map<number, any[]>((JSON.parse(await readFile(f.receipts, 'utf8')) as { id: number; result: any[] }[]).map((a) => [a.id, a.result]))
+      const lines = async (file: string): Promise<{ id: number; result: any }[]> => (await readFile(file, 'utf8')).split('\n').filter((x) => x).map((x) => JSON.parse(x))
+      const blocks = await lines(f.blocks)
+      const receipts = new Map<number, any[]>((await lines(f.receipts)).map((a) => [a.id, a.result]))
       for (const { id, result } of blocks.sort((a, b) => a.id - b.id)) {
         if (id < first || id > last) continue
         try {

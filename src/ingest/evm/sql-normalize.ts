@@ -23,8 +23,16 @@ interface ColumnSql {
 const HEX_RE = `'0x[0-9a-fA-F]*'`
 const SAFE = 9007199254740991
 
-/** Lower-case hex string (`hex()` in normalize.ts). */
-const hex = (x: string): ColumnSql => ({ value: `lower(${x})`, ok: `(${x} IS NULL OR regexp_full_match(${x}, ${HEX_RE}))` })
+/**
+ * Hex string (`hex()` in normalize.ts). Checked: every character is validated and the value
+ * lower-cased. Trusted: the answer's text had no upper-case hex digit (`hasUpperCaseHex`, a native
+ * search in the fetch worker), so the value is taken as it is and only its `0x` prefix is checked
+ * (a per-character check costs ≈ 2–3 ms per mainnet block in DuckDB or JS, more than the rest).
+ */
+let checked = true
+const hex = (x: string): ColumnSql => checked
+  ? { value: `lower(${x})`, ok: `(${x} IS NULL OR regexp_full_match(${x}, ${HEX_RE}))` }
+  : { value: x, ok: `(${x} IS NULL OR starts_with(${x}, '0x'))` }
 
 /** Hex quantity, decimal string or JSON number → BIGINT, a safe integer (`int()`). */
 const intOf = (x: string) => `CASE WHEN ${x} = '0x' THEN 0 ELSE TRY_CAST(${x} AS BIGINT) END`
@@ -89,7 +97,7 @@ const t = (f: string) => `t.${ident(f)}`
 const r = (f: string) => `r.${ident(f)}`
 const l = (f: string) => `l.${ident(f)}`
 
-const BLOCK_COLUMNS: Record<string, ColumnSql> = {
+const BLOCK_COLUMNS = (): Record<string, ColumnSql> => ({
   number: int(b('number')),
   hash: hex(b('hash')),
   parent_hash: hex(b('parentHash')),
@@ -122,14 +130,14 @@ const BLOCK_COLUMNS: Record<string, ColumnSql> = {
   timestamp_millis_part: int(b('timestampMillisPart')),
   extra_data_size: sizeOf('extra_data'),
   withdrawals_size: sizeOf('withdrawals'),
-}
+})
 
 const AUTH = `from_json(${t('authorizationList')}, '[{"chainId":"VARCHAR","address":"VARCHAR","nonce":"VARCHAR","yParity":"VARCHAR","v":"VARCHAR","r":"VARCHAR","s":"VARCHAR"}]')`
 const authOk = (f: (x: string) => ColumnSql) => (x: string) => f(x).ok!
 const INPUT = `coalesce(${t('input')}, ${t('data')}, '0x')`
 const FEE_PAYER_V = `coalesce(${t('feePayerSignature')}->>'v', ${t('feePayerSignature')}->>'yParity')`
 
-const TX_COLUMNS: Record<string, ColumnSql> = {
+const TX_COLUMNS = (): Record<string, ColumnSql> => ({
   block_number: { value: 'n' },
   transaction_index: int(t('transactionIndex')),
   hash: hex(t('hash')),
@@ -189,9 +197,9 @@ const TX_COLUMNS: Record<string, ColumnSql> = {
   access_list_size: sizeOf('access_list'),
   authorization_list_size: sizeOf('authorization_list'),
   calls_size: sizeOf('calls'),
-}
+})
 
-const LOG_COLUMNS: Record<string, ColumnSql> = {
+const LOG_COLUMNS = (): Record<string, ColumnSql> => ({
   block_number: { value: 'n' },
   log_index: int(l('logIndex')),
   transaction_index: int(`coalesce(${l('transactionIndex')}, ${r('transactionIndex')})`),
@@ -203,7 +211,7 @@ const LOG_COLUMNS: Record<string, ColumnSql> = {
   topic2: hex(`${l('topics')}[3]`),
   topic3: hex(`${l('topics')}[4]`),
   data_size: sizeOf('data'),
-}
+})
 
 /** Columns computed from other columns of the row (sizes): in an outer SELECT. */
 const DERIVED = new Set(['extra_data_size', 'withdrawals_size', 'input_size', 'access_list_size', 'authorization_list_size', 'calls_size', 'data_size'])
@@ -228,9 +236,17 @@ function selectList(table: TableDecl, exprs: Record<string, ColumnSql>): { inner
   return { inner: inner.join(', '), checks: checks.join(' AND '), outer: outer.join(', ') }
 }
 
-const BLOCKS = selectList(decl('blocks'), BLOCK_COLUMNS)
-const TXS = selectList(decl('transactions'), TX_COLUMNS)
-const LOGS = selectList(decl('logs'), LOG_COLUMNS)
+type Selects = Record<'blocks' | 'transactions' | 'logs', ReturnType<typeof selectList>>
+function selects(mode: boolean): Selects {
+  checked = mode
+  try {
+    return { blocks: selectList(decl('blocks'), BLOCK_COLUMNS()), transactions: selectList(decl('transactions'), TX_COLUMNS()), logs: selectList(decl('logs'), LOG_COLUMNS()) }
+  } finally {
+    checked = true
+  }
+}
+const CHECKED = selects(true)
+const TRUSTED = selects(false)
 
 export const BLOCK_STRUCT = struct(BLOCK_FIELDS)
 export const RECEIPTS_LIST = `${struct(RECEIPT_FIELDS)}[]`
@@ -241,11 +257,21 @@ export interface SpoolInput {
   receiptFiles: string[]
   first: number
   last: number
+  /** Validate every hex character and lower-case (some answer had upper-case hex digits), or trust them. */
+  checked: boolean
 }
 
+const TX_STRUCT = struct({ hash: V, transactions: `${struct(TX_FIELDS)}[]` })
+const HEADER_STRUCT = struct(Object.fromEntries(Object.entries(BLOCK_FIELDS).filter(([k]) => k !== 'transactions')))
+const RECEIPTS_NARROW = `${struct(Object.fromEntries(Object.entries(RECEIPT_FIELDS).filter(([k]) => k !== 'logs')))}[]`
+const RECEIPTS_LOGS = `${struct({ transactionHash: V, blockHash: V, transactionIndex: V, logs: RECEIPT_FIELDS.logs })}[]`
+
+/** The spool's answers of the chunk's blocks, read with explicit types (each consumer reads the files again: cheaper than keeping nested values in a table). */
 const readSpool = (files: string[], result: string, s: SpoolInput) =>
-  `SELECT id AS n, result FROM read_json([${files.map(lit).join(', ')}], format = 'array', columns = {id: 'BIGINT', result: ${lit(result)}}, ` +
-  `maximum_object_size = 1073741824) WHERE id BETWEEN ${s.first} AND ${s.last}`
+  `(SELECT id AS n, result FROM read_json([${files.map(lit).join(', ')}], format = 'newline_delimited', columns = {id: 'BIGINT', result: ${lit(result)}}, ` +
+  `maximum_object_size = 1073741824) WHERE id BETWEEN ${s.first} AND ${s.last})`
+
+const ok = (x: string) => `coalesce(${x}, false)`
 
 /**
  * Read the chunk's spool into temp tables `<prefix>_blocks`, `<prefix>_transactions`, `<prefix>_logs`
@@ -255,49 +281,41 @@ const readSpool = (files: string[], result: string, s: SpoolInput) =>
 export async function spoolToTables(con: DuckDBConnection, s: SpoolInput, prefix: string): Promise<{ bad: { block: number; what: string }[]; tables: Record<string, string> }> {
   const name = (x: string) => `temp.main.${ident(`${prefix}_${x}`)}`
   const tables = { blocks: name('blocks'), transactions: name('transactions'), logs: name('logs') }
-  const rawB = name('raw_b')
-  const rawR = name('raw_r')
-  await con.run(`CREATE TEMP TABLE ${ident(`${prefix}_raw_b`)} AS SELECT n, result AS b FROM (${readSpool(s.blockFiles, BLOCK_STRUCT, s)})`)
+  const q = s.checked ? CHECKED : TRUSTED
   try {
-    await con.run(`CREATE TEMP TABLE ${ident(`${prefix}_raw_r`)} AS SELECT n, unnest(result) AS r, unnest(range(len(result))) AS i FROM (${readSpool(s.receiptFiles, RECEIPTS_LIST, s)})`)
-    try {
-      await con.run(`CREATE TEMP TABLE ${ident(`${prefix}_blocks`)} AS SELECT ${BLOCKS.outer}, _ok, n AS _n FROM (SELECT n, ${BLOCKS.inner}, ${BLOCKS.checks} AS _ok FROM ${rawB})`)
-      await con.run(
-        `CREATE TEMP TABLE ${ident(`${prefix}_transactions`)} AS SELECT ${TXS.outer}, ` +
-          `_ok AND _index = i AND (_tx_block_hash IS NULL OR _tx_block_hash = _block_hash) AND (_receipt_hash IS NULL OR _receipt_hash = hash) AS _ok FROM (` +
-          `SELECT n, i, ${TXS.inner}, ${TXS.checks} AS _ok, lower(t.blockHash) AS _tx_block_hash, lower(b.hash) AS _block_hash, lower(r.transactionHash) AS _receipt_hash, ${intOf(t('transactionIndex'))} AS _index ` +
-          `FROM (SELECT n, b, unnest(b.transactions) AS t, unnest(range(len(b.transactions))) AS i FROM ${rawB}) LEFT JOIN ${rawR} USING (n, i))`,
-      )
-      const logIndex = `CASE WHEN _renumber THEN _pos ELSE log_index END AS log_index`
-      await con.run(
-        `CREATE TEMP TABLE ${ident(`${prefix}_logs`)} AS SELECT ${LOGS.outer.replace(ident('log_index'), logIndex)}, _ok FROM (` +
-          `SELECT *, bool_or(_dup) OVER (PARTITION BY n) AS _renumber FROM (` +
-          `SELECT *, count(*) OVER (PARTITION BY n, log_index) > 1 AS _dup, (row_number() OVER (PARTITION BY n ORDER BY i, j) - 1)::INTEGER AS _pos FROM (` +
-          `SELECT n, i, j, ${LOGS.inner}, ${LOGS.checks} AND len(l.topics) <= 4 ` +
-          `AND (l.transactionHash IS NULL OR lower(l.transactionHash) = lower(r.transactionHash)) ` +
-          `AND (l.blockHash IS NULL OR r.blockHash IS NULL OR lower(l.blockHash) = lower(r.blockHash)) AS _ok ` +
-          `FROM (SELECT n, i, r, unnest(r.logs) AS l, unnest(range(len(r.logs))) AS j FROM ${rawR} WHERE r IS NOT NULL))))`,
-      )
-      // blocks whose receipts do not line up with their transactions, or a receipt without logs / logs without topics
-      const bad = await con.runAndReadAll(
-        `SELECT n, what FROM (` +
-          `SELECT _n AS n, 'block' AS what FROM ${tables.blocks} WHERE NOT _ok OR _n IS DISTINCT FROM number ` +
-          `UNION ALL SELECT block_number, 'transactions' FROM ${tables.transactions} WHERE NOT _ok ` +
-          `UNION ALL SELECT block_number, 'logs' FROM ${tables.logs} WHERE NOT _ok ` +
-          `UNION ALL SELECT n, 'receipts' FROM ${rawR} WHERE r IS NOT NULL AND (r.logs IS NULL OR list_bool_or(list_transform(r.logs, x -> x.topics IS NULL))) ` +
-          `UNION ALL SELECT n, 'receipts' FROM ${rawB} LEFT JOIN (SELECT n, count(*) AS rc FROM ${rawR} GROUP BY n) USING (n) WHERE coalesce(rc, 0) <> len(b.transactions) ` +
-          `UNION ALL SELECT n, 'transactions' FROM ${rawB} WHERE b.transactions IS NULL` +
-          `) ORDER BY n LIMIT 10`,
-      )
-      return { bad: bad.getRows().map(([n, what]) => ({ block: Number(n), what: String(what) })), tables }
-    } catch (e) {
-      for (const x of Object.values(tables)) await con.run(`DROP TABLE IF EXISTS ${x}`)
-      throw e
-    } finally {
-      await con.run(`DROP TABLE IF EXISTS ${rawR}`)
-    }
-  } finally {
-    await con.run(`DROP TABLE IF EXISTS ${rawB}`)
+    await con.run(`CREATE TEMP TABLE ${ident(`${prefix}_blocks`)} AS SELECT ${q.blocks.outer}, _ok, n AS _n FROM (SELECT n, ${q.blocks.inner}, ${ok(q.blocks.checks)} AS _ok FROM (SELECT n, result AS b FROM ${readSpool(s.blockFiles, HEADER_STRUCT, s)}))`)
+    // transactions with their receipts (by position; a missing or extra entry is a row with nulls, which fails the checks)
+    await con.run(
+      `CREATE TEMP TABLE ${ident(`${prefix}_transactions`)} AS SELECT ${q.transactions.outer}, _ok FROM (` +
+        `SELECT n, i, ${q.transactions.inner}, ${ok(`${q.transactions.checks} AND t IS NOT NULL AND (_rs IS NULL OR (i < len(_rs) AND (r IS NULL OR lower(r.transactionHash) = lower(t.hash)))) ` +
+        `AND ${intOf(t('transactionIndex'))} = i AND (t.blockHash IS NULL OR lower(t.blockHash) = lower(_hash))`)} AS _ok ` +
+        `FROM (SELECT b.n, b.result.hash AS _hash, r.result AS _rs, unnest(b.result.transactions) AS t, unnest(r.result) AS r, ` +
+        `unnest(range(greatest(len(b.result.transactions), len(r.result)))) AS i ` +
+        `FROM ${readSpool(s.blockFiles, TX_STRUCT, s)} b LEFT JOIN ${readSpool(s.receiptFiles, RECEIPTS_NARROW, s)} r USING (n)))`,
+    )
+    const logIndex = `CASE WHEN _renumber THEN _pos ELSE log_index END AS log_index`
+    // a receipt without a logs array gives one row of nulls (its block fails the checks)
+    await con.run(
+      `CREATE TEMP TABLE ${ident(`${prefix}_logs`)} AS SELECT ${q.logs.outer.replace(ident('log_index'), logIndex)}, _ok FROM (` +
+        `SELECT *, bool_or(_dup) OVER (PARTITION BY n) AS _renumber FROM (` +
+        `SELECT *, count(*) OVER (PARTITION BY n, log_index) > 1 AS _dup, (row_number() OVER (PARTITION BY n ORDER BY i, j) - 1)::INTEGER AS _pos FROM (` +
+        `SELECT n, i, j, ${q.logs.inner}, ${ok(`${q.logs.checks} AND l IS NOT NULL AND len(l.topics) <= 4 ` +
+        `AND (l.transactionHash IS NULL OR lower(l.transactionHash) = lower(r.transactionHash)) ` +
+        `AND (l.blockHash IS NULL OR r.blockHash IS NULL OR lower(l.blockHash) = lower(r.blockHash))`)} AS _ok ` +
+        `FROM (SELECT n, i, r, unnest(coalesce(r.logs, [NULL])) AS l, unnest(range(len(coalesce(r.logs, [NULL])))) AS j ` +
+        `FROM (SELECT n, unnest(result) AS r, unnest(range(len(result))) AS i FROM ${readSpool(s.receiptFiles, RECEIPTS_LOGS, s)}) WHERE r IS NOT NULL))))`,
+    )
+    const bad = await con.runAndReadAll(
+      `SELECT n, what FROM (` +
+        `SELECT _n AS n, 'block' AS what FROM ${tables.blocks} WHERE NOT _ok OR _n IS DISTINCT FROM number ` +
+        `UNION ALL SELECT block_number, 'transactions' FROM ${tables.transactions} WHERE NOT _ok ` +
+        `UNION ALL SELECT block_number, 'logs' FROM ${tables.logs} WHERE NOT _ok` +
+        `) ORDER BY n LIMIT 10`,
+    )
+    return { bad: bad.getRows().map(([n, what]) => ({ block: Number(n), what: String(what) })), tables }
+  } catch (e) {
+    for (const x of Object.values(tables)) await con.run(`DROP TABLE IF EXISTS ${x}`)
+    throw e
   }
 }
 
