@@ -38,17 +38,19 @@ export interface SpoolEntry {
 
 /**
  * Turns the spool of a chunk (files of raw source answers, each holding blocks of a range; files may
- * hold blocks of neighbouring chunks too) into temp tables of the declared columns, unsorted.
- * Throws when the answers are malformed, naming the block and the method.
+ * hold blocks of neighbouring chunks too) into the rows of its tables.
  */
 export interface SpoolWriter {
   readonly tables: string[]
   /**
-   * Builds the temp tables of blocks `first`..`last`; returns table name → qualified temp table name.
-   * `checked`: some block's entry asked for the thorough checks.
+   * Per table, a SELECT of its declared columns (unsorted) over blocks `first`..`last` of `files`; it
+   * may build temp tables named after `prefix` (dropped by `release`). `checked`: some block's entry
+   * asked for the thorough checks.
    */
-  build(con: DuckDBConnection, files: Record<string, string>[], first: number, last: number, prefix: string, checked: boolean): Promise<Record<string, string>>
-  drop(con: DuckDBConnection, tables: Record<string, string>): Promise<void>
+  prepare(con: DuckDBConnection, files: Record<string, string>[], first: number, last: number, prefix: string, checked: boolean): Promise<Record<string, string>>
+  /** The error to stop with when `prepare` or a statement over its SELECTs failed (malformed answers: naming the block and the method). */
+  failure(error: unknown, files: Record<string, string>[], first: number, last: number): Promise<unknown>
+  release(con: DuckDBConnection, prefix: string): Promise<void>
 }
 
 /** Tables of a family written through NDJSON unless `ndjsonTables` says otherwise. */
@@ -174,20 +176,27 @@ export class ChunkBuilder {
     const con = await connect()
     const spool = this.spooledBlocks > 0 ? this.opts.spool! : undefined
     if (spool && this.spooledBlocks !== this.blockCount) throw new Error('a chunk cannot mix spooled blocks and blocks given as rows')
-    let spooled: Record<string, string> | undefined
+    const files = [...this.spoolFiles.values()]
+    const prefix = `s_${randomBytes(3).toString('hex')}`
     try {
+      let spooled: Record<string, string> | undefined
       if (spool) {
         const t0 = performance.now()
-        spooled = await spool.build(con, [...this.spoolFiles.values()], this.first, this.last, `s_${randomBytes(3).toString('hex')}`, this.spoolChecked)
+        spooled = await spool.prepare(con, files, this.first, this.last, prefix, this.spoolChecked).catch(async (e) => {
+          throw await spool.failure(e, files, this.first, this.last)
+        })
         this.times.appendMs += performance.now() - t0
       }
       for (const name of this.tables) {
-        if (spooled?.[name]) await this.writeTableFromTemp(con, this.decl(name), spooled[name])
-        else if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
+        if (spooled?.[name]) {
+          await this.writeTableFromQuery(con, this.decl(name), spooled[name]).catch(async (e) => {
+            throw await spool!.failure(e, files, this.first, this.last)
+          })
+        } else if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
         else await this.writeTable(con, this.decl(name))
       }
     } finally {
-      if (spooled) await spool!.drop(con, spooled).catch(() => undefined)
+      if (spool) await spool.release(con, prefix).catch(() => undefined)
       con.closeSync()
     }
     const meta: ChunkMeta = {
@@ -287,15 +296,13 @@ export class ChunkBuilder {
     return `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`
   }
 
-  /** A table the spool writer built: sorted as declared, written as Parquet. */
-  private async writeTableFromTemp(con: DuckDBConnection, table: TableDecl, temp: string): Promise<void> {
+  /** The rows of a spool writer's SELECT, sorted as declared, written as Parquet (one statement: read, normalise, sort, write). */
+  private async writeTableFromQuery(con: DuckDBConnection, table: TableDecl, select: string): Promise<void> {
     const out = path.join(this.tmpDir, `${table.name}.parquet`)
     const t0 = performance.now()
-    const columns = table.columns.map((c) => ident(c.name)).join(', ')
     const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
-    const rows = await con.runAndReadAll(`SELECT count(*) FROM ${temp}`)
-    this.rowCounts.set(table.name, Number(rows.getRows()[0][0]))
-    await con.run(`COPY (SELECT ${columns} FROM ${temp} ORDER BY ${order}) TO ${lit(out)} ${this.parquetOptions(table)}`)
+    const written = await con.runAndReadAll(`COPY (SELECT * FROM (${select}) ORDER BY ${order}) TO ${lit(out)} ${this.parquetOptions(table)}`)
+    this.rowCounts.set(table.name, Number(written.getRows()[0][0]))
     this.times.parquetMs += performance.now() - t0
   }
 

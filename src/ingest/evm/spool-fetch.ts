@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { open, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import type { RpcCall } from '../rpc.js'
+import { int } from './normalize.js'
 import type { BlockContext, EvmRpcSource } from './source.js'
 
 /*
@@ -160,9 +161,35 @@ export function scanReceipts(text: string, blocks: BlockContext[]): Scanned<{ lo
       k++
     }
     if (k !== b.txHashes.length) return undefined
-    out.push({ logs: count(text, '"logIndex":', from, to), bytes: to - from })
+    // log indexes that repeat within the block are renumbered (the slow way, renumberLogs)
+    const indexes = values(text, '"logIndex":"', from, to)
+    if (indexes.length !== count(text, '"logIndex":', from, to)) return undefined
+    const seen = new Set<number>()
+    for (const x of indexes) if (seen.size === seen.add(parseInt(x.value, 16)).size) return undefined
+    out.push({ logs: indexes.length, bytes: to - from })
   }
   return { items: out, spans, upperCase: hasUpperCaseHex(text) }
+}
+
+/**
+ * Blocks whose log indexes repeat (Stable numbers logs per transaction) get their logs numbered by
+ * position within the block, as `logRows` in normalize.ts does; in place, before the receipts are spooled.
+ */
+function renumberLogs(receipts: any[]): any[] {
+  const logs = receipts.flatMap((r) => (r && Array.isArray(r.logs) ? r.logs : []))
+  const seen = new Set<unknown>()
+  let repeats = false
+  for (const l of logs) {
+    let index: number | null
+    try {
+      index = int(l?.logIndex)
+    } catch {
+      return receipts // malformed: the checks at chunk close name it
+    }
+    if (seen.size === seen.add(index).size) repeats = true
+  }
+  if (repeats) logs.forEach((l, i) => (l.logIndex = '0x' + i.toString(16)))
+  return receipts
 }
 
 function groups<T>(xs: T[], size: number): T[][] {
@@ -222,7 +249,7 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
     const base = name(numbers)
     const files = { blocks: `${base}.blocks.ndjson`, receipts: `${base}.receipts.ndjson` }
     writes.push({ file: files.blocks, lines: linesText(numbers, fetched.map((f) => f.bundle.block)) })
-    writes.push({ file: files.receipts, lines: linesText(numbers, fetched.map((f) => f.bundle.receipts ?? [])) })
+    writes.push({ file: files.receipts, lines: linesText(numbers, fetched.map((f) => renumberLogs(f.bundle.receipts ?? []))) })
     for (const f of fetched) {
       const receipts = (f.bundle.receipts ?? []) as any[]
       out.push({
@@ -249,7 +276,7 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
         upperCase ||= r.scanned.upperCase
       } else {
         const lists = await s.fetchReceipts(ctx, r?.answers)
-        receiptLines = linesText(g, lists)
+        receiptLines = linesText(g, lists.map(renumberLogs))
         upperCase = true
         perBlock = lists.map((list) => ({
           logs: list.reduce((n, x) => n + (Array.isArray(x?.logs) ? x.logs.length : 0), 0),

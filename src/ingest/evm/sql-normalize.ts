@@ -273,50 +273,56 @@ const readSpool = (files: string[], result: string, s: SpoolInput) =>
 
 const ok = (x: string) => `coalesce(${x}, false)`
 
+/** Marks the message of the error a failed check raises inside DuckDB (`spoolCheckFailure` reads it). */
+const CHECK_FAILED = 'spool check failed'
+
 /**
- * Read the chunk's spool into temp tables `<prefix>_blocks`, `<prefix>_transactions`, `<prefix>_logs`
- * (the declared columns, unsorted, plus `_ok`), and return the blocks with a failed check or an
- * inconsistency between block and receipts, in block order.
+ * The outer SELECT list, its first column (the block number) guarded: a row whose `_ok` is not true
+ * stops the statement with an error naming the block and the table (DuckDB `error()`), so the checks
+ * cost no pass of their own.
  */
-export async function spoolToTables(con: DuckDBConnection, s: SpoolInput, prefix: string): Promise<{ bad: { block: number; what: string }[]; tables: Record<string, string> }> {
-  const name = (x: string) => `temp.main.${ident(`${prefix}_${x}`)}`
-  const tables = { blocks: name('blocks'), transactions: name('transactions'), logs: name('logs') }
+function guarded(outer: string, first: string, what: string, also = 'true'): string {
+  const col = ident(first)
+  if (!outer.startsWith(col)) throw new Error(`evm SQL normaliser: ${what} must start with ${first}`)
+  return `CASE WHEN _ok AND ${also} THEN ${col} ELSE error(concat('${CHECK_FAILED}: block ', n, ': ${what}')) END AS ${col}` + outer.slice(col.length)
+}
+
+/** A failed check's block and table, from a DuckDB error message. */
+export function spoolCheckFailure(message: string): { block: number; what: string } | undefined {
+  const m = new RegExp(`${CHECK_FAILED}: block (\\d+): (\\w+)`).exec(message)
+  return m ? { block: Number(m[1]), what: m[2] } : undefined
+}
+
+/**
+ * The SELECT of each table over the chunk's spool: the declared columns in declared order, unsorted.
+ * Running one fails with a `spoolCheckFailure` error when an answer fails a check: a value that is not
+ * what its column takes (hex, quantity), transactions that are not numbered 0, 1, … or name another
+ * block, receipts that are not one per transaction in order, logs naming another transaction or block
+ * than their receipt, a receipt without a logs array, a log with more than 4 topics.
+ */
+export function spoolQueries(s: SpoolInput): Record<'blocks' | 'transactions' | 'logs', string> {
   const q = s.checked ? CHECKED : TRUSTED
-  try {
-    await con.run(`CREATE TEMP TABLE ${ident(`${prefix}_blocks`)} AS SELECT ${q.blocks.outer}, _ok, n AS _n FROM (SELECT n, ${q.blocks.inner}, ${ok(q.blocks.checks)} AS _ok FROM (SELECT n, result AS b FROM ${readSpool(s.blockFiles, HEADER_STRUCT, s)}))`)
-    // transactions with their receipts (by position; a missing or extra entry is a row with nulls, which fails the checks)
-    await con.run(
-      `CREATE TEMP TABLE ${ident(`${prefix}_transactions`)} AS SELECT ${q.transactions.outer}, _ok FROM (` +
-        `SELECT n, i, ${q.transactions.inner}, ${ok(`${q.transactions.checks} AND t IS NOT NULL AND (_rs IS NULL OR (i < len(_rs) AND (r IS NULL OR lower(r.transactionHash) = lower(t.hash)))) ` +
-        `AND ${intOf(t('transactionIndex'))} = i AND (t.blockHash IS NULL OR lower(t.blockHash) = lower(_hash))`)} AS _ok ` +
-        `FROM (SELECT b.n, b.result.hash AS _hash, r.result AS _rs, unnest(b.result.transactions) AS t, unnest(r.result) AS r, ` +
-        `unnest(range(greatest(len(b.result.transactions), len(r.result)))) AS i ` +
-        `FROM ${readSpool(s.blockFiles, TX_STRUCT, s)} b LEFT JOIN ${readSpool(s.receiptFiles, RECEIPTS_NARROW, s)} r USING (n)))`,
-    )
-    const logIndex = `CASE WHEN _renumber THEN _pos ELSE log_index END AS log_index`
-    // a receipt without a logs array gives one row of nulls (its block fails the checks)
-    await con.run(
-      `CREATE TEMP TABLE ${ident(`${prefix}_logs`)} AS SELECT ${q.logs.outer.replace(ident('log_index'), logIndex)}, _ok FROM (` +
-        `SELECT *, bool_or(_dup) OVER (PARTITION BY n) AS _renumber FROM (` +
-        `SELECT *, count(*) OVER (PARTITION BY n, log_index) > 1 AS _dup, (row_number() OVER (PARTITION BY n ORDER BY i, j) - 1)::INTEGER AS _pos FROM (` +
-        `SELECT n, i, j, ${q.logs.inner}, ${ok(`${q.logs.checks} AND l IS NOT NULL AND len(l.topics) <= 4 ` +
-        `AND (l.transactionHash IS NULL OR lower(l.transactionHash) = lower(r.transactionHash)) ` +
-        `AND (l.blockHash IS NULL OR r.blockHash IS NULL OR lower(l.blockHash) = lower(r.blockHash))`)} AS _ok ` +
-        `FROM (SELECT n, i, r, unnest(coalesce(r.logs, [NULL])) AS l, unnest(range(len(coalesce(r.logs, [NULL])))) AS j ` +
-        `FROM (SELECT n, unnest(result) AS r, unnest(range(len(result))) AS i FROM ${readSpool(s.receiptFiles, RECEIPTS_LOGS, s)}) WHERE r IS NOT NULL))))`,
-    )
-    const bad = await con.runAndReadAll(
-      `SELECT n, what FROM (` +
-        `SELECT _n AS n, 'block' AS what FROM ${tables.blocks} WHERE NOT _ok OR _n IS DISTINCT FROM number ` +
-        `UNION ALL SELECT block_number, 'transactions' FROM ${tables.transactions} WHERE NOT _ok ` +
-        `UNION ALL SELECT block_number, 'logs' FROM ${tables.logs} WHERE NOT _ok` +
-        `) ORDER BY n LIMIT 10`,
-    )
-    return { bad: bad.getRows().map(([n, what]) => ({ block: Number(n), what: String(what) })), tables }
-  } catch (e) {
-    for (const x of Object.values(tables)) await con.run(`DROP TABLE IF EXISTS ${x}`)
-    throw e
-  }
+  const blocks =
+    `SELECT ${guarded(q.blocks.outer, 'number', 'block', `n = "number"`)} FROM (` +
+    `SELECT n, ${q.blocks.inner}, ${ok(q.blocks.checks)} AS _ok FROM (SELECT n, result AS b FROM ${readSpool(s.blockFiles, HEADER_STRUCT, s)}))`
+  // transactions with their receipts by position (a missing or extra entry is a row with nulls, which fails the checks)
+  const transactions =
+    `SELECT ${guarded(q.transactions.outer, 'block_number', 'transactions')} FROM (` +
+    `SELECT n, i, ${q.transactions.inner}, ${ok(`${q.transactions.checks} AND t IS NOT NULL AND (_rs IS NULL OR (i < len(_rs) AND (r IS NULL OR lower(r.transactionHash) = lower(t.hash)))) ` +
+    `AND ${intOf(t('transactionIndex'))} = i AND (t.blockHash IS NULL OR lower(t.blockHash) = lower(_hash))`)} AS _ok ` +
+    `FROM (SELECT b.n, b.result.hash AS _hash, r.result AS _rs, unnest(b.result.transactions) AS t, unnest(r.result) AS r, ` +
+    `unnest(range(greatest(len(b.result.transactions), len(r.result)))) AS i ` +
+    `FROM ${readSpool(s.blockFiles, TX_STRUCT, s)} b LEFT JOIN ${readSpool(s.receiptFiles, RECEIPTS_NARROW, s)} r USING (n)))`
+  // a receipt without a logs array gives one row (`_nologs`), which fails the checks; log indexes that
+  // repeat within a block were renumbered before spooling (spool-fetch.ts)
+  const logs =
+    `SELECT ${guarded(q.logs.outer, 'block_number', 'logs')} FROM (` +
+    `SELECT n, ${q.logs.inner}, ${ok(`${q.logs.checks} AND _nologs IS NULL AND len(l.topics) <= 4 ` +
+    `AND (l.transactionHash IS NULL OR lower(l.transactionHash) = lower(r.transactionHash)) ` +
+    `AND (l.blockHash IS NULL OR r.blockHash IS NULL OR lower(l.blockHash) = lower(r.blockHash))`)} AS _ok ` +
+    `FROM (SELECT n, r, unnest(r.logs) AS l, unnest(CASE WHEN r.logs IS NULL THEN [true] END) AS _nologs ` +
+    `FROM (SELECT n, unnest(result) AS r FROM ${readSpool(s.receiptFiles, RECEIPTS_LOGS, s)}) WHERE r IS NOT NULL))`
+  return { blocks, transactions, logs }
 }
 
 /** Rows whose JSON text has upper-case hex (to be lower-cased in JS): table, rowid, column, text. */
