@@ -171,6 +171,15 @@ export class ChunkBuilder {
   /** Write the Parquet files and move the chunk into `{top}/{first}-{last}-{hash}`. */
   async finish(top: number): Promise<ChunkRef> {
     if (this.blockCount === 0) throw new Error('cannot write an empty chunk')
+    try {
+      return await this.write(top)
+    } catch (e) {
+      await this.abort() // nothing of a chunk that cannot be written stays (malformed answers found at its close)
+      throw e
+    }
+  }
+
+  private async write(top: number): Promise<ChunkRef> {
     await this.ready
     for (const s of this.streams.values()) await new Promise<void>((resolve, reject) => s.end((e?: Error | null) => (e ? reject(e) : resolve())))
     const con = await connect()

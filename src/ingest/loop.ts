@@ -222,7 +222,11 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       builder = undefined
       chunkEnd = b.last
       const t0 = performance.now()
-      if (pending) await pending // one chunk encodes while the next one fills
+      // one chunk encodes while the next one fills; if that one failed, this one is dropped too
+      if (pending) await pending.catch(async (e) => {
+        await b.abort()
+        throw e
+      })
       stages.finishWaitMs += performance.now() - t0
       const top = nextTop(written, b.first, topDirSize)
       // finish and publish run while the next chunk fills; the next flush waits for them, so chunks appear in order
