@@ -166,7 +166,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const target = ingestTarget(o.out, { lease: o.lease })
   await target.open({ name: o.dataset, family: spec.family })
   // raw answers of the open chunks, under the build folder (a killed run's `.tmp-*` folders are removed at the next start)
-  const spool = spec.family === 'evm' && (o.normalizer ?? 'sql') === 'sql'
+  const spool = spec.family === 'evm' && (o.normalizer ?? 'sql') === 'sql' && (o.traces ?? 'none') === 'none' && (o.stateDiffs ?? 'none') === 'none'
     ? new Spool(path.join(target.buildRoot, `.tmp-${process.pid}-spool-${randomBytes(4).toString('hex')}`))
     : undefined
   if (spool && spec.family === 'evm') {
