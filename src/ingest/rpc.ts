@@ -179,7 +179,7 @@ export class RpcClient {
     const text = isAscii(raw) ? raw.toString('latin1') : raw.toString('utf8')
     this.stats.bytes += text.length
     if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text.slice(0, 200)}`)
-    if (scan && status === 200 && looksComplete(text, calls.length > 1) && !text.includes('"error"')) {
+    if (scan && status === 200 && looksComplete(text, calls.length > 1) && !hasErrorMember(text)) {
       const scanned = scan(text, raw)
       if (scanned !== undefined) return { body: raw, scanned }
     }
@@ -281,6 +281,12 @@ function looksComplete(text: string, batch: boolean): boolean {
   while (end > 0 && text.charCodeAt(end) <= 32) end--
   if (batch) return text.charCodeAt(end) === 93 /* ] */ && text.charCodeAt(end - 1) === 125 /* } */
   return text.charCodeAt(end) === 125
+}
+
+/** Whether the text has an `"error"` member (searched from its `r`: V8 looks for a pattern's first character, and quotes are everywhere in JSON). */
+function hasErrorMember(text: string): boolean {
+  for (let at = text.indexOf('rror"'); at >= 0; at = text.indexOf('rror"', at + 5)) if (text.startsWith('"e', at - 2)) return true
+  return false
 }
 
 function what(calls: RpcCall[]): string {
