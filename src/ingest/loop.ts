@@ -169,11 +169,11 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const spool = spec.family === 'evm' && (o.normalizer ?? 'sql') === 'sql' && (o.traces ?? 'none') === 'none' && (o.stateDiffs ?? 'none') === 'none'
     ? new Spool(path.join(target.buildRoot, `.tmp-${process.pid}-spool-${randomBytes(4).toString('hex')}`))
     : undefined
-  if (spool && spec.family === 'evm') {
-    await mkdir(spool.dir, { recursive: true })
-    spec.options = { ...spec.options, spoolDir: spool.dir }
-  }
   try {
+    if (spool && spec.family === 'evm') {
+      await mkdir(spool.dir, { recursive: true })
+      spec.options = { ...spec.options, spoolDir: spool.dir }
+    }
     const written = await target.listChunks()
     let prev: { number: number; hash: string; where: string } | undefined
     const lastChunk = written[written.length - 1]
