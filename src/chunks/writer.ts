@@ -75,7 +75,9 @@ export interface FinishTimes {
 }
 
 /**
- * Builds one chunk: the rows of its blocks are kept as they arrive (the bound on a chunk's size,
+ * Builds one chunk. Blocks added with a spool entry (their raw answers on disk) become rows at
+ * `finish`, one statement per table of the `spool` writer (read, normalise, sort, write Parquet).
+ * Otherwise the rows of its blocks are kept as they arrive (the bound on a chunk's size,
  * `bytes`, is also the bound on the memory it holds), then `finish` sorts each table in JS, hands the
  * rows to DuckDB with its Appender (typed values, no text round trip), writes a zstd Parquet file per
  * table into a temp folder, lists each file's size and SHA-256 in meta.json (`files`) and renames the
@@ -285,13 +287,8 @@ export class ChunkBuilder {
       }
       rows.length = 0
       t0 = performance.now()
-      const groupSize = this.opts.rowGroupSize ?? 10_000
-      const rowGroup = table.name === this.family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
       // rows are in sort order already; the table scan keeps insertion order (preserve_insertion_order)
-      await con.run(
-        `COPY ${tmp} TO ${lit(out)} ` +
-          `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`,
-      )
+      await con.run(`COPY ${tmp} TO ${lit(out)} ${this.parquetOptions(table)}`)
       this.times.parquetMs += performance.now() - t0
     } finally {
       await con.run(`DROP TABLE ${tmp}`)
@@ -331,13 +328,8 @@ export class ChunkBuilder {
             `columns = {${spec}}, maximum_object_size = 268435456)`,
         )
       }
-      const groupSize = this.opts.rowGroupSize ?? 10_000
-      const rowGroup = table.name === this.family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
       const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
-      await con.run(
-        `COPY (SELECT * FROM temp.main.${ident(tmpName)} ORDER BY ${order}) TO ${lit(out)} ` +
-          `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`,
-      )
+      await con.run(`COPY (SELECT * FROM temp.main.${ident(tmpName)} ORDER BY ${order}) TO ${lit(out)} ${this.parquetOptions(table)}`)
     } finally {
       await con.run(`DROP TABLE temp.main.${ident(tmpName)}`)
     }

@@ -10,8 +10,9 @@ import type { TableDecl } from '../../families/declaration.js'
  * `normalize.ts` builds (`blockRow`, `transactionRow`, `logRows`): the same columns and values.
  * Each column's expression is declared once below; the SELECT lists are generated from the table
  * declarations (src/families/evm.ts), so a declared column without an expression fails at load.
- * Every expression comes with a validity condition (hex strings, quantities): a row failing one marks
- * its block bad, and the caller explains the first bad block with the JS normaliser's exact message.
+ * Every expression comes with a validity condition (hex strings, quantities); a row failing one
+ * stops the statement with an error naming its block (`spoolCheckFailure`), and the chunk writer
+ * (spool-write.ts) explains it with the JS checks' exact message.
  */
 
 /** A column's value (SQL over the raw fields) and the condition under which the raw value is valid. */
@@ -248,8 +249,6 @@ function selects(mode: boolean): Selects {
 const CHECKED = selects(true)
 const TRUSTED = selects(false)
 
-export const BLOCK_STRUCT = struct(BLOCK_FIELDS)
-export const RECEIPTS_LIST = `${struct(RECEIPT_FIELDS)}[]`
 
 /** The spool files of a chunk and the block range to take from them (files may hold blocks of neighbouring chunks). */
 export interface SpoolInput {
