@@ -9,6 +9,7 @@ import { runIngest, type IngestResult } from '../src/ingest/loop.js'
 import { ingestRecorded, loadRecordedChain, RECORDED_CHAINS, type RecordedChainName } from '../src/ingest/recorded.js'
 import { ReplayServer, type RecordedBlock, type ReplayOptions } from '../src/ingest/replay.js'
 import { anvilRecords, tempDir } from './helpers/dataset.js'
+import { FaultProxy } from './helpers/fault-proxy.js'
 
 /*
  * The SQL normaliser (raw answers spooled, normalised in DuckDB at chunk close: the default) against
@@ -86,6 +87,34 @@ describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 240_00
       await same((out, normalizer) => runIngest({ rpc: s.url, dataset: 'eth', out, from: 0, to: 23, chunkBytes: 2_000_000, batchSize: 7, normalizer, progress: 'none' }))
     } finally {
       await s.close()
+    }
+  })
+
+  it('answers laid out otherwise (pretty-printed, members in another order, a batch answered in reverse) take the parsed way to the same rows', async () => {
+    const eth = loadRecordedChain('ethereum').filter((b) => b.block)
+    const node = new ReplayServer(eth, { repeat: { times: 4, seed: 'layout' } })
+    await node.start()
+    const proxy = new FaultProxy(node.url)
+    await proxy.start()
+    const reorder = (body: Buffer) => {
+      const answers = JSON.parse(body.toString('utf8'))
+      return JSON.stringify(answers.reverse().map((a: any) => ({ id: a.id, result: a.result, jsonrpc: a.jsonrpc })))
+    }
+    try {
+      const { sql } = await same(async (out, normalizer) => {
+        proxy.setRules([
+          { name: 'pretty', fault: 'replace', method: 'POST', body: /eth_getBlockByNumber/, rewrite: (body) => JSON.stringify(JSON.parse(body.toString('utf8')), null, 2), times: 2 },
+          { name: 'reordered', fault: 'replace', method: 'POST', body: /eth_getBlockReceipts/, rewrite: reorder, times: 2 },
+        ])
+        proxy.hits.clear()
+        return runIngest({ rpc: proxy.url, dataset: 'eth', out, from: 0, to: 15, batchSize: 4, chunkBlocks: 6, workers: 0, normalizer, progress: 'none' })
+      })
+      assert.equal(proxy.hitCount('pretty'), 2)
+      assert.equal(proxy.hitCount('reordered'), 2)
+      assert.ok(sql.rpc.parseMs > 0, 'the rewritten answers were parsed')
+    } finally {
+      await proxy.close()
+      await node.close()
     }
   })
 

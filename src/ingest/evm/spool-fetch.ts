@@ -61,6 +61,8 @@ function answerSpans(text: string, count: number): [number, number][] | undefine
   if (starts.length !== count) return undefined
   let end = text.length
   while (end > 0 && text.charCodeAt(end - 1) <= 32) end--
+  const newline = text.indexOf('\n')
+  if (newline >= 0 && newline < end) return undefined // each answer becomes one line of the spool
   if (count > 1 || text.charCodeAt(0) === 91 /* [ */) {
     if (text.charCodeAt(starts[0] - 1) !== 91 || text.charCodeAt(end - 1) !== 93 /* ] */) return undefined
     end--
