@@ -26,6 +26,31 @@ export interface WriteOptions {
    * JSON reader and sort).
    */
   ndjsonTables?: string[]
+  /** Tables whose rows come from a spool of raw answers (blocks added with `spool` files) instead of rows. */
+  spool?: SpoolWriter
+}
+
+/** A block's part of a spool: the files holding its answers (per kind), and whether they need the thorough checks. */
+export interface SpoolEntry {
+  files: Record<string, string>
+  checked?: boolean
+}
+
+/**
+ * Turns the spool of a chunk (files of raw source answers, each holding blocks of a range; files may
+ * hold blocks of neighbouring chunks too) into the rows of its tables.
+ */
+export interface SpoolWriter {
+  readonly tables: string[]
+  /**
+   * Per table, a SELECT of its declared columns (unsorted) over blocks `first`..`last` of `files`; it
+   * may build temp tables named after `prefix` (dropped by `release`). `checked`: some block's entry
+   * asked for the thorough checks.
+   */
+  prepare(con: DuckDBConnection, files: Record<string, string>[], first: number, last: number, prefix: string, checked: boolean): Promise<Record<string, string>>
+  /** The error to stop with when `prepare` or a statement over its SELECTs failed (malformed answers: naming the block and the method). */
+  failure(error: unknown, files: Record<string, string>[], first: number, last: number): Promise<unknown>
+  release(con: DuckDBConnection, prefix: string): Promise<void>
 }
 
 /** Tables of a family written through NDJSON unless `ndjsonTables` says otherwise. */
@@ -50,7 +75,9 @@ export interface FinishTimes {
 }
 
 /**
- * Builds one chunk: the rows of its blocks are kept as they arrive (the bound on a chunk's size,
+ * Builds one chunk. Blocks added with a spool entry (their raw answers on disk) become rows at
+ * `finish`, one statement per table of the `spool` writer (read, normalise, sort, write Parquet).
+ * Otherwise the rows of its blocks are kept as they arrive (the bound on a chunk's size,
  * `bytes`, is also the bound on the memory it holds), then `finish` sorts each table in JS, hands the
  * rows to DuckDB with its Appender (typed values, no text round trip), writes a zstd Parquet file per
  * table into a temp folder, lists each file's size and SHA-256 in meta.json (`files`) and renames the
@@ -63,6 +90,10 @@ export class ChunkBuilder {
   private readonly ndjson: Set<string>
   private readonly streams = new Map<string, WriteStream>()
   private readonly rowCounts = new Map<string, number>()
+  /** Spool files of the blocks added with `spool`, per file set (in block order). */
+  private readonly spoolFiles = new Map<string, Record<string, string>>()
+  private spooledBlocks = 0
+  private spoolChecked = false
   private ready: Promise<void>
   /**
    * Size of the rows added so far: the length of their text as NDJSON (values, column names and
@@ -98,8 +129,9 @@ export class ChunkBuilder {
    * `bytes`: the size of `rows` and `texts` as `blockRowsSize` gives it, when the caller (a fetch
    * worker) computed it already. `texts`: rows of NDJSON tables already as text.
    */
-  async addBlock(number: number, hash: string, parentHash: string, rows: BlockRows, bytes?: number, texts?: Record<string, RowsText>): Promise<void> {
+  async addBlock(number: number, hash: string, parentHash: string, rows: BlockRows, bytes?: number, texts?: Record<string, RowsText>, spool?: SpoolEntry): Promise<void> {
     await this.ready
+    if (spool && !this.opts.spool) throw new Error('a spooled block needs a chunk builder with a spool writer')
     if (this.blockCount > 0 && number <= this.last) {
       throw new Error(`block ${number} does not follow ${this.last} in the chunk being built`)
     }
@@ -111,7 +143,13 @@ export class ChunkBuilder {
     this.lastHash = hash
     this.blockCount++
     if (bytes != null) this.bytes += bytes
+    if (spool) {
+      this.spoolFiles.set(Object.values(spool.files).join('\n'), spool.files)
+      this.spooledBlocks++
+      if (spool.checked) this.spoolChecked = true
+    }
     for (const table of this.tables) {
+      if (spool && this.opts.spool!.tables.includes(table)) continue
       const list = rows[table]
       const given = texts?.[table]
       if (given) {
@@ -135,15 +173,41 @@ export class ChunkBuilder {
   /** Write the Parquet files and move the chunk into `{top}/{first}-{last}-{hash}`. */
   async finish(top: number): Promise<ChunkRef> {
     if (this.blockCount === 0) throw new Error('cannot write an empty chunk')
+    try {
+      return await this.write(top)
+    } catch (e) {
+      await this.abort() // nothing of a chunk that cannot be written stays (malformed answers found at its close)
+      throw e
+    }
+  }
+
+  private async write(top: number): Promise<ChunkRef> {
     await this.ready
     for (const s of this.streams.values()) await new Promise<void>((resolve, reject) => s.end((e?: Error | null) => (e ? reject(e) : resolve())))
     const con = await connect()
+    const spool = this.spooledBlocks > 0 ? this.opts.spool! : undefined
+    if (spool && this.spooledBlocks !== this.blockCount) throw new Error('a chunk cannot mix spooled blocks and blocks given as rows')
+    const files = [...this.spoolFiles.values()]
+    const prefix = `s_${randomBytes(3).toString('hex')}`
     try {
+      let spooled: Record<string, string> | undefined
+      if (spool) {
+        const t0 = performance.now()
+        spooled = await spool.prepare(con, files, this.first, this.last, prefix, this.spoolChecked).catch(async (e) => {
+          throw await spool.failure(e, files, this.first, this.last)
+        })
+        this.times.appendMs += performance.now() - t0
+      }
       for (const name of this.tables) {
-        if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
+        if (spooled?.[name]) {
+          await this.writeTableFromQuery(con, this.decl(name), spooled[name]).catch(async (e) => {
+            throw await spool!.failure(e, files, this.first, this.last)
+          })
+        } else if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
         else await this.writeTable(con, this.decl(name))
       }
     } finally {
+      if (spool) await spool.release(con, prefix).catch(() => undefined)
       con.closeSync()
     }
     const meta: ChunkMeta = {
@@ -223,17 +287,29 @@ export class ChunkBuilder {
       }
       rows.length = 0
       t0 = performance.now()
-      const groupSize = this.opts.rowGroupSize ?? 10_000
-      const rowGroup = table.name === this.family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
       // rows are in sort order already; the table scan keeps insertion order (preserve_insertion_order)
-      await con.run(
-        `COPY ${tmp} TO ${lit(out)} ` +
-          `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`,
-      )
+      await con.run(`COPY ${tmp} TO ${lit(out)} ${this.parquetOptions(table)}`)
       this.times.parquetMs += performance.now() - t0
     } finally {
       await con.run(`DROP TABLE ${tmp}`)
     }
+  }
+
+  /** Parquet options of a table's file: zstd, and the row-group size (the header table's is a fifth). */
+  private parquetOptions(table: TableDecl): string {
+    const groupSize = this.opts.rowGroupSize ?? 10_000
+    const rowGroup = table.name === this.family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
+    return `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`
+  }
+
+  /** The rows of a spool writer's SELECT, sorted as declared, written as Parquet (one statement: read, normalise, sort, write). */
+  private async writeTableFromQuery(con: DuckDBConnection, table: TableDecl, select: string): Promise<void> {
+    const out = path.join(this.tmpDir, `${table.name}.parquet`)
+    const t0 = performance.now()
+    const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
+    const written = await con.runAndReadAll(`COPY (SELECT * FROM (${select}) ORDER BY ${order}) TO ${lit(out)} ${this.parquetOptions(table)}`)
+    this.rowCounts.set(table.name, Number(written.getRows()[0][0]))
+    this.times.parquetMs += performance.now() - t0
   }
 
   /** The NDJSON way: DuckDB reads the temp file with explicit columns, sorts and writes Parquet. */
@@ -252,13 +328,8 @@ export class ChunkBuilder {
             `columns = {${spec}}, maximum_object_size = 268435456)`,
         )
       }
-      const groupSize = this.opts.rowGroupSize ?? 10_000
-      const rowGroup = table.name === this.family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
       const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
-      await con.run(
-        `COPY (SELECT * FROM temp.main.${ident(tmpName)} ORDER BY ${order}) TO ${lit(out)} ` +
-          `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`,
-      )
+      await con.run(`COPY (SELECT * FROM temp.main.${ident(tmpName)} ORDER BY ${order}) TO ${lit(out)} ${this.parquetOptions(table)}`)
     } finally {
       await con.run(`DROP TABLE temp.main.${ident(tmpName)}`)
     }

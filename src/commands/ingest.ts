@@ -65,6 +65,7 @@ export function registerIngest(program: Command): void {
     .addOption(choice('--state-diffs <how>', 'statediffs table: none, replay (trace_replayBlockTransactions stateDiff) or prestateTracer (debug_traceBlockByNumber diffMode)', 'BLOCK_ARCHIVE_STATE_DIFFS', ['none', 'replay', 'prestateTracer'], 'none'))
     .addOption(opt('--state-updates', 'Starknet: state_updates and storage_diffs tables (starknet_getStateUpdate)', 'BLOCK_ARCHIVE_STATE_UPDATES').default(false))
     .addOption(choice('--missing-receipts <what>', 'a transaction the node has no receipt for (early Cronos): error stops, null stores it without receipt fields and logs', 'BLOCK_ARCHIVE_MISSING_RECEIPTS', ['error', 'null'], 'error'))
+    .addOption(choice('--normalizer <how>', 'EVM blocks, transactions and logs: sql spools the raw RPC answers to disk and normalises them in DuckDB when the chunk closes; js normalises each block in the fetch workers (traces and state diffs always go that way, and with them the whole block)', 'BLOCK_ARCHIVE_NORMALIZER', ['sql', 'js'], 'sql'))
     .addOption(opt('--batch-size <n>', 'blocks per fetch = calls per JSON-RPC batch request (1 = no batching)', 'BLOCK_ARCHIVE_BATCH_SIZE', int(1), 20))
     .addOption(opt('--concurrency <n>', 'fetches and HTTP requests in flight at once', 'BLOCK_ARCHIVE_INGEST_CONCURRENCY', int(1), 4))
     .addOption(opt('--workers <n>', 'worker threads that fetch, parse and normalise blocks (0: the main thread does it; default: cores − 1, 1 to 4)', 'BLOCK_ARCHIVE_INGEST_WORKERS', int(0)))
@@ -113,7 +114,7 @@ export function registerIngest(program: Command): void {
         pollMs: o.pollMs,
         ...(starknet
           ? { starknetTraces: o.traces === 'starknet', stateUpdates: o.stateUpdates }
-          : { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts }),
+          : { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, normalizer: o.normalizer }),
         batchSize: o.batchSize,
         concurrency: o.concurrency,
         workers: o.workers,

@@ -1,3 +1,5 @@
+import { randomBytes } from 'node:crypto'
+import { mkdir, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { nextTop, type ChunkRef } from '../chunks/layout.js'
 import { ChunkBuilder } from '../chunks/writer.js'
@@ -84,6 +86,12 @@ export interface IngestOptions {
   /** Substrate: read blocks decoded by polkadot-api from JSON files in this folder (instead of `rpc`). */
   decodedDir?: string
   progress?: ProgressMode
+  /**
+   * EVM blocks, transactions and logs: `sql` (default) spools the raw RPC answers to disk and
+   * normalises them in DuckDB when the chunk closes; `js` normalises each block in JS as it arrives
+   * (the way traces and state diffs always go; with them, the whole block does).
+   */
+  normalizer?: 'sql' | 'js'
   /** Stop gracefully (the open chunk is written) when aborted. */
   signal?: AbortSignal
   /** Called after each chunk is in place. */
@@ -157,7 +165,15 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const spec = sourceSpec(o, batchSize, connection)
   const target = ingestTarget(o.out, { lease: o.lease })
   await target.open({ name: o.dataset, family: spec.family })
+  // raw answers of the open chunks, under the build folder (a killed run's `.tmp-*` folders are removed at the next start)
+  const spool = spec.family === 'evm' && (o.normalizer ?? 'sql') === 'sql' && (o.traces ?? 'none') === 'none' && (o.stateDiffs ?? 'none') === 'none'
+    ? new Spool(path.join(target.buildRoot, `.tmp-${process.pid}-spool-${randomBytes(4).toString('hex')}`))
+    : undefined
   try {
+    if (spool && spec.family === 'evm') {
+      await mkdir(spool.dir, { recursive: true })
+      spec.options = { ...spec.options, spoolDir: spool.dir }
+    }
     const written = await target.listChunks()
     let prev: { number: number; hash: string; where: string } | undefined
     const lastChunk = written[written.length - 1]
@@ -191,6 +207,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     let rowTotal = 0
     const tables = source.tables()
     const extraMeta = { dataset: o.dataset, sources: source.describe() }
+    const spoolWriter = source.spoolWriter?.()
     let builder: ChunkBuilder | undefined
     /** Last block of the latest chunk (written or being written): the next chunk's `previousLast`, which lets the router tell a missing chunk from a deliberate jump. */
     let chunkEnd = written.at(-1)?.last ?? -1
@@ -205,11 +222,16 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       builder = undefined
       chunkEnd = b.last
       const t0 = performance.now()
-      if (pending) await pending // one chunk encodes while the next one fills
+      // one chunk encodes while the next one fills; if that one failed, this one is dropped too
+      if (pending) await pending.catch(async (e) => {
+        await b.abort()
+        throw e
+      })
       stages.finishWaitMs += performance.now() - t0
       const top = nextTop(written, b.first, topDirSize)
       // finish and publish run while the next chunk fills; the next flush waits for them, so chunks appear in order
-      pending = b.finish(top).then((ref) => target.publish(ref)).then((ref) => {
+      pending = b.finish(top).then((ref) => target.publish(ref)).then(async (ref) => {
+        await spool?.consumed(ref.last)
         stages.sortMs += b.times.sortMs
         stages.appendMs += b.times.appendMs
         stages.parquetMs += b.times.parquetMs
@@ -252,17 +274,20 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
           if (next.done) break
           const batch = next.value
           stages.normalizeMs += batch.normalizeMs
+          // every block of the batch before any is written, so that a file is not deleted before its last block is in a chunk
+          for (const f of batch.blocks) if (f.spool) spool?.add(f.spool.files, f.number)
           for (const f of batch.blocks) {
             continuing(f)
             const rows = f.rows
             if (!builder) {
-              builder = new ChunkBuilder(source.family, target.buildRoot, tables, { extraMeta: { ...extraMeta, previousLast: chunkEnd } })
+              builder = new ChunkBuilder(source.family, target.buildRoot, tables, { extraMeta: { ...extraMeta, previousLast: chunkEnd }, spool: spoolWriter })
               openedAt = performance.now()
             }
             t0 = performance.now()
-            await builder.addBlock(f.number, f.hash, f.parentHash, rows, f.bytes, f.texts)
+            await builder.addBlock(f.number, f.hash, f.parentHash, rows, f.bytes, f.texts, f.spool)
             stages.addBlockMs += performance.now() - t0
-            for (const [t, n] of [...Object.entries(rows).map(([t, list]) => [t, list.length] as const), ...Object.entries(f.texts).map(([t, x]) => [t, x.rows] as const)]) {
+            const counts = [...Object.entries(rows).map(([t, list]) => [t, list.length] as const), ...Object.entries(f.texts).map(([t, x]) => [t, x.rows] as const), ...Object.entries(f.spool?.rows ?? {})]
+            for (const [t, n] of counts) {
               result.rows[t] = (result.rows[t] ?? 0) + n
               rowTotal += n
             }
@@ -298,7 +323,31 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     log.info({ blocks: result.blocks, elapsedMs: Math.round(result.elapsedMs), parseMs: Math.round(transfer.parseMs), ...Object.fromEntries(Object.entries(stages).map(([k, v]) => [k, Math.round(v)])) }, 'ingest stages')
     return result
   } finally {
+    await spool?.remove()
     await target.close()
+  }
+}
+
+/** The spool folder of an ingest: files of raw answers, each deleted once every block in it is in a written chunk. */
+class Spool {
+  /** File → the last block it holds. */
+  private readonly files = new Map<string, number>()
+
+  constructor(readonly dir: string) {}
+
+  add(files: Record<string, string>, block: number): void {
+    for (const f of Object.values(files)) this.files.set(f, Math.max(block, this.files.get(f) ?? -1))
+  }
+
+  /** The chunks up to `last` are written: their files go. */
+  async consumed(last: number): Promise<void> {
+    const done = [...this.files].filter(([, l]) => l <= last).map(([f]) => f)
+    for (const f of done) this.files.delete(f)
+    await Promise.all(done.map((f) => rm(f, { force: true })))
+  }
+
+  async remove(): Promise<void> {
+    await rm(this.dir, { recursive: true, force: true })
   }
 }
 

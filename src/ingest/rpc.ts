@@ -121,12 +121,29 @@ export class RpcClient {
    * call's `result` or an `RpcError` for a non-transient error answer; transient errors are retried.
    */
   async batch(calls: RpcCall[]): Promise<unknown[]> {
-    if (calls.length === 0) return []
+    const r = await this.exchange(calls)
+    return r.answers!
+  }
+
+  /**
+   * Like `batch`, but the answer's bytes are handed to `scan` first: when the body is one complete
+   * JSON value without an `"error"` member and `scan` accepts it (returns a value), no JSON is parsed
+   * and `{body, scanned}` is returned; otherwise the body is parsed as `batch` does (`{answers}`).
+   * `ids` are the JSON-RPC ids of the calls (unique within the request), e.g. block numbers, so that
+   * a reader of the raw answers knows which call each one answers.
+   */
+  async batchRaw<T>(calls: RpcCall[], ids: number[], scan: (text: string, body: Buffer) => T | undefined): Promise<{ body: Buffer; scanned: T } | { answers: unknown[] }> {
+    const r = await this.exchange(calls, ids, scan)
+    return r.answers ? { answers: r.answers } : { body: r.body!, scanned: r.scanned as T }
+  }
+
+  private async exchange(calls: RpcCall[], ids?: number[], scan?: (text: string, body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
+    if (calls.length === 0) return { answers: [] }
     await this.acquire()
     try {
       for (let attempt = 1; ; attempt++) {
         try {
-          return await this.send(calls)
+          return await this.send(calls, ids ?? calls.map(() => this.nextId++), scan)
         } catch (e) {
           if (!(e instanceof Retryable) || attempt >= this.attempts) {
             if (e instanceof Retryable) {
@@ -145,22 +162,31 @@ export class RpcClient {
     }
   }
 
-  private async send(calls: RpcCall[]): Promise<unknown[]> {
-    const ids = calls.map(() => this.nextId++)
+  private async send(calls: RpcCall[], ids: number[], scan?: (text: string, body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
     const body = calls.length === 1
       ? { jsonrpc: '2.0', id: ids[0], method: calls[0].method, params: calls[0].params }
       : calls.map((c, i) => ({ jsonrpc: '2.0', id: ids[i], method: c.method, params: c.params }))
-    let text: string
+    let raw: Buffer
     let status: number
     this.stats.requests++
     this.stats.calls += calls.length
     try {
-      ;({ status, text } = await this.post(JSON.stringify(body)))
+      ;({ status, body: raw } = await this.post(JSON.stringify(body)))
     } catch (e: any) {
       throw new Retryable(e?.cause?.message ?? e?.message ?? String(e))
     }
+    // JSON from nodes is ASCII nearly always: latin1 decoding is then a plain copy
+    const text = isAscii(raw) ? raw.toString('latin1') : raw.toString('utf8')
     this.stats.bytes += text.length
     if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text.slice(0, 200)}`)
+    if (scan && status === 200 && looksComplete(text, calls.length > 1) && !hasErrorMember(text)) {
+      const scanned = scan(text, raw)
+      if (scanned !== undefined) return { body: raw, scanned }
+    }
+    return { answers: this.decode(text, status, calls, ids) }
+  }
+
+  private decode(text: string, status: number, calls: RpcCall[], ids: number[]): unknown[] {
     let json: any
     const t0 = performance.now()
     try {
@@ -204,7 +230,7 @@ export class RpcClient {
    * One POST over a kept-alive connection (node:http: the body arrives as Buffers and is decoded once,
    * which costs less than fetch's streams for answers of many MB).
    */
-  private post(body: string): Promise<{ status: number; text: string }> {
+  private post(body: string): Promise<{ status: number; body: Buffer }> {
     return new Promise((resolve, reject) => {
       const req = (this.https ? https : http).request(this.target, {
         method: 'POST',
@@ -218,9 +244,7 @@ export class RpcClient {
         res.on('aborted', () => reject(new Error('the connection was closed before the answer was complete')))
         res.on('end', () => {
           if (!res.complete) return reject(new Error('the connection was closed before the answer was complete'))
-          const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)
-          // JSON from nodes is ASCII nearly always: latin1 decoding is then a plain copy
-          resolve({ status: res.statusCode ?? 0, text: isAscii(body) ? body.toString('latin1') : body.toString('utf8') })
+          resolve({ status: res.statusCode ?? 0, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) })
         })
       })
       const timer = setTimeout(() => req.destroy(new Error(`timed out after ${this.timeoutMs} ms`)), this.timeoutMs)
@@ -245,6 +269,24 @@ export class RpcClient {
     this.active--
     this.waiting.shift()?.()
   }
+}
+
+/**
+ * Whether a body ends as a complete answer does: a batch's array (`…}]`), a single answer's object
+ * (`…}`). A body cut short inside a value ends otherwise nearly always; it is then parsed, which
+ * fails and is retried.
+ */
+function looksComplete(text: string, batch: boolean): boolean {
+  let end = text.length - 1
+  while (end > 0 && text.charCodeAt(end) <= 32) end--
+  if (batch) return text.charCodeAt(end) === 93 /* ] */ && text.charCodeAt(end - 1) === 125 /* } */
+  return text.charCodeAt(end) === 125
+}
+
+/** Whether the text has an `"error"` member (searched from its `r`: V8 looks for a pattern's first character, and quotes are everywhere in JSON). */
+function hasErrorMember(text: string): boolean {
+  for (let at = text.indexOf('rror"'); at >= 0; at = text.indexOf('rror"', at + 5)) if (text.startsWith('"e', at - 2)) return true
+  return false
 }
 
 function what(calls: RpcCall[]): string {

@@ -1,4 +1,4 @@
-import { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type RowsText } from '../chunks/writer.js'
+import { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type RowsText, type SpoolEntry, type SpoolWriter } from '../chunks/writer.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
 
@@ -18,6 +18,11 @@ export interface BlockOfRows {
   bytes: number
   /** Rows of the family's NDJSON tables, already as text. */
   texts: Record<string, RowsText>
+  /**
+   * A block fetched into a spool (its answers on disk, turned into rows when the chunk closes,
+   * `BlockSource.spoolWriter`): the files holding its answers, per kind, and its row count per table.
+   */
+  spool?: SpoolEntry & { rows: Record<string, number> }
 }
 
 export interface RowsBatch {
@@ -41,6 +46,8 @@ export interface BlockSource {
   fetchRows(numbers: number[]): Promise<RowsBatch>
   /** Close connections (a WebSocket), when the source holds any. */
   close?(): Promise<void>
+  /** When the source fetches into a spool (`BlockOfRows.spool`): what turns a chunk's spool into its tables. */
+  spoolWriter?(): SpoolWriter | undefined
 }
 
 /** A normaliser found the node's answer malformed (the source turns it into BadRpcAnswer). */

@@ -1,7 +1,8 @@
 import { evmFamily } from '../../families/evm.js'
-import { fetchAndNormalize, type RowsBatch } from '../source.js'
+import { fetchAndNormalize, fetchWithRetry, type RowsBatch } from '../source.js'
 import { normalizeEvmBlock } from './normalize.js'
 import type { EvmRpcSource, FetchedBlock } from './source.js'
+import { fetchSpooled } from './spool-fetch.js'
 
 /* Fetch + normalise a batch of EVM blocks (in the loop's thread or in a fetch worker). */
 
@@ -13,8 +14,10 @@ export function methodOf(message: string, s: EvmRpcSource): string {
   return 'eth_getBlockByNumber'
 }
 
-/** Fetch blocks and normalise them; a failure is returned with the blocks before it. */
+/** Fetch blocks and normalise them (or spool them); a failure is returned with the blocks before it. */
 export function fetchRows(source: EvmRpcSource, nums: number[]): Promise<RowsBatch> {
+  const dir = source.spoolDir
+  if (dir) return fetchIntoSpool(source, nums, dir)
   return fetchAndNormalize(nums, (n) => source.fetch(n), {
     family: evmFamily,
     rows: (f: FetchedBlock) => normalizeEvmBlock(f.bundle),
@@ -22,4 +25,18 @@ export function fetchRows(source: EvmRpcSource, nums: number[]): Promise<RowsBat
     identity: (f) => ({ hash: f.hash, parentHash: f.parentHash }),
     head: () => source.head(),
   })
+}
+
+/** Fetch blocks into the spool folder: no rows yet (the chunk writer makes them), a failure fails the whole batch. */
+async function fetchIntoSpool(source: EvmRpcSource, nums: number[], dir: string): Promise<RowsBatch> {
+  try {
+    const spooled = await fetchWithRetry((n) => fetchSpooled(source, n, dir), nums, () => source.head())
+    const blocks = spooled.map((b) => ({
+      number: b.number, hash: b.hash, parentHash: b.parentHash, rows: {}, bytes: b.bytes, texts: {},
+      spool: { files: b.files, checked: b.upperCase, rows: { blocks: 1, transactions: b.transactions, logs: b.logs } },
+    }))
+    return { blocks, normalizeMs: 0 }
+  } catch (error) {
+    return { blocks: [], error: { error }, normalizeMs: 0 }
+  }
 }

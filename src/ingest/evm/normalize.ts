@@ -81,7 +81,7 @@ function jsonText(v: unknown): string | null {
   return JSON.stringify(lowerHexDeep(v))
 }
 
-function lowerHexDeep(v: unknown): unknown {
+export function lowerHexDeep(v: unknown): unknown {
   if (typeof v === 'string') return isHex(v) ? v.toLowerCase() : v
   if (Array.isArray(v)) return v.map(lowerHexDeep)
   if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, lowerHexDeep(x)]))

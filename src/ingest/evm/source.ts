@@ -2,7 +2,8 @@ import { log } from '../../log.js'
 import { RpcError, type RpcCall, type RpcClient } from '../rpc.js'
 import { evmFamily } from '../../families/evm.js'
 import { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable, type BlockSource, type RowsBatch } from '../source.js'
-import { fetchRows } from './fetch.js'
+import { fetchRows, methodOf } from './fetch.js'
+import { EvmSpoolWriter } from './spool-write.js'
 import { bundleTables, type EvmBlockBundle } from './normalize.js'
 
 export { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable }
@@ -38,6 +39,12 @@ export interface EvmSourceOptions {
   missingReceipts?: MissingReceipts
   /** Calls per HTTP request (JSON-RPC batch); 1 disables batching. */
   batchSize?: number
+  /**
+   * Spool folder: blocks, transactions and logs are fetched into it as raw answers (spool-fetch.ts)
+   * and normalised in SQL when the chunk closes (sql-normalize.ts). Only without traces and state
+   * diffs (those go through the JS normaliser, and with them the whole block does).
+   */
+  spoolDir?: string
 }
 
 /** A fetched block with its identity, for continuity checks. */
@@ -67,7 +74,9 @@ export class EvmRpcSource implements BlockSource {
   readonly missingReceipts: MissingReceipts
   readonly batchSize: number
   /** Set once the node turned out not to have eth_getBlockReceipts. */
-  private receiptsByTx = false
+  receiptsByTx = false
+  /** Where blocks are spooled (see EvmSourceOptions.spoolDir); undefined: normalised in JS. */
+  readonly spoolDir?: string
 
   constructor(readonly rpc: RpcClient, opts: EvmSourceOptions = {}) {
     this.receipts = opts.receipts ?? 'auto'
@@ -76,6 +85,11 @@ export class EvmRpcSource implements BlockSource {
     this.missingReceipts = opts.missingReceipts ?? 'error'
     this.batchSize = Math.max(1, opts.batchSize ?? 20)
     this.receiptsByTx = this.receipts === 'transaction'
+    if (this.traces === 'none' && this.stateDiffs === 'none') this.spoolDir = opts.spoolDir
+  }
+
+  spoolWriter(): EvmSpoolWriter | undefined {
+    return this.spoolDir ? new EvmSpoolWriter((message) => methodOf(message, this)) : undefined
   }
 
   tables(): string[] {
@@ -106,9 +120,9 @@ export class EvmRpcSource implements BlockSource {
     return parseInt(h, 16)
   }
 
-  /** Fetch blocks (in the given order) with everything the options ask for. */
-  async fetch(numbers: number[]): Promise<FetchedBlock[]> {
-    const blocks = await this.callMany('eth_getBlockByNumber', numbers, (n) => [q(n), true])
+  /** Fetch blocks (in the given order) with everything the options ask for; `answered`: the blocks' answers, when already fetched. */
+  async fetch(numbers: number[], answered?: unknown[]): Promise<FetchedBlock[]> {
+    const blocks = answered ?? await this.callMany('eth_getBlockByNumber', numbers, (n) => [q(n), true])
     const fetched: FetchedBlock[] = numbers.map((n, i) => {
       const b = blocks[i] as any
       if (b instanceof RpcError) throw b
@@ -128,11 +142,14 @@ export class EvmRpcSource implements BlockSource {
     return fetched
   }
 
-  /** Receipts of each block, one per transaction in order (null where `missingReceipts` is 'null' and the node has none). */
-  async fetchReceipts(blocks: BlockContext[]): Promise<(any | null)[][]> {
+  /**
+   * Receipts of each block, one per transaction in order (null where `missingReceipts` is 'null' and
+   * the node has none). `answered`: the `eth_getBlockReceipts` answers, when already fetched.
+   */
+  async fetchReceipts(blocks: BlockContext[], answered?: unknown[]): Promise<(any | null)[][]> {
     let lists: (any[] | null)[] = blocks.map(() => null)
     if (!this.receiptsByTx) {
-      const answers = await this.callMany('eth_getBlockReceipts', blocks, (b) => [q(b.number)])
+      const answers = answered ?? await this.callMany('eth_getBlockReceipts', blocks, (b) => [q(b.number)])
       const unsupported = answers.find((a): a is RpcError => a instanceof RpcError)
       if (unsupported) {
         if (!(unsupported.unsupported && this.receipts === 'auto')) {
@@ -246,7 +263,7 @@ export class EvmRpcSource implements BlockSource {
   }
 }
 
-function checkBlock(n: number, b: any): void {
+export function checkBlock(n: number, b: any): void {
   const bad = (m: string) => new BadRpcAnswer(n, 'eth_getBlockByNumber', m)
   if (!isObj(b)) throw bad(`expected a block object, got ${JSON.stringify(b).slice(0, 100)}`)
   const num = typeof b.number === 'string' && /^0x[0-9a-f]+$/i.test(b.number) ? parseInt(b.number, 16) : NaN

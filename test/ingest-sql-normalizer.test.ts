@@ -1,0 +1,186 @@
+import assert from 'node:assert/strict'
+import { readdir, readFile } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { listLocalChunks } from '../src/chunks/layout.js'
+import { connect, lit } from '../src/db.js'
+import { evmFamily } from '../src/families/evm.js'
+import { runIngest, type IngestResult } from '../src/ingest/loop.js'
+import { ingestRecorded, loadRecordedChain, RECORDED_CHAINS, type RecordedChainName } from '../src/ingest/recorded.js'
+import { ReplayServer, type RecordedBlock, type ReplayOptions } from '../src/ingest/replay.js'
+import { anvilRecords, tempDir } from './helpers/dataset.js'
+import { FaultProxy } from './helpers/fault-proxy.js'
+
+/*
+ * The SQL normaliser (raw answers spooled, normalised in DuckDB at chunk close: the default) against
+ * the JS normaliser (`--normalizer js`): the same recorded blocks ingested both ways must give the
+ * same chunks (paths, meta.json row counts) and, table by table, the same rows in the same order
+ * (EXCEPT ALL both ways, and the files' rows in file order). Covers every recorded EVM chain
+ * (Ethereum 1000000 / 4369999 / 18000000 / 18500000: type 0 and 2 transactions, access lists,
+ * withdrawals; Polygon; Arbitrum's l1BlockNumber; Tempo 0x76 transactions with calls, fee payer
+ * signatures and key authorizations; Stable's per-transaction log indexes; Cronos receipts the node
+ * lacks, with --missing-receipts null), the anvil dev chain (contract creations, type 0/1/2, empty
+ * blocks, 128 consecutive blocks cut into chunks and batches that do not line up), and answers
+ * with upper-case hex (which the SQL path must lower-case like the JS path).
+ */
+
+type Run = (out: string, normalizer: 'sql' | 'js') => Promise<IngestResult>
+
+describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 240_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let n = 0
+  before(async () => {
+    tmp = await tempDir('ba-sql-normalizer-')
+  })
+  after(async () => {
+    await tmp?.cleanup()
+  })
+
+  /** Ingest both ways; assert equal chunks and rows; returns both results. */
+  const same = async (run: Run) => {
+    const dirs = { js: path.join(tmp.dir, `js${++n}`), sql: path.join(tmp.dir, `sql${n}`) }
+    const js = await run(dirs.js, 'js')
+    const sql = await run(dirs.sql, 'sql')
+    assert.ok(js.stages.normalizeMs > 0, 'the JS path normalised in JS')
+    assert.equal(sql.stages.normalizeMs, 0, 'the SQL path did not normalise in JS')
+    assert.deepEqual(sql.rows, js.rows)
+    await assertSameDatasets(dirs.js, dirs.sql)
+    return { js, sql }
+  }
+
+  for (const chain of RECORDED_CHAINS) {
+    // Cronos: receipts the node lacks; Stable: no receipts recorded at all (the node has no eth_getBlockReceipts)
+    const missingReceipts = chain === 'cronos' || chain === 'stable' ? 'null' as const : undefined
+    it(`${chain}: every recorded block with its receipts${missingReceipts ? ', and those without (--missing-receipts null)' : ''}`, async () => {
+      const recorded = loadRecordedChain(chain)
+      const blocks = recorded.filter((b) => b.block && (b.receipts || missingReceipts)).map((b) => b.number)
+      const { sql } = await same((out, normalizer) => ingestRecorded(out, chain, { chain: chain as RecordedChainName, blocks, normalizer, missingReceipts }))
+      assert.equal(sql.blocks, blocks.length)
+    })
+  }
+
+  it('anvil dev chain: 128 consecutive blocks, chunks of 7, batches of 5 (files shared by two chunks), fetch workers and none', async () => {
+    const chain: RecordedBlock[] = (await anvilRecords()).map((r) => ({ number: r.number, block: r.block, receipts: r.receipts }))
+    const s = new ReplayServer(chain)
+    await s.start()
+    try {
+      const last = chain[chain.length - 1].number
+      for (const workers of [0, 1]) {
+        const { sql } = await same((out, normalizer) => runIngest({ rpc: s.url, dataset: 'anvil', out, from: chain[0].number, to: last, chunkBlocks: 7, batchSize: 5, workers, normalizer, progress: 'none' }))
+        assert.equal(sql.blocks, chain.length)
+        assert.ok(sql.rows.transactions > 100 && sql.rows.logs > 100, JSON.stringify(sql.rows))
+      }
+      const [[creations]] = await rows(tmp.dir, `sql${n}`, 'transactions', 'count(*) FILTER (contract_address IS NOT NULL)')
+      assert.ok(Number(creations) > 0, 'contract creations')
+      const [[empty]] = await rows(tmp.dir, `sql${n}`, 'blocks', `count(*) FILTER (transactions_root = '0x56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421')`)
+      assert.ok(Number(empty) > 0, 'empty blocks')
+    } finally {
+      await s.close()
+    }
+  })
+
+  it('Ethereum mainnet blocks repeated as one chain (chunks closed by the byte bound in the middle of a batch)', async () => {
+    const eth = loadRecordedChain('ethereum').filter((b) => b.block)
+    const s = new ReplayServer(eth, { repeat: { times: 6, seed: 'sql-normalizer' } })
+    await s.start()
+    try {
+      await same((out, normalizer) => runIngest({ rpc: s.url, dataset: 'eth', out, from: 0, to: 23, chunkBytes: 2_000_000, batchSize: 7, normalizer, progress: 'none' }))
+    } finally {
+      await s.close()
+    }
+  })
+
+  it('answers laid out otherwise (pretty-printed, members in another order, a batch answered in reverse) take the parsed way to the same rows', async () => {
+    const eth = loadRecordedChain('ethereum').filter((b) => b.block)
+    const node = new ReplayServer(eth, { repeat: { times: 4, seed: 'layout' } })
+    await node.start()
+    const proxy = new FaultProxy(node.url)
+    await proxy.start()
+    const reorder = (body: Buffer) => {
+      const answers = JSON.parse(body.toString('utf8'))
+      return JSON.stringify(answers.reverse().map((a: any) => ({ id: a.id, result: a.result, jsonrpc: a.jsonrpc })))
+    }
+    try {
+      const { sql } = await same(async (out, normalizer) => {
+        proxy.setRules([
+          { name: 'pretty', fault: 'replace', method: 'POST', body: /eth_getBlockByNumber/, rewrite: (body) => JSON.stringify(JSON.parse(body.toString('utf8')), null, 2), times: 2 },
+          { name: 'reordered', fault: 'replace', method: 'POST', body: /eth_getBlockReceipts/, rewrite: reorder, times: 2 },
+        ])
+        proxy.hits.clear()
+        return runIngest({ rpc: proxy.url, dataset: 'eth', out, from: 0, to: 15, batchSize: 4, chunkBlocks: 6, workers: 0, normalizer, progress: 'none' })
+      })
+      assert.equal(proxy.hitCount('pretty'), 2)
+      assert.equal(proxy.hitCount('reordered'), 2)
+      assert.ok(sql.rpc.parseMs > 0, 'the rewritten answers were parsed')
+    } finally {
+      await proxy.close()
+      await node.close()
+    }
+  })
+
+  it('answers with upper-case hex (values, JSON-valued fields, log data) are lower-cased as the JS path does', async () => {
+    const eth = loadRecordedChain('ethereum').filter((b) => b.number === 18000000 || b.number === 4369999)
+    const upper = (v: unknown) => (typeof v === 'string' && /^0x[0-9a-f]+$/.test(v) ? '0x' + v.slice(2).toUpperCase() : v)
+    const mutate: ReplayOptions['mutate'] = (method, _params, result: any) => {
+      if (method === 'eth_getBlockByNumber' && result) {
+        result.miner = upper(result.miner)
+        for (const t of result.transactions.slice(0, 5)) {
+          t.to = upper(t.to)
+          t.input = upper(t.input)
+          for (const a of t.accessList ?? []) a.address = upper(a.address)
+        }
+      }
+      if (method === 'eth_getBlockReceipts') for (const r of result.slice(0, 5)) for (const l of r.logs) (l.data = upper(l.data), (l.topics = l.topics.map(upper)))
+      return result
+    }
+    const s = new ReplayServer(eth, { mutate })
+    await s.start()
+    try {
+      await same((out, normalizer) => runIngest({ rpc: s.url, dataset: 'eth', out, blocks: eth.map((b) => b.number), normalizer, progress: 'none' }))
+    } finally {
+      await s.close()
+    }
+  })
+})
+
+async function rows(dir: string, dataset: string, table: string, select: string): Promise<unknown[][]> {
+  const con = await connect()
+  try {
+    return (await con.runAndReadAll(`SELECT ${select} FROM read_parquet(${lit(path.join(dir, dataset, '*', '*', `${table}.parquet`))})`)).getRows()
+  } finally {
+    con.closeSync()
+  }
+}
+
+/** Same chunk paths, tables and row counts; per table the same rows (EXCEPT ALL both ways), in the same order in every file, in as many row groups. */
+async function assertSameDatasets(a: string, b: string): Promise<void> {
+  const chunksA = await listLocalChunks(a)
+  const chunksB = await listLocalChunks(b)
+  assert.deepEqual(chunksB.map((c) => c.path), chunksA.map((c) => c.path))
+  const con = await connect()
+  try {
+    for (const c of chunksA) {
+      const metaA = JSON.parse(await readFile(path.join(a, c.path, 'meta.json'), 'utf8'))
+      const metaB = JSON.parse(await readFile(path.join(b, c.path, 'meta.json'), 'utf8'))
+      assert.deepEqual(metaB.rows, metaA.rows, `${c.path}: row counts`)
+      assert.deepEqual(metaB.tables, metaA.tables)
+      assert.deepEqual(Object.keys(metaB.files), Object.keys(metaA.files))
+      assert.deepEqual((await readdir(path.join(b, c.path))).sort(), (await readdir(path.join(a, c.path))).sort())
+      for (const table of evmFamily.tables.filter((t) => metaA.tables.includes(t.name))) {
+        const fa = lit(path.join(a, c.path, `${table.name}.parquet`))
+        const fb = lit(path.join(b, c.path, `${table.name}.parquet`))
+        const one = async (sql: string) => (await con.runAndReadAll(sql)).getRows()[0]
+        const where = `${c.path}/${table.name}`
+        assert.equal(Number((await one(`SELECT count(*) FROM (FROM read_parquet(${fa}) EXCEPT ALL FROM read_parquet(${fb}))`))[0]), 0, `${where}: rows of the JS path missing in the SQL path`)
+        assert.equal(Number((await one(`SELECT count(*) FROM (FROM read_parquet(${fb}) EXCEPT ALL FROM read_parquet(${fa}))`))[0]), 0, `${where}: rows of the SQL path not in the JS path`)
+        const digest = (f: string) => one(`SELECT count(*), md5(string_agg(md5(columns_text), '' ORDER BY file_row_number)) FROM (SELECT file_row_number, ` +
+          `concat_ws('|', ${table.columns.map((col) => `coalesce(to_json("${col.name}")::VARCHAR, 'NULL')`).join(', ')}) AS columns_text FROM read_parquet(${f}, file_row_number = true))`)
+        assert.deepEqual(await digest(fb), await digest(fa), `${where}: the rows in file order`)
+        const layout = (f: string) => one(`SELECT count(DISTINCT row_group_id), string_agg(DISTINCT compression, ','), string_agg(DISTINCT type, ',' ORDER BY type) FROM parquet_metadata(${f})`)
+        assert.deepEqual(await layout(fb), await layout(fa), `${where}: row groups, compression, types`)
+      }
+    }
+  } finally {
+    con.closeSync()
+  }
+}
