@@ -127,6 +127,15 @@ describe('malformed and inconsistent node answers', { timeout: 90_000 }, () => {
     assert.ok(last < 13)
   })
 
+  it('a hex value holding an escaped quote (the engine writes hex values unescaped) stops the ingest naming the block; nothing of it is written', async () => {
+    // Lower-case otherwise, so only the backslash in the answer sends the chunk to the character check.
+    const { error, last } = await attempt(light, (method, params, result: any) =>
+      method === 'eth_getBlockByNumber' && params[0] === hex(13) ? { ...result, miner: '0x12"34' } : result)
+    assert.ok(error instanceof BadRpcAnswer, String(error))
+    assert.match(error.message, /^block 13: eth_getBlockByNumber returned malformed data: .*0x12\\"34/)
+    assert.ok(last < 13)
+  })
+
   it('a log that names another transaction than its receipt stops the ingest naming the block; nothing of it is written', async () => {
     // Block 13's receipt 6 has 2 logs: the second one says it belongs to transaction 7.
     const { error, last } = await attempt(light, (method, params, result: any) => {

@@ -33,7 +33,7 @@ async function fetchIntoSpool(source: EvmRpcSource, nums: number[], dir: string)
     const spooled = await fetchWithRetry((n) => fetchSpooled(source, n, dir), nums, () => source.head())
     const blocks = spooled.map((b) => ({
       number: b.number, hash: b.hash, parentHash: b.parentHash, rows: {}, bytes: b.bytes, texts: {},
-      spool: { files: b.files, checked: b.upperCase, rows: { blocks: 1, transactions: b.transactions, logs: b.logs } },
+      spool: { files: b.files, checked: b.checkHex, rows: { blocks: 1, transactions: b.transactions, logs: b.logs } },
     }))
     return { blocks, normalizeMs: 0 }
   } catch (error) {

@@ -28,8 +28,11 @@ export interface SpooledBlock {
   transactions: number
   logs: number
   files: { blocks: string; receipts: string }
-  /** Its answers may hold upper-case hex (or were re-serialised): the chunk takes the SQL that checks every character. */
-  upperCase: boolean
+  /**
+   * Its answers may hold upper-case hex or an escaped character (or were re-serialised): the chunk
+   * takes the SQL that checks every character.
+   */
+  checkHex: boolean
 }
 
 interface ScannedBlock extends BlockContext {
@@ -41,7 +44,7 @@ interface ScannedBlock extends BlockContext {
 interface Scanned<T> {
   items: T[]
   spans: [number, number][]
-  upperCase: boolean
+  checkHex: boolean
 }
 
 const q = (n: number) => '0x' + n.toString(16)
@@ -74,6 +77,16 @@ function answerSpans(text: string, count: number): [number, number][] | undefine
     spans.push([starts[i], to])
   }
   return spans
+}
+
+/**
+ * Whether the answer's hex values must be checked character by character: some `"0x…"` string has
+ * an upper-case digit, or the text has a backslash. Without a backslash no string value holds a
+ * quote, a backslash or a control character (raw ones are not JSON), so values taken as sent are
+ * safe between quotes in the query engine's JSON (the `hex` field encoding).
+ */
+export function needsHexCheck(text: string): boolean {
+  return text.includes('\\') || hasUpperCaseHex(text)
 }
 
 /** Whether some `"0x…"` string has an upper-case hex digit (keys have upper-case letters too: each hit is looked at). */
@@ -143,7 +156,7 @@ export function scanBlocks(text: string, numbers: number[]): Scanned<ScannedBloc
       bytes: to - from,
     })
   }
-  return { items: out, spans, upperCase: hasUpperCaseHex(text) }
+  return { items: out, spans, checkHex: needsHexCheck(text) }
 }
 
 /**
@@ -182,7 +195,7 @@ export function scanReceipts(text: string, blocks: BlockContext[]): Scanned<{ lo
     }
     out.push({ logs, bytes: to - from })
   }
-  return { items: out, spans, upperCase: hasUpperCaseHex(text) }
+  return { items: out, spans, checkHex: needsHexCheck(text) }
 }
 
 /** The value of the quoted hex quantity (`"0x…"`, at most 12 digits) at `at`, or -1. */
@@ -285,7 +298,7 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
         bytes: JSON.stringify(f.bundle.block).length + JSON.stringify(receipts).length,
         transactions: f.bundle.block.transactions.length,
         logs: receipts.reduce((n, r) => n + (Array.isArray(r?.logs) ? r.logs.length : 0), 0),
-        files, upperCase: true,
+        files, checkHex: true,
       })
     }
   } else {
@@ -295,17 +308,17 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
       const base = name(g)
       const files = { blocks: `${base}.blocks.ndjson`, receipts: `${base}.receipts.ndjson` }
       let perBlock: { logs: number; bytes: number }[]
-      let upperCase = a.scanned.upperCase
+      let checkHex = a.scanned.checkHex
       let receiptLines: Lines
       const r = s.receiptsByTx ? undefined : await s.rpc.batchRaw(g.map((n) => ({ method: 'eth_getBlockReceipts', params: [q(n)] })), g, scanBytes((text) => scanReceipts(text, ctx)))
       if (r && 'body' in r) {
         receiptLines = linesOf(r.body, r.scanned.spans)
         perBlock = r.scanned.items
-        upperCase ||= r.scanned.upperCase
+        checkHex ||= r.scanned.checkHex
       } else {
         const lists = await s.fetchReceipts(ctx, r?.answers)
         receiptLines = linesText(g, lists.map(renumberLogs))
-        upperCase = true
+        checkHex = true
         perBlock = lists.map((list) => ({
           logs: list.reduce((n, x) => n + (Array.isArray(x?.logs) ? x.logs.length : 0), 0),
           bytes: JSON.stringify(list).length,
@@ -314,7 +327,7 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
       writes.push({ file: files.blocks, lines: linesOf(a.body, a.scanned.spans) }, { file: files.receipts, lines: receiptLines })
       ctx.forEach((b, i) => out.push({
         number: b.number, hash: b.hash, parentHash: b.parentHash, bytes: b.bytes + perBlock[i].bytes,
-        transactions: b.txHashes.length, logs: perBlock[i].logs, files, upperCase,
+        transactions: b.txHashes.length, logs: perBlock[i].logs, files, checkHex,
       }))
     }))
     out.sort((x, y) => numbers.indexOf(x.number) - numbers.indexOf(y.number))

@@ -26,9 +26,11 @@ const SAFE = 9007199254740991
 
 /**
  * Hex string (`hex()` in normalize.ts). Checked: every character is validated and the value
- * lower-cased. Trusted: the answer's text had no upper-case hex digit (`hasUpperCaseHex`, a native
- * search in the fetch worker), so the value is taken as it is and only its `0x` prefix is checked
- * (a per-character check costs ≈ 2–3 ms per mainnet block in DuckDB or JS, more than the rest).
+ * lower-cased. Trusted: the answer's text had no upper-case hex digit and no backslash
+ * (`needsHexCheck`, native searches in the fetch worker), so the value is taken as it is and only
+ * its `0x` prefix is checked (a per-character check costs ≈ 2–3 ms per mainnet block in DuckDB or
+ * JS, more than the rest). Such a value never needs JSON escaping; a non-hex letter in it is not
+ * noticed (docs/ingest.md).
  */
 let checked = true
 const hex = (x: string): ColumnSql => checked
