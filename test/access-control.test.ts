@@ -1,13 +1,14 @@
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { writeFile } from 'node:fs/promises'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import os from 'node:os'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { ArchiveClient, HttpError, type Block } from '../src/client/archive-client.js'
 import { ApiError } from '../src/errors.js'
-import { parseKeys, signTicket, workerToken } from '../src/server/auth.js'
+import { KeyStore, parseKeys, signTicket, workerToken } from '../src/server/auth.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { KeyConcurrency, TokenBuckets } from '../src/server/rate-limit.js'
 import { LocalStorage } from '../src/server/storage.js'
@@ -45,6 +46,30 @@ function assertNoKey(where: string, text: string): void {
     assert.ok(!text.includes(k.slice(-16)), `${where} contains part of the key of ${name}`)
   }
 }
+
+describe('keys file reloads', () => {
+  it('a file caught empty while it is rewritten keeps the keys; an empty file that stays empty is applied', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'ba-keys-'))
+    try {
+      const file = path.join(dir, 'keys.txt')
+      await writeFile(file, `${'a'.repeat(24)} alice\n${'b'.repeat(24)} bob\n`)
+      const store = new KeyStore(file, 60_000)
+      assert.deepEqual(store.size, { keys: 2, revoked: 0 })
+      await writeFile(file, '')
+      assert.equal(store.reloadIfChanged(), false)
+      assert.deepEqual(store.size, { keys: 2, revoked: 0 }, 'kept while the file may be half written')
+      await writeFile(file, `${'a'.repeat(24)} alice\n`)
+      assert.equal(store.reloadIfChanged(), true)
+      assert.deepEqual(store.size, { keys: 1, revoked: 0 })
+      await writeFile(file, '')
+      assert.equal(store.reloadIfChanged(), false)
+      assert.equal(store.reloadIfChanged(), true, 'still empty at the next check')
+      assert.deepEqual(store.size, { keys: 0, revoked: 0 })
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+})
 
 describe('access control, tickets and limits', { timeout: 240_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>

@@ -130,6 +130,8 @@ export function parseKeys(text: string): Map<string, KeyEntry> {
 export class KeyStore {
   private keys: Map<string, KeyEntry>
   private stamp: string
+  /** Stamp of the empty file seen by the last check (applied if the next check sees the same). */
+  private emptyStamp?: string
   private timer?: NodeJS.Timeout
 
   /** Reads the file now: a missing or invalid file throws (the server does not start). */
@@ -173,7 +175,15 @@ export class KeyStore {
     if (stamp === this.stamp) return false
     this.stamp = stamp
     try {
-      this.keys = parseKeys(readFileSync(this.file, 'utf8'))
+      const text = readFileSync(this.file, 'utf8')
+      // A file rewritten in place is empty for a moment (truncated, then written): an empty file
+      // replaces the loaded keys only when the next check still finds it unchanged.
+      if (text.trim() === '' && this.keys.size > 0 && this.emptyStamp !== stamp) {
+        this.emptyStamp = stamp
+        this.stamp = 'empty'
+        return false
+      }
+      this.keys = parseKeys(text)
     } catch (e) {
       log.error({ file: this.file, err: (e as Error).message }, 'access: the keys file is invalid; keeping the keys loaded before')
       return false
