@@ -164,11 +164,12 @@ interface WorkerFlags {
 
 /*
  * DuckDB's memory limit of a process whose workers keep local forms. DuckDB keeps the pages of the
- * forms it wrote or read in its buffer pool up to the limit, by default 80 % of the machine's RAM;
- * pages evicted under a lower limit are read again from the file (the OS page cache).
- * Measured under `bench memory` (docs/serving.md, "Memory").
+ * forms it wrote or read in its buffer pool up to its limit, by default 80 % of the machine's RAM
+ * (peak RSS 1.3 GB under `bench memory`); pages evicted under a lower limit are read again from the
+ * file, from the OS page cache. Under `bench memory` the worker's peak RSS was 480–495 MB with 160MB,
+ * 500–570 with 192MB, 590–680 with 256MB (docs/serving.md, "Local forms", "Memory").
  */
-export const FORMS_DB_MEMORY = '256MB'
+export const FORMS_DB_MEMORY = '160MB'
 const DEFAULT_DB_SPILL = '4GB'
 
 /** DuckDB's resources for the workers of this process, from the flags and where they keep their cache. */
