@@ -36,7 +36,6 @@ export function configureDb(opts: DbOptions): void {
   })
 }
 
-
 export async function getDb(): Promise<DuckDBInstance> {
   if (!instance) instance = DuckDBInstance.create(':memory:', ALWAYS)
   return instance

@@ -141,7 +141,7 @@ function workerOptions(cmd: Command): Command {
     )
     .addOption(opt('--db-threads <n>', 'DuckDB threads (default: all cores)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
     .addOption(opt('--db-memory <size>', `DuckDB memory limit, e.g. 2GB (default: ${FORMS_DB_MEMORY} with local forms, else 80% of RAM)`, 'BLOCK_ARCHIVE_DB_MEMORY', duckdbSize))
-    .addOption(opt('--db-spill <size>', `most DuckDB may write into its spill folder (.duckdb-spill-<pid> in the cache folder, else .tmp in the working folder) when what it works on does not fit in --db-memory`, 'BLOCK_ARCHIVE_DB_SPILL', duckdbSize, DEFAULT_DB_SPILL))
+    .addOption(opt('--db-spill <size>', 'most DuckDB may write into its spill folder (.duckdb-spill-<pid> in the cache folder, else .tmp in the working folder) when what it works on does not fit in --db-memory', 'BLOCK_ARCHIVE_DB_SPILL', duckdbSize, DEFAULT_DB_SPILL))
 }
 
 interface WorkerFlags {
@@ -166,8 +166,9 @@ interface WorkerFlags {
  * DuckDB's memory limit of a process whose workers keep local forms. DuckDB keeps the pages of the
  * forms it wrote or read in its buffer pool up to its limit, by default 80 % of the machine's RAM
  * (peak RSS 1.3 GB under `bench memory`); pages evicted under a lower limit are read again from the
- * file, from the OS page cache. Under `bench memory` the worker's peak RSS was 480–495 MB with 160MB,
- * 500–570 with 192MB, 590–680 with 256MB (docs/serving.md, "Local forms", "Memory").
+ * file, from the OS page cache, at a cost in MB/s served. Under `bench memory` the worker's peak RSS
+ * was 481–580 MB with 160MB, 499–583 with 192MB, 568–681 with 256MB; 128MB was no lower and cut some
+ * answers off (docs/serving.md, "Local forms", "Memory").
  */
 export const FORMS_DB_MEMORY = '160MB'
 const DEFAULT_DB_SPILL = '4GB'

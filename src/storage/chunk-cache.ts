@@ -25,7 +25,8 @@ const VERIFIED = '.verified.json'
 /**
  * DuckDB's spill folders in a cache folder (its `temp_directory`): `.duckdb-spill-<pid>`, one per
  * process, so that a process sharing the cache folder (two `serve` with the default one) never
- * empties another's. A leading dot: no dataset folder is named so (listings skip hidden folders).
+ * empties another's. The scan below passes over them (a dataset named so would not be found again
+ * after a restart, only downloaded anew).
  */
 const SPILL_PREFIX = '.duckdb-spill-'
 
