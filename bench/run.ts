@@ -82,6 +82,7 @@ program
   .option('--shape <name>', 'query', 'all tx+logs')
   .option('--compression <mode>', COMPRESSION_HELP, 'auto')
   .option('--storage <which...>', 'chunks read from: parquet (in place), local (the worker\'s local forms), side by side', ['parquet', 'local'])
+  .option('--db-memory <size...>', 'worker --db-memory values to compare side by side ("default": the worker\'s own default)', ['default'])
   .action(async (o) => (await import('./memory.js')).runMemory(o))
 
 program

@@ -313,6 +313,8 @@ describe('cache disk faults', { timeout: 90_000 }, () => {
       assert.equal(res.status, 200)
       assert.deepEqual(summary((await res.json()) as any[]), truth(c.first, c.last))
       assert.match(worker.stderr(), /"msg":"worker: cannot fetch chunk"/)
+      // DuckDB would spill onto this full disk too (its folder in the cache folder): queries that fit in memory do not notice.
+      assert.equal((await (await fetch(`${workerUrl}/status`)).json()).duckdb.temp_directory, path.join(cacheDir, `.duckdb-spill-${worker.child.pid}`))
 
       // Space returns: it fetches the rest.
       await rm(filler())

@@ -58,6 +58,8 @@ export interface WorkerFlags {
   concurrency?: number
   queue?: number
   dbThreads?: number
+  /** `--db-memory` of the workers (default: theirs). */
+  dbMemory?: string
   maxResponseBytes?: number
   /** `--compression` of the workers (default auto: none for these loopback clients). */
   compression?: string
@@ -101,6 +103,7 @@ export async function deploy(data: string, workers: number, flags: WorkerFlags =
     if (flags.concurrency) extra.push('--concurrency', String(flags.concurrency))
     if (flags.queue !== undefined) extra.push('--queue', String(flags.queue))
     if (flags.dbThreads) extra.push('--db-threads', String(flags.dbThreads))
+    if (flags.dbMemory) extra.push('--db-memory', flags.dbMemory)
     if (flags.maxResponseBytes) extra.push('--max-response-bytes', String(flags.maxResponseBytes))
     if (flags.compression) extra.push('--compression', flags.compression)
     if (flags.sliceMb) extra.push('--slice-mb', String(flags.sliceMb))

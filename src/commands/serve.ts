@@ -8,7 +8,7 @@ import { startCluster } from '../server/cluster.js'
 import { DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, RouterServer, type RouterAccessOptions } from '../server/router-http.js'
 import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { ArchiveStorage } from '../server/storage.js'
-import { ChunkCache } from '../storage/chunk-cache.js'
+import { ChunkCache, spillFolder } from '../storage/chunk-cache.js'
 import os from 'node:os'
 import path from 'node:path'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
@@ -48,6 +48,12 @@ function storageOptions(o: StorageFlags, cache?: ChunkCache): ArchiveStorage {
 const localFormsOption = () =>
   choice('--local-forms <mode>', 'duckdb: copy each served chunk into a DuckDB file in the cache folder (reads 1.5–2.5× faster, ~3× the Parquet bytes, within --cache-gb); off: read the Parquet files only', 'BLOCK_ARCHIVE_LOCAL_FORMS', ['duckdb', 'off'], 'duckdb')
 const cacheGbOption = () => opt('--cache-gb <n>', 'keep the cache under this many GB (default: no limit)', 'BLOCK_ARCHIVE_CACHE_GB', positiveNumber)
+
+/** A size as DuckDB's settings take it: `512MB`, `1.5GB`, `4GiB`. */
+function duckdbSize(v: string): string {
+  if (!/^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)\s*$/i.test(v)) throw new InvalidArgumentError(`expected a size such as 512MB or 4GB, got "${v}"`)
+  return v.trim()
+}
 
 function positiveNumber(v: string): number {
   const n = Number(v)
@@ -134,7 +140,8 @@ function workerOptions(cmd: Command): Command {
         .choices(COMPRESSION_MODES),
     )
     .addOption(opt('--db-threads <n>', 'DuckDB threads (default: all cores)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
-    .addOption(opt('--db-memory <size>', 'DuckDB memory limit, e.g. 2GB', 'BLOCK_ARCHIVE_DB_MEMORY'))
+    .addOption(opt('--db-memory <size>', `DuckDB memory limit, e.g. 2GB (default: ${FORMS_DB_MEMORY} with local forms, else 80% of RAM)`, 'BLOCK_ARCHIVE_DB_MEMORY', duckdbSize))
+    .addOption(opt('--db-spill <size>', 'most DuckDB may write into its spill folder (.duckdb-spill-<pid> in the cache folder, else .tmp in the working folder) when what it works on does not fit in --db-memory', 'BLOCK_ARCHIVE_DB_SPILL', duckdbSize, DEFAULT_DB_SPILL))
 }
 
 interface WorkerFlags {
@@ -148,11 +155,32 @@ interface WorkerFlags {
   queueTimeoutMs: number
   dbThreads?: number
   dbMemory?: string
+  dbSpill: string
   compression: CompressionMode
+  /** `worker`: absent without a cache folder; `serve`: always there. */
+  cache?: string
+  localForms: 'duckdb' | 'off'
 }
 
+/*
+ * DuckDB's memory limit of a process whose workers keep local forms. DuckDB keeps the pages of the
+ * forms it wrote or read in its buffer pool up to its limit, by default 80 % of the machine's RAM
+ * (peak RSS 1.3 GB under `bench memory`); pages evicted under a lower limit are read again from the
+ * file, from the OS page cache, at a cost in MB/s served. Under `bench memory` the worker's peak RSS
+ * was 481–580 MB with 160MB, 499–583 with 192MB, 568–681 with 256MB; 128MB was no lower and cut some
+ * answers off (docs/serving.md, "Local forms", "Memory").
+ */
+export const FORMS_DB_MEMORY = '160MB'
+const DEFAULT_DB_SPILL = '4GB'
+
+/** DuckDB's resources for the workers of this process, from the flags and where they keep their cache. */
 function workerSettings(o: WorkerFlags) {
-  if (o.dbThreads || o.dbMemory) configureDb({ threads: o.dbThreads, memoryLimit: o.dbMemory })
+  configureDb({
+    threads: o.dbThreads,
+    memoryLimit: o.dbMemory ?? (o.cache && o.localForms === 'duckdb' ? FORMS_DB_MEMORY : undefined),
+    spillFolder: o.cache ? spillFolder(o.cache) : undefined,
+    spillLimit: o.dbSpill,
+  })
   const budgets: Partial<QueryBudgets> = {}
   if (o.maxResponseBytes !== undefined) budgets.sizeBytes = o.maxResponseBytes
   if (o.maxResponseMs !== undefined) budgets.timeMs = o.maxResponseMs

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
+import { dbSettings } from '../db.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { DEFAULT_BUDGETS, prepareQuery } from '../query/engine.js'
@@ -98,7 +99,7 @@ export class WorkerServer {
   }
 
   private routes(): void {
-    this.app.get('/status', async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret }))
+    this.app.get('/status', async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret, duckdb: await dbSettings() }))
     const secret = this.opts.ticketSecret
     this.app.post<{ Params: { name: string }; Querystring: { ticket?: unknown } }>('/datasets/:name/query', {
       // Checked before the body is read: without a valid ticket nothing else happens.

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { existsSync, readdirSync, rmSync } from 'node:fs'
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { hashFile, type ChunkRef } from '../chunks/layout.js'
@@ -16,10 +17,41 @@ import { LocalForms } from './local-forms.js'
  * it no longer matches. Before a query reads a chunk its files are stat'ed the same way.
  *
  * Layout: `{root}/{dataset}/{top}/{first}-{last}-{hash}/`, with `{root}/{dataset}/source.json`
- * naming the storage URL (a dataset moved to another URL starts afresh).
+ * naming the storage URL (a dataset moved to another URL starts afresh); beside them the local forms
+ * (`local-forms.duckdb`) and DuckDB's spill folder.
  */
 
 const VERIFIED = '.verified.json'
+/**
+ * DuckDB's spill folders in a cache folder (its `temp_directory`): `.duckdb-spill-<pid>`, one per
+ * process, so that a process sharing the cache folder (two `serve` with the default one) never
+ * empties another's. The scan below passes over them (a dataset named so would not be found again
+ * after a restart, only downloaded anew).
+ */
+const SPILL_PREFIX = '.duckdb-spill-'
+
+/**
+ * This process's spill folder in the cache folder `root`, not created (DuckDB creates it when it
+ * first spills), after deleting what processes no longer running left (a killed worker's files).
+ */
+export function spillFolder(root: string): string {
+  const names = existsSync(root) ? readdirSync(root) : []
+  for (const name of names.filter((n) => n.startsWith(SPILL_PREFIX))) {
+    const pid = Number(name.slice(SPILL_PREFIX.length))
+    if (pid === process.pid || !running(pid)) rmSync(path.join(root, name), { recursive: true, force: true })
+  }
+  return path.resolve(root, `${SPILL_PREFIX}${process.pid}`)
+}
+
+function running(pid: number): boolean {
+  if (!Number.isSafeInteger(pid) || pid <= 0) return false
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e: any) {
+    return e?.code === 'EPERM'
+  }
+}
 const MiB = 1024 * 1024
 
 export class CacheFull extends Error {}
@@ -96,7 +128,7 @@ export class ChunkCache {
     await mkdir(this.opts.root, { recursive: true })
     const t0 = performance.now()
     for (const d of await readdir(this.opts.root, { withFileTypes: true })) {
-      if (!d.isDirectory()) continue
+      if (!d.isDirectory() || d.name.startsWith(SPILL_PREFIX)) continue
       const dataset = decodeURIComponent(d.name)
       const dsDir = path.join(this.opts.root, d.name)
       for (const top of await readdir(dsDir, { withFileTypes: true })) {

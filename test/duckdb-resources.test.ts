@@ -1,0 +1,100 @@
+import assert from 'node:assert/strict'
+import { existsSync } from 'node:fs'
+import { mkdir, readdir, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { configureDb, connect, dbSettings } from '../src/db.js'
+import { spillFolder } from '../src/storage/chunk-cache.js'
+import { killChildren, runCli, startCli, until } from './helpers/cli.js'
+import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+
+/*
+ * DuckDB's resources as a worker runs with them: its memory limit (smaller by default with local
+ * forms) and its spill folder in the cache folder, read back from DuckDB itself (worker `/status`
+ * → `duckdb`, from `current_setting`), and DuckDB really spilling into that folder.
+ */
+
+/** A pid no process has (above Linux's largest pid_max). */
+const GONE = 2 ** 31 - 2
+
+describe('DuckDB resources of a worker', { timeout: 90_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let spillRoot: string
+  let folder: string
+
+  before(async () => {
+    tmp = await tempDir('ba-duckdb-resources-')
+    // What earlier processes left: one no longer running, and one with this process's pid.
+    spillRoot = path.join(tmp.dir, 'in-process')
+    for (const pid of [GONE, process.pid]) {
+      await mkdir(path.join(spillRoot, `.duckdb-spill-${pid}`), { recursive: true })
+      await writeFile(path.join(spillRoot, `.duckdb-spill-${pid}`, 'duckdb_temp_storage_DEFAULT-0.tmp'), Buffer.alloc(4096))
+    }
+    folder = spillFolder(spillRoot)
+    // This test process's own DuckDB, configured before anything starts it.
+    configureDb({ spillFolder: folder, spillLimit: '1GB' })
+    await writeDataset(path.join(tmp.dir, 'data', 'anvil'), 'anvil', (await anvilRecords()).slice(0, 32), 16)
+  })
+
+  after(async () => {
+    killChildren()
+    await tmp?.cleanup()
+  })
+
+  it('spills what does not fit under the memory limit into the spill folder, after removing what gone processes left there', async () => {
+    assert.deepEqual(await readdir(spillRoot), [], 'left-over spill folders are removed, and ours is not created before DuckDB needs it')
+    assert.equal(folder, path.join(spillRoot, `.duckdb-spill-${process.pid}`))
+    const { temp_directory, max_temp_directory_size } = await dbSettings()
+    assert.deepEqual({ temp_directory, max_temp_directory_size }, { temp_directory: folder, max_temp_directory_size: '953.6 MiB' })
+    const con = await connect()
+    const limit = (await con.runAndReadAll("SELECT current_setting('memory_limit')")).getRows()[0][0]
+    try {
+      // About 100 MB of rows in a temporary table, under a 64 MB limit.
+      await con.run("SET memory_limit = '64MB'")
+      await con.run(`CREATE TEMP TABLE big AS SELECT i, repeat('x', 100) || i AS s FROM range(1000000) t(i)`)
+      const files = (await con.runAndReadAll('SELECT path FROM duckdb_temporary_files()')).getRows().map(([p]) => String(p))
+      assert.ok(files.length > 0, 'DuckDB spilled nothing')
+      for (const f of files) assert.equal(path.dirname(f), folder)
+      assert.ok((await readdir(folder)).length > 0)
+      assert.equal(Number((await con.runAndReadAll('SELECT count(*) FROM big')).getRows()[0][0]), 1_000_000)
+    } finally {
+      await con.run('DROP TABLE IF EXISTS big').catch(() => undefined)
+      await con.run(`SET memory_limit = '${limit}'`)
+      con.closeSync()
+    }
+  })
+
+  it('a worker process with local forms runs DuckDB with the smaller default limit and spills into its cache folder; --db-memory and --db-spill set them', async () => {
+    const router = await startCli(['router', '--data', path.join(tmp.dir, 'data'), '--port', '0', '--heartbeat-ms', '200'], ['router'])
+    const routerUrl = router.lines.get('router')![0]
+    const cache = path.join(tmp.dir, 'cache')
+    await mkdir(path.join(cache, `.duckdb-spill-${GONE}`), { recursive: true })
+    const worker = async (...flags: string[]) => {
+      const w = await startCli(['worker', '--router', routerUrl, '--port', '0', '--heartbeat-ms', '200', ...flags], ['worker'])
+      const url = w.lines.get('worker')![0]
+      return { pid: w.child.pid!, status: async () => (await (await fetch(`${url}/status`)).json()) as any }
+    }
+
+    const forms = await worker('--cache', cache)
+    const s = await forms.status()
+    assert.deepEqual({ ...s.duckdb, threads: 0 }, { memory_limit: '152.5 MiB', threads: 0, temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
+    assert.ok(!existsSync(path.join(cache, `.duckdb-spill-${GONE}`)), 'the spill folder of a process no longer running is removed at start')
+    // It serves from its cache folder as before (the spill folder is not taken for a dataset).
+    await until('forms built', async () => ((await forms.status()).local_forms?.built === 2 ? true : undefined), 30_000)
+
+    const set = await worker('--cache', path.join(tmp.dir, 'cache-2'), '--db-memory', '300MB', '--db-spill', '1GB')
+    assert.equal((await set.status()).duckdb.memory_limit, '286.1 MiB')
+    assert.equal((await set.status()).duckdb.max_temp_directory_size, '953.6 MiB')
+
+    // Without a cache folder there are no forms: DuckDB's own limit (80 % of RAM) and spill folder.
+    const plain = (await (await worker()).status()).duckdb
+    assert.notEqual(plain.memory_limit, '152.5 MiB')
+    assert.equal(plain.temp_directory, '.tmp')
+    assert.equal(plain.max_temp_directory_size, '3.7 GiB')
+
+    const bad = await runCli(['worker', '--router', routerUrl, '--db-memory', 'lots'])
+    assert.notEqual(bad.code, 0)
+    assert.match(bad.stderr, /--db-memory/)
+    assert.match(bad.stderr, /512MB/)
+  })
+})
