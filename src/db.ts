@@ -48,8 +48,25 @@ export async function connect(): Promise<DuckDBConnection> {
   return (await getDb()).connect()
 }
 
-/** The resource settings DuckDB runs with, as DuckDB reports them (worker `/status`). */
-export async function dbSettings(): Promise<{ memory_limit: string; threads: number; temp_directory: string; max_temp_directory_size: string }> {
+export interface DbSettings {
+  memory_limit: string
+  threads: number
+  temp_directory: string
+  max_temp_directory_size: string
+}
+
+let settings: Promise<DbSettings> | undefined
+
+/** The resource settings DuckDB runs with, as DuckDB reports them (worker `/status`); read once, they are fixed at start. */
+export function dbSettings(): Promise<DbSettings> {
+  if (!settings) {
+    settings = readSettings()
+    settings.catch(() => (settings = undefined))
+  }
+  return settings
+}
+
+async function readSettings(): Promise<DbSettings> {
   const con = await connect()
   try {
     const r = await con.runAndReadAll(

@@ -170,7 +170,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     ? new Spool(path.join(target.buildRoot, `.tmp-${process.pid}-spool-${randomBytes(4).toString('hex')}`))
     : undefined
   try {
-    if (spool && spec.family === 'evm') {
+    if (spool) {
       await mkdir(spool.dir, { recursive: true })
       spec.options = { ...spec.options, spoolDir: spool.dir }
     }

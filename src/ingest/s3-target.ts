@@ -5,7 +5,8 @@ import { parseChunkPath, type ChunkMeta, type ChunkRef, type DatasetMeta } from 
 import { log } from '../log.js'
 import { abortMultipartUploads, deleteObjects, getText, joinKey, listObjects, parseS3Url, putText, s3Url, uploadFile, type S3Location } from '../storage/s3.js'
 import { S3Lease, type LeaseOptions } from './s3-lease.js'
-import { alive, type IngestTarget, type UploadStats } from './target.js'
+import { alive } from '../pid.js'
+import type { IngestTarget, UploadStats } from './target.js'
 
 /*
  * Ingest into `s3://bucket/prefix`. Chunks are built in a local staging folder, then uploaded: the

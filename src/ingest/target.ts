@@ -6,6 +6,7 @@ import { isS3Url } from '../storage/s3.js'
 import { DatasetLocked } from './locked.js'
 import type { LeaseOptions } from './s3-lease.js'
 import { S3IngestTarget } from './s3-target.js'
+import { alive } from '../pid.js'
 
 /*
  * Where an ingest writes its dataset: a local folder, or `s3://bucket/prefix` (s3-target.ts). Either
@@ -116,16 +117,6 @@ async function lock(dir: string): Promise<() => Promise<void>> {
     }
   }
   throw new DatasetLocked(`could not lock ${dir}`)
-}
-
-/** Whether process `pid` still runs (EPERM: it runs under another user). */
-export function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (e: any) {
-    return e.code === 'EPERM'
-  }
 }
 
 /** Temp folders of chunks whose writer died (killed mid-chunk). */

@@ -3,6 +3,7 @@ import { existsSync, readdirSync, rmSync } from 'node:fs'
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { hashFile, type ChunkRef } from '../chunks/layout.js'
+import { alive } from '../pid.js'
 import { log } from '../log.js'
 import { cacheBytes, cacheCorrupt, cacheEvictions, downloadBytes, downloadSeconds } from './metrics.js'
 import type { DatasetStore } from './dataset-store.js'
@@ -38,19 +39,9 @@ export function spillFolder(root: string): string {
   const names = existsSync(root) ? readdirSync(root) : []
   for (const name of names.filter((n) => n.startsWith(SPILL_PREFIX))) {
     const pid = Number(name.slice(SPILL_PREFIX.length))
-    if (pid === process.pid || !running(pid)) rmSync(path.join(root, name), { recursive: true, force: true })
+    if (pid === process.pid || !alive(pid)) rmSync(path.join(root, name), { recursive: true, force: true })
   }
   return path.resolve(root, `${SPILL_PREFIX}${process.pid}`)
-}
-
-function running(pid: number): boolean {
-  if (!Number.isSafeInteger(pid) || pid <= 0) return false
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (e: any) {
-    return e?.code === 'EPERM'
-  }
 }
 const MiB = 1024 * 1024
 

@@ -233,6 +233,9 @@ function renumberLogs(receipts: any[]): any[] {
   return receipts
 }
 
+/** Logs in a block's receipts (null receipts and receipts without a logs array count none). */
+const logCount = (receipts: any[]): number => receipts.reduce((n, r) => n + (Array.isArray(r?.logs) ? r.logs.length : 0), 0)
+
 function groups<T>(xs: T[], size: number): T[][] {
   const out: T[][] = []
   for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size))
@@ -297,7 +300,7 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
         number: f.number, hash: f.hash, parentHash: f.parentHash,
         bytes: JSON.stringify(f.bundle.block).length + JSON.stringify(receipts).length,
         transactions: f.bundle.block.transactions.length,
-        logs: receipts.reduce((n, r) => n + (Array.isArray(r?.logs) ? r.logs.length : 0), 0),
+        logs: logCount(receipts),
         files, checkHex: true,
       })
     }
@@ -320,7 +323,7 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
         receiptLines = linesText(g, lists.map(renumberLogs))
         checkHex = true
         perBlock = lists.map((list) => ({
-          logs: list.reduce((n, x) => n + (Array.isArray(x?.logs) ? x.logs.length : 0), 0),
+          logs: logCount(list),
           bytes: JSON.stringify(list).length,
         }))
       }

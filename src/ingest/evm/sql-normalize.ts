@@ -22,6 +22,9 @@ interface ColumnSql {
 }
 
 const HEX_RE = `'0x[0-9a-fA-F]*'`
+
+/** A hex column's SQL: the checked or the trusted way (below). */
+type HexColumn = (x: string) => ColumnSql
 const SAFE = 9007199254740991
 
 /**
@@ -32,8 +35,7 @@ const SAFE = 9007199254740991
  * JS, more than the rest). Such a value never needs JSON escaping; a non-hex letter in it is not
  * noticed (docs/ingest.md).
  */
-let checked = true
-const hex = (x: string): ColumnSql => checked
+const hexColumn = (checked: boolean): HexColumn => (x) => checked
   ? { value: `lower(${x})`, ok: `(${x} IS NULL OR regexp_full_match(${x}, ${HEX_RE}))` }
   : { value: x, ok: `(${x} IS NULL OR starts_with(${x}, '0x'))` }
 
@@ -100,7 +102,7 @@ const t = (f: string) => `t.${ident(f)}`
 const r = (f: string) => `r.${ident(f)}`
 const l = (f: string) => `l.${ident(f)}`
 
-const BLOCK_COLUMNS = (): Record<string, ColumnSql> => ({
+const BLOCK_COLUMNS = (hex: HexColumn): Record<string, ColumnSql> => ({
   number: int(b('number')),
   hash: hex(b('hash')),
   parent_hash: hex(b('parentHash')),
@@ -140,7 +142,7 @@ const authOk = (f: (x: string) => ColumnSql) => (x: string) => f(x).ok!
 const INPUT = `coalesce(${t('input')}, ${t('data')}, '0x')`
 const FEE_PAYER_V = `coalesce(${t('feePayerSignature')}->>'v', ${t('feePayerSignature')}->>'yParity')`
 
-const TX_COLUMNS = (): Record<string, ColumnSql> => ({
+const TX_COLUMNS = (hex: HexColumn): Record<string, ColumnSql> => ({
   block_number: { value: 'n' },
   transaction_index: int(t('transactionIndex')),
   hash: hex(t('hash')),
@@ -202,7 +204,7 @@ const TX_COLUMNS = (): Record<string, ColumnSql> => ({
   calls_size: sizeOf('calls'),
 })
 
-const LOG_COLUMNS = (): Record<string, ColumnSql> => ({
+const LOG_COLUMNS = (hex: HexColumn): Record<string, ColumnSql> => ({
   block_number: { value: 'n' },
   log_index: int(l('logIndex')),
   transaction_index: int(`coalesce(${l('transactionIndex')}, ${r('transactionIndex')})`),
@@ -240,13 +242,9 @@ function selectList(table: TableDecl, exprs: Record<string, ColumnSql>): { inner
 }
 
 type Selects = Record<'blocks' | 'transactions' | 'logs', ReturnType<typeof selectList>>
-function selects(mode: boolean): Selects {
-  checked = mode
-  try {
-    return { blocks: selectList(decl('blocks'), BLOCK_COLUMNS()), transactions: selectList(decl('transactions'), TX_COLUMNS()), logs: selectList(decl('logs'), LOG_COLUMNS()) }
-  } finally {
-    checked = true
-  }
+function selects(checked: boolean): Selects {
+  const hex = hexColumn(checked)
+  return { blocks: selectList(decl('blocks'), BLOCK_COLUMNS(hex)), transactions: selectList(decl('transactions'), TX_COLUMNS(hex)), logs: selectList(decl('logs'), LOG_COLUMNS(hex)) }
 }
 const CHECKED = selects(true)
 const TRUSTED = selects(false)
@@ -258,7 +256,7 @@ export interface SpoolInput {
   receiptFiles: string[]
   first: number
   last: number
-  /** Validate every hex character and lower-case (some answer had upper-case hex digits), or trust them. */
+  /** Validate every hex character and lower-case (some answer had upper-case hex digits or a backslash), or trust them. */
   checked: boolean
 }
 
