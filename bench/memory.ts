@@ -19,6 +19,8 @@ export interface MemoryBenchOptions {
   storage: string[]
   /** Worker `--db-memory` values to compare side by side; `default` leaves the worker's own. */
   dbMemory: string[]
+  /** `DUCKDB_JE_MALLOC_CONF` values of the worker to compare side by side; `default` leaves src/allocator.ts's. */
+  mallocConf: string[]
 }
 
 /**
@@ -35,7 +37,10 @@ export async function runMemory(o: MemoryBenchOptions): Promise<void> {
   try {
     for (const storage of o.storage) {
       for (const dbMemory of o.dbMemory) {
-        await measure(o, dir, storage === 'local' ? path.join(forms, storage) : undefined, dbMemory === 'default' ? undefined : dbMemory, rows, peaks)
+        for (const conf of o.mallocConf) {
+          await measure(o, dir, storage === 'local' ? path.join(forms, storage) : undefined, dbMemory === 'default' ? undefined : dbMemory,
+            conf === 'default' ? undefined : conf, rows, peaks)
+        }
       }
     }
   } finally {
@@ -43,7 +48,7 @@ export async function runMemory(o: MemoryBenchOptions): Promise<void> {
   }
   // The target is for the default limits (extra queries wait or get 503) and the worker's own DuckDB limit.
   const peak = (from: string) => {
-    const of = peaks.filter((x) => x.from === from && x.label === 'default limits' && !x.dbMemory).map((x) => x.peak)
+    const of = peaks.filter((x) => x.from === from && x.label === 'default limits' && !x.dbMemory && !x.mallocConf).map((x) => x.peak)
     return of.length ? Math.max(...of) : undefined
   }
   const now = peak('local forms')
@@ -53,12 +58,12 @@ export async function runMemory(o: MemoryBenchOptions): Promise<void> {
       baseline: base === undefined ? undefined : `${mb(base)} (Parquet)`, baselineValue: base === undefined ? undefined : base / 1e6, goal: '≤ 512 MB', atMost: 512 })
   }
   printTable(`worker memory, ${o.clients} concurrent "${o.shape}" queries for ${o.seconds} s, --compression ${o.compression} (MB)`,
-    ['worker', 'chunks read from', '--db-memory', 'RSS peak before the load (forms built)', 'RSS idle', 'RSS max (sampled)', 'RSS peak (VmHWM)', 'answers', 'rejected/retried', 'MB per answer', 'MB/s served'], rows)
+    ['worker', 'chunks read from', '--db-memory', 'jemalloc', 'RSS peak before the load (forms built)', 'RSS idle', 'RSS max (sampled)', 'RSS peak (VmHWM)', 'answers', 'rejected/retried', 'MB per answer', 'MB/s served'], rows)
 }
 
-type Peak = { from: string; label: string; dbMemory?: string; peak: number }
+type Peak = { from: string; label: string; dbMemory?: string; mallocConf?: string; peak: number }
 
-async function measure(o: MemoryBenchOptions, dir: string, forms: string | undefined, dbMemory: string | undefined, rows: string[][], peaks: Peak[]): Promise<void> {
+async function measure(o: MemoryBenchOptions, dir: string, forms: string | undefined, dbMemory: string | undefined, mallocConf: string | undefined, rows: string[][], peaks: Peak[]): Promise<void> {
   const shape = shapeByName(o.shape)
   const from = forms ? 'local forms' : 'Parquet'
   for (const [label, flags] of [
@@ -66,7 +71,10 @@ async function measure(o: MemoryBenchOptions, dir: string, forms: string | undef
     [`all ${o.clients} admitted`, { concurrency: o.clients, queue: o.clients, compression: o.compression }],
   ] as const) {
     // A fresh forms folder per deployment: the forms are built (and their memory counted) each time.
-    const d = await deploy(dir, 1, { ...flags, dbMemory, localForms: forms ? (i) => path.join(forms, `${label}-${dbMemory ?? 'default'}-${i}`.replace(/\W+/g, '-')) : undefined })
+    const d = await deploy(dir, 1, {
+      ...flags, dbMemory, env: mallocConf ? { DUCKDB_JE_MALLOC_CONF: mallocConf } : undefined,
+      localForms: forms ? (i) => path.join(forms, `${label}-${dbMemory ?? 'default'}-${mallocConf ?? 'default'}-${i}`.replace(/\W+/g, '-')) : undefined,
+    })
     try {
       const pid = d.workers[0].pid
       const { rss: idle, peak: built } = rss(pid)
@@ -76,8 +84,8 @@ async function measure(o: MemoryBenchOptions, dir: string, forms: string | undef
       const load = await runLoad({ base: d.base, height, clients: o.clients, durationMs: o.seconds * 1000, query: shape.query, gzip: true })
       clearInterval(sampler)
       const peak = rss(pid).peak
-      peaks.push({ from, label, dbMemory, peak })
-      rows.push([label, from, dbMemory ?? 'default', mb(built), mb(idle), mb(max), mb(peak), String(load.answers), String(load.rejected),
+      peaks.push({ from, label, dbMemory, mallocConf, peak })
+      rows.push([label, from, dbMemory ?? 'default', mallocConf ?? 'default', mb(built), mb(idle), mb(max), mb(peak), String(load.answers), String(load.rejected),
         load.answers ? mb(load.bytes / load.answers) : '-', (load.bytes / 1e6 / (load.wallMs / 1000)).toFixed(1)])
       if (load.errors.length) console.log(`${label}: errors: ${load.errors.join(' | ')}`)
     } finally {

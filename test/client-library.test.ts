@@ -131,6 +131,16 @@ describe('client library over router + 2 workers', { timeout: 90_000 }, () => {
     const short = { fromBlock: 0, toBlock: 3 }
     assert.equal((await collectBatches(client.batches(query, short))).length, 1, 'one answer covers blocks 0–3')
     assert.equal((await collectBatches(client.batches(query, { ...short, parallel: 3 }))).length, 1, 'a range one answer covers is not split')
+    // The height is read once per range, not once more per segment.
+    let heightCalls = 0
+    const counting = new (class extends ArchiveClient {
+      override getHeight(signal?: AbortSignal) {
+        heightCalls++
+        return super.getHeight(signal)
+      }
+    })(base, FAST_RETRY)
+    assert.deepEqual(await collect(counting.blocks(query, { fromBlock: 0, toBlock: 127, parallel: 3, segmentBlocks: 10 })), sequential)
+    assert.equal(heightCalls, 1)
     // Stopping early does not hang and leaves nothing running.
     let n = 0
     for await (const _ of client.blocks(query, { fromBlock: 0, toBlock: 127, parallel: 4, segmentBlocks: 5 })) if (++n === 7) break

@@ -82,8 +82,18 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
     const blocks = JSON.parse(res.text)
     assert.deepEqual(blocks.map((b: any) => b.header.number), range(5, 40))
     checkHeaders(blocks, records)
-    // Blocks 5–40 lie in chunks 0–15, 16–31 and 32–47.
-    assert.equal(res.trailers['x-num-read-chunks'], '3')
+    // Blocks 5–40 lie in chunks 0–15, 16–31 and 32–47. An answer that fits one piece is sent whole,
+    // with its length and the count as a header; a longer one streams, the count in a trailer.
+    assert.equal(res.headers['x-num-read-chunks'], '3')
+    assert.equal(res.headers['content-length'], String(Buffer.byteLength(res.text)))
+    assert.equal(res.headers['transfer-encoding'], undefined)
+    const long = await postJson(queryUrl, { fromBlock: 0, toBlock: 63, includeAllBlocks: true, transactions: [{}], fields: { transaction: { input: true } } })
+    assert.equal(long.status, 200, long.text)
+    assert.ok(long.text.length > 64 * 1024, `${long.text.length} bytes: not longer than one piece`)
+    assert.equal(long.headers['transfer-encoding'], 'chunked')
+    assert.equal(long.headers['content-length'], undefined)
+    assert.equal(long.trailers['x-num-read-chunks'], '4')
+    assert.deepEqual(JSON.parse(long.text).map((b: any) => b.header.number), range(0, 63))
   })
 
   it('compresses with gzip or br as a client behind a proxy accepts, to the same JSON', async () => {

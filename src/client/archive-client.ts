@@ -195,9 +195,10 @@ export class ArchiveClient {
     return { end: Math.min(range.toBlock ?? Infinity, height), height }
   }
 
-  private async *sequentialBatches(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions): AsyncGenerator<Batch> {
+  /** `knownHeight`: a height just read (the segments of a parallel range need not ask again). */
+  private async *sequentialBatches(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions, knownHeight?: number): AsyncGenerator<Batch> {
     let beg = from
-    let height = await this.getHeight(range.signal)
+    let height = knownHeight ?? (await this.getHeight(range.signal))
     const end = range.follow ? (to ?? Infinity) : Math.min(to ?? Infinity, height)
     while (beg <= end) {
       while (beg > height) {
@@ -226,7 +227,7 @@ export class ArchiveClient {
    * answers in range order. Each segment buffers at most two answers ahead of the reader.
    */
   private async *parallelBatches(query: ArchiveQuery, range: RangeOptions, parallel: number): AsyncGenerator<Batch> {
-    const { end } = await this.rangeEnd(range)
+    const { end, height } = await this.rangeEnd(range)
     let from = range.fromBlock
     if (end < from) return
     let size = range.segmentBlocks
@@ -234,7 +235,7 @@ export class ArchiveClient {
       // The first answer, alone, shows how many blocks one answer covers. Segments shorter than two
       // such answers would make several requests read the same chunks (measured on short ranges:
       // 2 in flight slower than 1), and a range that one answer covers is not split at all.
-      const probe = this.sequentialBatches(query, from, end, { ...range, follow: false })
+      const probe = this.sequentialBatches(query, from, end, { ...range, follow: false }, height)
       const first = await probe.next()
       await probe.return(undefined)
       if (first.done) return
@@ -254,7 +255,7 @@ export class ArchiveClient {
         const i = next++
         const [a, b] = segments[i]
         try {
-          for await (const batch of this.sequentialBatches(query, a, b, { ...range, follow: false })) await channels[i].push(batch)
+          for await (const batch of this.sequentialBatches(query, a, b, { ...range, follow: false }, height)) await channels[i].push(batch)
           channels[i].close()
         } catch (e) {
           if (!channels[i].isClosed) failed ??= e

@@ -5,7 +5,7 @@ import { dbSettings } from '../db.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { DEFAULT_BUDGETS, prepareQuery } from '../query/engine.js'
-import type { QueryBudgets } from '../query/types.js'
+import type { QueryBudgets, QueryStream } from '../query/types.js'
 import { accessDenied, checkTicketBlock, verifyTicket, workerToken, WORKER_TOKEN_HEADER, type Ticket } from './auth.js'
 import { compressFor, compressor, negotiateEncoding, type CompressionMode } from './encoding.js'
 import { createHttp, listen, observe } from './http.js'
@@ -147,6 +147,10 @@ export class WorkerServer {
       const pieces = stream.body[Symbol.asyncIterator]()
       // Pull the first piece before answering, so an error there still gets a proper status.
       const first = await pieces.next()
+      // A second piece is pulled before answering too: when there is none, the whole answer is
+      // known and goes out in one write with its length and `x-num-read-chunks` as a header
+      // (no chunked encoding, no stream pipeline: ~0.3 ms less per small answer, BENCHMARKS.md step 27).
+      const second = first.done ? first : await pieces.next()
       if (gone.signal.aborted) {
         await pieces.return?.()
         reply.hijack()
@@ -158,6 +162,18 @@ export class WorkerServer {
       const res = reply.raw
       const compress = compressFor(this.opts.compression ?? 'auto', req.socket.remoteAddress, req.headers)
       const encoding = compress ? negotiateEncoding(req.headers['accept-encoding']) : 'identity'
+      if (second.done && encoding === 'identity') {
+        const whole = first.done ? Buffer.alloc(0) : first.value
+        res.writeHead(200, {
+          'content-type': 'application/json',
+          vary: 'accept-encoding',
+          'content-length': whole.length,
+          'x-num-read-chunks': String(stream.stats.chunksRead),
+        })
+        res.end(whole)
+        this.answered(req, dataset, stream.stats, started, gone.signal.aborted)
+        return
+      }
       res.writeHead(200, {
         'content-type': 'application/json',
         vary: 'accept-encoding',
@@ -167,7 +183,8 @@ export class WorkerServer {
       async function* body() {
         try {
           if (!first.done) yield first.value
-          for (let r = await pieces.next(); !r.done; r = await pieces.next()) yield r.value
+          if (!second.done) yield second.value
+          for (let r = second.done ? second : await pieces.next(); !r.done; r = await pieces.next()) yield r.value
           res.addTrailers({ 'x-num-read-chunks': String(stream.stats.chunksRead) })
         } finally {
           await pieces.return?.()
@@ -184,10 +201,7 @@ export class WorkerServer {
       } finally {
         await pieces.return?.()
       }
-      const labels = { worker: this.id, dataset }
-      workerQueryBlocks.inc(labels, stream.stats.blocks)
-      workerQueryBytes.inc(labels, stream.stats.bytes)
-      observe('worker', req, gone.signal.aborted ? 499 : 200, performance.now() - started)
+      this.answered(req, dataset, stream.stats, started, gone.signal.aborted)
     } catch (e) {
       // Before the first byte: the error handler answers with the error's status and JSON body.
       if (!streaming) throw e
@@ -199,6 +213,14 @@ export class WorkerServer {
       lease?.release()
       this.queriesAnswered++
     }
+  }
+
+  /** Metrics of an answered query. */
+  private answered(req: FastifyRequest, dataset: string, stats: QueryStream['stats'], started: number, aborted: boolean): void {
+    const labels = { worker: this.id, dataset }
+    workerQueryBlocks.inc(labels, stats.blocks)
+    workerQueryBytes.inc(labels, stats.bytes)
+    observe('worker', req, aborted ? 499 : 200, performance.now() - started)
   }
 }
 
