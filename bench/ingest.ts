@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
 import { cpus, loadavg } from 'node:os'
+import { cpuSeconds } from './lib/procs.js'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import path from 'node:path'
@@ -124,15 +124,6 @@ interface E2eRun {
 }
 
 /** utime + stime of a process in seconds (Linux /proc; undefined elsewhere). */
-function cpuSeconds(pid: number | undefined): number | undefined {
-  if (!pid) return undefined
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / 100 // USER_HZ is 100 on Linux
-  } catch {
-    return undefined
-  }
-}
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b)

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url'
 import { ArchiveClient } from '../src/client/archive-client.js'
 import { ensureDataset } from './lib/dataset.js'
 import { fmtRate } from './lib/measure.js'
-import { deploy } from './lib/procs.js'
+import { cpuSeconds, deploy, type Deployment } from './lib/procs.js'
 import { machine, printTable } from './lib/report.js'
 import { shapeByName } from './lib/shapes.js'
 import { reportTarget } from './lib/targets.js'
@@ -52,7 +52,7 @@ export async function runSync(o: SyncBenchOptions): Promise<void> {
       })
       if (storage === 'local') console.log(`local forms built in ${((performance.now() - t0) / 1000).toFixed(1)} s (router and workers started, chunks copied)`)
       try {
-        await syncAll(o, d.base, dir, storage, rows, figures)
+        await syncAll(o, d, dir, storage, rows, figures)
       } finally {
         await d.stop()
       }
@@ -61,7 +61,7 @@ export async function runSync(o: SyncBenchOptions): Promise<void> {
     await rm(forms, { recursive: true, force: true })
   }
   reportSyncTargets(o, figures)
-  printTable(`full-range sync of ${o.blocks} blocks`, ['query', 'chunks read from', 'client', 'answers', 'blocks returned', 'items', 'time', 'range blocks/s', 'items/s'], rows)
+  printTable(`full-range sync of ${o.blocks} blocks`, ['query', 'chunks read from', 'client', 'answers', 'blocks returned', 'items', 'time', 'range blocks/s', 'items/s', 'CPU s per pass: client / workers / router'], rows)
 }
 
 /** Targets 3 and 4 (BENCHMARKS.md): the best timed pass over local forms, against the same over Parquet. */
@@ -83,7 +83,8 @@ function reportSyncTargets(o: SyncBenchOptions, figures: SyncFigure[]): void {
   report(4, `a query matching nothing, ${o.blocks.toLocaleString('en-US')} blocks, @subsquid/evm-processor`, 'logs, no match', true, 'blocksPerS', 'blocks/s', 100_000)
 }
 
-async function syncAll(o: SyncBenchOptions, base: string, dir: string, storage: string, rows: string[][], figures: SyncFigure[]): Promise<void> {
+async function syncAll(o: SyncBenchOptions, d: Deployment, dir: string, storage: string, rows: string[][], figures: SyncFigure[]): Promise<void> {
+  const base = d.base
   const from = storage === 'local' ? 'local forms' : 'Parquet'
   {
     const client = new ArchiveClient(base)
@@ -106,6 +107,7 @@ async function syncAll(o: SyncBenchOptions, base: string, dir: string, storage: 
         let items = 0
         let answers = 0
         let runs = 0
+        const cpu0 = cpuNow(d)
         const t0 = performance.now()
         do {
           blocks = items = answers = 0
@@ -117,18 +119,35 @@ async function syncAll(o: SyncBenchOptions, base: string, dir: string, storage: 
           runs++
         } while (repeat && performance.now() - t0 < 1000 && runs < 50)
         const wall = (performance.now() - t0) / runs
+        const cpu = cpuSpent(cpu0, cpuNow(d), runs)
         if (repeat) figures.push({ shape: name, from, sdk: false, blocksPerS: (height + 1) / (wall / 1000), itemsPerS: items / (wall / 1000) })
         if (label) rows.push([`${name}`, from, runs > 1 ? `${label} (mean of ${runs})` : label, String(answers), String(blocks), String(items), `${(wall / 1000).toFixed(3)} s`,
-          fmtRate(height + 1, wall), fmtRate(items, wall)])
+          fmtRate(height + 1, wall), fmtRate(items, wall), cpu])
       }
       if (o.sdk) {
         const r = await sdkSync(base, height, name)
         figures.push({ shape: name, from, sdk: true, blocksPerS: (height + 1) / (r.ms / 1000), itemsPerS: r.items / (r.ms / 1000) })
         rows.push([name, from, '@subsquid/evm-processor 1.27.3', '', String(r.blocks), String(r.items), `${(r.ms / 1000).toFixed(2)} s`,
-          fmtRate(height + 1, r.ms), fmtRate(r.items, r.ms)])
+          fmtRate(height + 1, r.ms), fmtRate(r.items, r.ms), ''])
       }
     }
   }
+}
+
+/** CPU seconds used so far by this process (the client), the workers and the router. */
+function cpuNow(d: Deployment): { client: number; workers: number; router: number } {
+  const u = process.cpuUsage()
+  return {
+    client: (u.user + u.system) / 1e6,
+    workers: d.workers.reduce((sum, w) => sum + (cpuSeconds(w.pid) ?? 0), 0),
+    router: cpuSeconds(d.router.pid) ?? 0,
+  }
+}
+
+/** Where a pass's CPU went (the share per process of the target-3 profile), per pass. */
+function cpuSpent(a: ReturnType<typeof cpuNow>, b: ReturnType<typeof cpuNow>, runs: number): string {
+  const f = (x: number) => (x / runs).toFixed(runs > 1 ? 3 : 1)
+  return `${f(b.client - a.client)} / ${f(b.workers - a.workers)} / ${f(b.router - a.router)}`
 }
 
 /** Run the real SDK processor over the range in a child process (it calls process.exit itself). */

@@ -156,3 +156,14 @@ export function rss(pid: number): { rss: number; peak: number } {
   const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) * 1024
   return { rss: kb('VmRSS'), peak: kb('VmHWM') }
 }
+
+/** CPU seconds (user + system, all threads) a process has used so far; undefined once it is gone. */
+export function cpuSeconds(pid: number | undefined): number | undefined {
+  if (!pid) return undefined
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / 100 // USER_HZ is 100 on Linux
+  } catch {
+    return undefined
+  }
+}
