@@ -126,18 +126,18 @@ export class RpcClient {
   }
 
   /**
-   * Like `batch`, but the answer's bytes are handed to `scan` first: when the body is one complete
-   * JSON value without an `"error"` member and `scan` accepts it (returns a value), no JSON is parsed
-   * and `{body, scanned}` is returned; otherwise the body is parsed as `batch` does (`{answers}`).
-   * `ids` are the JSON-RPC ids of the calls (unique within the request), e.g. block numbers, so that
-   * a reader of the raw answers knows which call each one answers.
+   * Like `batch`, but the answer's bytes are handed to `scan` first: when the body is ASCII, one
+   * complete JSON value without an `"error"` member and `scan` accepts it (returns a value), no JSON
+   * is parsed and no string is made of it, and `{body, scanned}` is returned; otherwise the body is
+   * parsed as `batch` does (`{answers}`). `ids` are the JSON-RPC ids of the calls (unique within the
+   * request), e.g. block numbers, so that a reader of the raw answers knows which call each one answers.
    */
-  async batchRaw<T>(calls: RpcCall[], ids: number[], scan: (text: string, body: Buffer) => T | undefined): Promise<{ body: Buffer; scanned: T } | { answers: unknown[] }> {
+  async batchRaw<T>(calls: RpcCall[], ids: number[], scan: (body: Buffer) => T | undefined): Promise<{ body: Buffer; scanned: T } | { answers: unknown[] }> {
     const r = await this.exchange(calls, ids, scan)
     return r.answers ? { answers: r.answers } : { body: r.body!, scanned: r.scanned as T }
   }
 
-  private async exchange(calls: RpcCall[], ids?: number[], scan?: (text: string, body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
+  private async exchange(calls: RpcCall[], ids?: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
     if (calls.length === 0) return { answers: [] }
     await this.acquire()
     try {
@@ -162,7 +162,7 @@ export class RpcClient {
     }
   }
 
-  private async send(calls: RpcCall[], ids: number[], scan?: (text: string, body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
+  private async send(calls: RpcCall[], ids: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
     const body = calls.length === 1
       ? { jsonrpc: '2.0', id: ids[0], method: calls[0].method, params: calls[0].params }
       : calls.map((c, i) => ({ jsonrpc: '2.0', id: ids[i], method: c.method, params: c.params }))
@@ -175,15 +175,22 @@ export class RpcClient {
     } catch (e: any) {
       throw new Retryable(e?.cause?.message ?? e?.message ?? String(e))
     }
-    // JSON from nodes is ASCII nearly always: latin1 decoding is then a plain copy
-    const text = isAscii(raw) ? raw.toString('latin1') : raw.toString('utf8')
-    this.stats.bytes += text.length
-    if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text.slice(0, 200)}`)
-    if (scan && status === 200 && looksComplete(text, calls.length > 1) && !hasErrorMember(text)) {
-      const scanned = scan(text, raw)
-      if (scanned !== undefined) return { body: raw, scanned }
+    // JSON from nodes is ASCII nearly always: its length in characters is its length in bytes, and
+    // latin1 decoding is a plain copy
+    const ascii = isAscii(raw)
+    const text = () => (ascii ? raw.toString('latin1') : raw.toString('utf8'))
+    if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text().slice(0, 200)}`)
+    if (scan && ascii && status === 200 && looksComplete(raw, calls.length > 1) && !hasErrorMember(raw)) {
+      // scanned in place: a string of the body would be one more copy of it, and garbage to collect
+      const scanned = scan(raw)
+      if (scanned !== undefined) {
+        this.stats.bytes += raw.length
+        return { body: raw, scanned }
+      }
     }
-    return { answers: this.decode(text, status, calls, ids) }
+    const decoded = text()
+    this.stats.bytes += decoded.length
+    return { answers: this.decode(decoded, status, calls, ids) }
   }
 
   private decode(text: string, status: number, calls: RpcCall[], ids: number[]): unknown[] {
@@ -276,16 +283,18 @@ export class RpcClient {
  * (`…}`). A body cut short inside a value ends otherwise nearly always; it is then parsed, which
  * fails and is retried.
  */
-function looksComplete(text: string, batch: boolean): boolean {
-  let end = text.length - 1
-  while (end > 0 && text.charCodeAt(end) <= 32) end--
-  if (batch) return text.charCodeAt(end) === 93 /* ] */ && text.charCodeAt(end - 1) === 125 /* } */
-  return text.charCodeAt(end) === 125
+function looksComplete(body: Buffer, batch: boolean): boolean {
+  let end = body.length - 1
+  while (end > 0 && body[end] <= 32) end--
+  if (batch) return body[end] === 93 /* ] */ && body[end - 1] === 125 /* } */
+  return body[end] === 125
 }
 
-/** Whether the text has an `"error"` member (searched from its `r`: V8 looks for a pattern's first character, and quotes are everywhere in JSON). */
-function hasErrorMember(text: string): boolean {
-  for (let at = text.indexOf('rror"'); at >= 0; at = text.indexOf('rror"', at + 5)) if (text.startsWith('"e', at - 2)) return true
+const RROR = Buffer.from('rror"')
+
+/** Whether the body has an `"error"` member (searched from its `r`: the search looks for a pattern's first character, and quotes are everywhere in JSON). */
+function hasErrorMember(body: Buffer): boolean {
+  for (let at = body.indexOf(RROR); at >= 0; at = body.indexOf(RROR, at + 5)) if (body[at - 2] === 34 /* " */ && body[at - 1] === 101 /* e */) return true
   return false
 }
 
