@@ -183,7 +183,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     }
 
     const transfer = newTransferStats()
-    const source = createSource(spec, transfer)
+    const source = await createSource(spec, transfer)
     const plan = new Planner(source, {
       list: o.blocks ? [...new Set(o.blocks)].sort((a, b) => a - b).filter((n) => !prev || n > prev.number) : undefined,
       from: Math.max(o.from ?? 0, prev ? prev.number + 1 : 0),
