@@ -80,6 +80,39 @@ export function isTransientRpcError(code: number, message: string): boolean {
 
 class Retryable extends Error {}
 
+/**
+ * Buffers that HTTP bodies are received into, kept for the next bodies once their reader gives them
+ * back (`RpcClient.releaseBody`): a body of many MB is then no fresh allocation, which V8 counts as
+ * external memory (its growth brings on full garbage collections) and the system maps in page by page.
+ */
+class BodyBuffers {
+  private readonly free: Buffer[] = []
+  private readonly ours = new WeakSet<ArrayBufferLike>()
+  private last = 1 << 20
+
+  constructor(private readonly keep: number) {}
+
+  /** A buffer of at least `size` bytes (the largest kept one, else a new one a little larger than the last body). */
+  take(size: number): Buffer {
+    let best = -1
+    for (let i = 0; i < this.free.length; i++) if (best < 0 || this.free[i].length > this.free[best].length) best = i
+    if (best >= 0 && this.free[best].length >= size) return this.free.splice(best, 1)[0]
+    const b = Buffer.allocUnsafeSlow(Math.max(size, Math.ceil(this.last * 1.25)))
+    this.ours.add(b.buffer)
+    return b
+  }
+
+  /** `body` (a view of a buffer of `take`) is no longer read; its buffer serves again. */
+  give(body: Buffer, size: number): void {
+    this.last = size
+    if (!this.ours.has(body.buffer)) return
+    const whole = Buffer.from(body.buffer)
+    if (this.free.some((b) => b.buffer === body.buffer)) return
+    this.free.push(whole)
+    if (this.free.length > this.keep) this.free.splice(this.free.reduce((m, b, i) => (b.length < this.free[m].length ? i : m), 0), 1)
+  }
+}
+
 export class RpcClient {
   readonly url: string
   private readonly concurrency: number
@@ -93,6 +126,7 @@ export class RpcClient {
   private active = 0
   private readonly waiting: (() => void)[] = []
   private nextId = 1
+  private readonly bodies: BodyBuffers
   /** Counters for progress and measurements. */
   readonly stats: TransferStats
 
@@ -108,6 +142,15 @@ export class RpcClient {
     this.https = this.target.protocol === 'https:'
     if (!this.https && this.target.protocol !== 'http:') throw new Error(`--rpc must be an http(s) URL, got ${opts.url}`)
     this.agent = new (this.https ? https : http).Agent({ keepAlive: true, maxSockets: this.concurrency })
+    this.bodies = new BodyBuffers(this.concurrency)
+  }
+
+  /**
+   * A body that `batchRaw` returned is no longer needed (its bytes were written out): its buffer
+   * receives the next bodies. Optional; a body not given back is garbage-collected as usual.
+   */
+  releaseBody(body: Buffer): void {
+    this.bodies.give(body, body.length)
   }
 
   async call(method: string, params: unknown[] = []): Promise<any> {
@@ -189,6 +232,7 @@ export class RpcClient {
       }
     }
     const decoded = text()
+    this.releaseBody(raw)
     this.stats.bytes += decoded.length
     return { answers: this.decode(decoded, status, calls, ids) }
   }
@@ -245,13 +289,23 @@ export class RpcClient {
         headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
         timeout: this.timeoutMs,
       }, (res) => {
-        const chunks: Buffer[] = []
-        res.on('data', (c: Buffer) => chunks.push(c))
+        // the body's pieces are copied into one buffer as they arrive (from `bodies`: see BodyBuffers)
+        const announced = Number(res.headers['content-length'])
+        let body = this.bodies.take(Number.isSafeInteger(announced) && announced >= 0 ? announced : 0)
+        let size = 0
+        res.on('data', (c: Buffer) => {
+          if (size + c.length > body.length) {
+            const larger = this.bodies.take(Math.max(2 * body.length, size + c.length))
+            body.copy(larger, 0, 0, size)
+            body = larger
+          }
+          size += c.copy(body, size)
+        })
         res.on('error', reject)
         res.on('aborted', () => reject(new Error('the connection was closed before the answer was complete')))
         res.on('end', () => {
           if (!res.complete) return reject(new Error('the connection was closed before the answer was complete'))
-          resolve({ status: res.statusCode ?? 0, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) })
+          resolve({ status: res.statusCode ?? 0, body: body.subarray(0, size) })
         })
       })
       const timer = setTimeout(() => req.destroy(new Error(`timed out after ${this.timeoutMs} ms`)), this.timeoutMs)

@@ -304,6 +304,8 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
   const parts = groups(numbers, s.batchSize)
   const blockCalls = (g: number[]): RpcCall[] => g.map((n) => ({ method: 'eth_getBlockByNumber', params: [q(n), true] }))
   const answers = await Promise.all(parts.map((g) => s.rpc.batchRaw(blockCalls(g), g, (body) => scanBlocks(body, g))))
+  /** Bodies whose views are spooled (given back to the RPC client once written). */
+  const bodies: Buffer[] = []
   const writes: { file: string; lines: Lines }[] = []
   const out: SpooledBlock[] = []
   const name = (g: number[]) => path.join(dir, `${g[0]}-${g[g.length - 1]}-${randomBytes(4).toString('hex')}`)
@@ -337,6 +339,7 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
       let receiptLines: Lines
       const r = s.receiptsByTx ? undefined : await s.rpc.batchRaw(g.map((n) => ({ method: 'eth_getBlockReceipts', params: [q(n)] })), g, (body) => scanReceipts(body, ctx))
       if (r && 'body' in r) {
+        bodies.push(r.body)
         receiptLines = linesOf(r.body, r.scanned.spans)
         perBlock = r.scanned.items
         checkHex ||= r.scanned.checkHex
@@ -349,6 +352,7 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
           bytes: JSON.stringify(list).length,
         }))
       }
+      bodies.push(a.body)
       writes.push({ file: files.blocks, lines: linesOf(a.body, a.scanned.spans) }, { file: files.receipts, lines: receiptLines })
       ctx.forEach((b, i) => out.push({
         number: b.number, hash: b.hash, parentHash: b.parentHash, bytes: b.bytes + perBlock[i].bytes,
@@ -358,5 +362,6 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
     out.sort((x, y) => numbers.indexOf(x.number) - numbers.indexOf(y.number))
   }
   await Promise.all(writes.map((w) => writeLines(w.file, w.lines)))
+  for (const body of bodies) s.rpc.releaseBody(body) // written out: their buffers take the next answers
   return out
 }
