@@ -150,7 +150,7 @@ async function replayIngest(blocks: number): Promise<void> {
   }
   const fmt = (x: number | undefined, d = 1) => (x == null ? '—' : x.toFixed(d))
   const total = (x: E2eRun) => Object.values(x.rows).reduce((a, b) => a + b, 0)
-  printTable(`end to end: replay-rpc → block-archive ingest (default flags: batch 20, concurrency 4, chunks of ≤ 10,000 blocks / 256 MiB of rows), ${blocks} mainnet blocks (18000000/18500000 alternating), each run`,
+  printTable(`end to end: replay-rpc → block-archive ingest (default flags: batch 20, concurrency 4, chunks of ≤ 10,000 blocks / 256 MiB of RPC answers on the spooled path, of rows otherwise), ${blocks} mainnet blocks (18000000/18500000 alternating), each run`,
     ['build', 'wall', 'blocks/s', 'rows/s', 'ingest CPU s', 'replay server CPU s', 'CPU ms per block (both)'],
     results.map((x) => [x.build, `${(x.wallMs / 1000).toFixed(2)} s`, fmtRate(x.blocks, x.wallMs), fmtRate(total(x), x.wallMs),
       fmt(x.ingestCpuS), fmt(x.serverCpuS), x.ingestCpuS == null ? '—' : ((1000 * (x.ingestCpuS + (x.serverCpuS ?? 0))) / x.blocks).toFixed(1)]))
@@ -184,17 +184,29 @@ async function replayIngest(blocks: number): Promise<void> {
     const s = mid.stages
     const wall = mid.wallMs
     const row = (stage: string, v: number | undefined, note = '') => [stage, v == null ? '—' : `${(v / 1000).toFixed(2)} s`, v == null ? '' : `${((100 * v) / wall).toFixed(0)} %`, note]
-    printTable(`stages of the median run of this build (ingest wall ${(wall / 1000).toFixed(2)} s; stages run in parallel threads and overlap)`, ['stage', 'time', 'share of wall', ''], [
-      row('main thread: waiting for fetched blocks', s.fetchWaitMs, 'fetch workers: HTTP, parse, normalise'),
-      row('JSON.parse of the answers', s.parseMs, 'fetch workers (summed)'),
-      row('normalise: RPC JSON → rows', s.normalizeMs, 'fetch workers (summed)'),
-      row('ChunkBuilder.addBlock (keep rows, size them)', s.addBlockMs, 'main thread'),
-      row('finish: sort rows (JS)', s.sortMs, 'main thread'),
-      row('finish: rows → DuckDB (Appender)', s.appendMs, 'main thread, interleaved with taking fetched blocks'),
-      row('finish: DuckDB → zstd Parquet', s.parquetMs, 'DuckDB threads, overlaps fetching'),
-      row('main thread: waiting for the previous chunk before closing the next', s.finishWaitMs),
-      row('ingest process CPU (all threads)', s.cpuMs),
-    ])
+    // the spooled path (EVM default) has stages of its own: no parsing or rows in JS, the chunk close in SQL
+    const spooled = (s.spooledBlocks ?? 0) > 0
+    printTable(`stages of the median run of this build (ingest wall ${(wall / 1000).toFixed(2)} s; ${spooled ? 'spooled path; ' : ''}stages run in parallel threads and overlap)`, ['stage', 'time', 'share of wall', ''], spooled
+      ? [
+        row('main thread: waiting for fetched blocks', s.fetchWaitMs, 'fetch workers: HTTP, key scan, spool files'),
+        row('JSON.parse of answers the key scan could not vouch for', s.parseMs, 'fetch workers (summed)'),
+        row('ChunkBuilder.addBlock (note the spool files)', s.addBlockMs, 'main thread'),
+        row('close: temp tables (answers with upper-case hex only)', s.appendMs, 'DuckDB'),
+        row('close: read_json → normaliser (SQL) → ORDER BY → zstd Parquet, a statement per table', s.parquetMs, 'DuckDB (--db-threads), overlaps fetching'),
+        row('main thread: waiting for the previous chunk before closing the next', s.finishWaitMs),
+        row('ingest process CPU (all threads)', s.cpuMs),
+      ]
+      : [
+        row('main thread: waiting for fetched blocks', s.fetchWaitMs, 'fetch workers: HTTP, parse, normalise'),
+        row('JSON.parse of the answers', s.parseMs, 'fetch workers (summed)'),
+        row('normalise: RPC JSON → rows', s.normalizeMs, 'fetch workers (summed)'),
+        row('ChunkBuilder.addBlock (keep rows, size them)', s.addBlockMs, 'main thread'),
+        row('finish: sort rows (JS)', s.sortMs, 'main thread'),
+        row('finish: rows → DuckDB (Appender)', s.appendMs, 'main thread, interleaved with taking fetched blocks'),
+        row('finish: DuckDB → zstd Parquet', s.parquetMs, 'DuckDB threads, overlaps fetching'),
+        row('main thread: waiting for the previous chunk before closing the next', s.finishWaitMs),
+        row('ingest process CPU (all threads)', s.cpuMs),
+      ])
   }
   console.log(`machine load (1/5/15 min): ${loadavg().map((x) => x.toFixed(2)).join(' ')} on ${cpus().length} cores`)
 }

@@ -79,11 +79,7 @@ async function readSettings(): Promise<DbSettings> {
   }
 }
 
-/** Quote a SQL identifier (column names such as `from`, `to`, `key` are keywords). */
-export const ident = (name: string) => `"${name.replace(/"/g, '""')}"`
-
-/** Quote a SQL string literal. */
-export const lit = (value: string) => `'${value.replace(/'/g, "''")}'`
+export { ident, lit } from './sql-text.js'
 
 /** Run `body` in one transaction: committed when it returns, rolled back when it throws. */
 export async function inTransaction(con: DuckDBConnection, body: () => Promise<void>): Promise<void> {

@@ -6,12 +6,9 @@ import { INTEGER, LIST, VARCHAR, type DuckDBAppender, type DuckDBConnection } fr
 import { connect, ident, lit } from '../db.js'
 import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
+import { ndjsonTables, ndjsonText, textSize, type BlockRows, type Row, type RowsText } from './rows.js'
 
-/** A row of one table: column name → value (JSON-serialisable; arrays for list columns). */
-export type Row = Record<string, unknown>
-
-/** One block's rows, per table name. The block table has exactly one row. */
-export type BlockRows = Record<string, Row[]>
+export { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type Row, type RowsText } from './rows.js'
 
 export interface WriteOptions {
   /** Rows per Parquet row group (blocks table uses a fifth of it). */
@@ -51,17 +48,6 @@ export interface SpoolWriter {
   /** The error to stop with when `prepare` or a statement over its SELECTs failed (malformed answers: naming the block and the method). */
   failure(error: unknown, files: Record<string, string>[], first: number, last: number): Promise<unknown>
   release(con: DuckDBConnection, prefix: string): Promise<void>
-}
-
-/** Tables of a family written through NDJSON unless `ndjsonTables` says otherwise. */
-export function ndjsonTables(family: FamilyDecl): string[] {
-  return family.tables.filter((t) => t.ndjson).map((t) => t.name)
-}
-
-/** Rows of a table already as NDJSON text (built by a fetch worker). */
-export interface RowsText {
-  text: string
-  rows: number
 }
 
 /** Time spent in `finish`, per step (for measurements). */
@@ -336,61 +322,6 @@ export class ChunkBuilder {
     await rm(src, { force: true })
     this.times.parquetMs += performance.now() - t0
   }
-}
-
-// ---------------------------------------------------------------- sizes
-
-
-/** NDJSON length of a value (strings without escapes). */
-function valueSize(v: unknown): number {
-  if (v == null) return 4
-  switch (typeof v) {
-    case 'string':
-      return v.length + 2
-    case 'number':
-      return v >= 0 && v < 1e6 && Number.isInteger(v) ? (v < 10 ? 1 : v < 100 ? 2 : v < 1000 ? 3 : v < 1e4 ? 4 : v < 1e5 ? 5 : 6) : String(v).length
-    case 'boolean':
-      return v ? 4 : 5
-    default:
-      if (Array.isArray(v)) {
-        let n = 2 + Math.max(0, v.length - 1)
-        for (const x of v) n += valueSize(x)
-        return n
-      }
-      return JSON.stringify(v).length
-  }
-}
-
-const overheadCache = new WeakMap<TableDecl, number>()
-
-/** Rows as NDJSON text. */
-export function ndjsonText(rows: Row[]): string {
-  let text = ''
-  for (const r of rows) text += JSON.stringify(r) + '\n'
-  return text
-}
-
-/** NDJSON length of the rows of the given tables of a block (what `ChunkBuilder.bytes` counts). */
-export function blockRowsSize(family: FamilyDecl, tables: string[], rows: BlockRows): number {
-  let n = 0
-  for (const name of tables) {
-    const list = rows[name]
-    const table = family.tables.find((t) => t.name === name)
-    if (list?.length && table) n += textSize(table, list)
-  }
-  return n
-}
-
-/** NDJSON length of rows: `{"name":value,...}\n` per row. */
-function textSize(table: TableDecl, rows: Row[]): number {
-  let overhead = overheadCache.get(table)
-  if (overhead == null) {
-    overhead = 2 + table.columns.reduce((n, c) => n + c.name.length + 4, 0) // braces + newline - last comma; quotes, colon, comma
-    overheadCache.set(table, overhead)
-  }
-  let n = overhead * rows.length
-  for (const r of rows) for (const v of Object.values(r)) n += valueSize(v) // column names and punctuation are in `overhead`
-  return n
 }
 
 // ---------------------------------------------------------------- sorting

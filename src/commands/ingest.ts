@@ -1,6 +1,7 @@
 import { Command, InvalidArgumentError } from 'commander'
 import { configureDb } from '../db.js'
-import { DEFAULT_CHUNK_BLOCKS, runIngest } from '../ingest/loop.js'
+import { availableParallelism } from 'node:os'
+import { DEFAULT_CHUNK_BLOCKS, defaultWorkers, runIngest } from '../ingest/loop.js'
 import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, blockList, suggestIngest, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
 import { ReplayServer } from '../ingest/replay.js'
 import { log } from '../log.js'
@@ -74,7 +75,7 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--max-backoff-ms <ms>', 'longest retry delay', 'BLOCK_ARCHIVE_RPC_MAX_BACKOFF_MS', int(0), 10_000))
     .addOption(opt('--timeout-ms <ms>', 'time limit per RPC request', 'BLOCK_ARCHIVE_RPC_TIMEOUT_MS', int(1), 60_000))
     .addOption(choice('--progress <how>', 'auto: a progress bar on a terminal, log lines otherwise', 'BLOCK_ARCHIVE_PROGRESS', ['auto', 'bar', 'log', 'none'], 'auto'))
-    .addOption(opt('--db-threads <n>', 'DuckDB threads for Parquet encoding (default: all cores)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
+    .addOption(opt('--db-threads <n>', 'DuckDB threads for writing the chunks (default: the cores the fetch workers leave, at least 1)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
     .addOption(opt('--db-memory <size>', 'DuckDB memory limit, e.g. 2GB', 'BLOCK_ARCHIVE_DB_MEMORY'))
     .action(async (o) => {
       if (isS3Url(o.out) && !/^s3:\/\/[^/]+/i.test(o.out)) throw new InvalidArgumentError(`--out ${o.out}: expected s3://bucket or s3://bucket/prefix`)
@@ -93,7 +94,7 @@ export function registerIngest(program: Command): void {
       if (!starknet && o.traces === 'starknet') throw new InvalidArgumentError('--traces starknet needs --family starknet')
       if (starknet && o.stateDiffs !== 'none') throw new InvalidArgumentError('--state-diffs is for EVM nodes; a Starknet ingest takes --state-updates')
       if (!starknet && o.stateUpdates) throw new InvalidArgumentError('--state-updates needs --family starknet')
-      if (o.dbThreads || o.dbMemory) configureDb({ threads: o.dbThreads, memoryLimit: o.dbMemory })
+      configureDb({ threads: o.dbThreads ?? ingestDbThreads(o.workers), memoryLimit: o.dbMemory })
       const ac = abortOnSignal()
       const r = await runIngest({
         family: o.family,
@@ -165,4 +166,15 @@ export function registerIngest(program: Command): void {
       process.once('SIGINT', stop)
       process.once('SIGTERM', stop)
     })
+}
+
+/**
+ * DuckDB threads of an ingest: the cores the fetch workers leave (at least 1). A statement's calling
+ * thread polls for work while DuckDB's other threads run the only task left (a sort's merge, the
+ * Parquet writer), and that polling burns a core: on 2 cores with 1 fetch worker, 2 DuckDB threads
+ * took ≈ 6.2 ms of CPU per mainnet block to write a chunk, 1 thread ≈ 3.8 ms, in no more wall time
+ * (BENCHMARKS.md, "Ingest").
+ */
+export function ingestDbThreads(workers: number | undefined): number {
+  return Math.max(1, availableParallelism() - (workers ?? defaultWorkers()))
 }

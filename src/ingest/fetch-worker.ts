@@ -29,7 +29,7 @@ const source = createSource(data.source, s)
 let reported = { ...s }
 
 parentPort!.on('message', async (m: { id: number; numbers: number[] }) => {
-  const r = await source.fetchRows(m.numbers)
+  const r = await (await source).fetchRows(m.numbers)
   const stats = { requests: s.requests - reported.requests, calls: s.calls - reported.calls, retries: s.retries - reported.retries, bytes: s.bytes - reported.bytes, parseMs: s.parseMs - reported.parseMs }
   reported = { ...s }
   const reply: FetchWorkerReply = {

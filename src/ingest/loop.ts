@@ -127,6 +127,12 @@ export interface IngestStages {
   parquetMs: number
   /** CPU time of the ingest process (user + system, all threads). */
   cpuMs: number
+  /**
+   * Blocks that went through the spool (EVM default): for them the fetch workers only scan and spool
+   * the answers (`normalizeMs` stays 0), `appendMs` is the chunk close's temp tables (answers with
+   * upper-case hex) and `parquetMs` its statements (read_json → normaliser → ORDER BY → Parquet).
+   */
+  spooledBlocks: number
 }
 
 /** Fetch workers when not given: one per core beyond the first (the loop, the Appender and DuckDB use it), 1–4. */
@@ -183,7 +189,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     }
 
     const transfer = newTransferStats()
-    const source = createSource(spec, transfer)
+    const source = await createSource(spec, transfer)
     const plan = new Planner(source, {
       list: o.blocks ? [...new Set(o.blocks)].sort((a, b) => a - b).filter((n) => !prev || n > prev.number) : undefined,
       from: Math.max(o.from ?? 0, prev ? prev.number + 1 : 0),
@@ -201,7 +207,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     else if (prev) log.info({ resumeAt: prev.number + 1, lastChunk: lastChunk!.path }, 'resuming after the last complete chunk')
 
     const progress = new IngestProgress(o.progress ?? 'auto')
-    const stages: IngestStages = { fetchWaitMs: 0, normalizeMs: 0, addBlockMs: 0, finishWaitMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0, cpuMs: 0 }
+    const stages: IngestStages = { fetchWaitMs: 0, normalizeMs: 0, addBlockMs: 0, finishWaitMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0, cpuMs: 0, spooledBlocks: 0 }
     const cpu0 = process.cpuUsage()
     const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: transfer, stages, ...(target.upload ? { upload: target.upload } : {}) }
     let rowTotal = 0
@@ -286,6 +292,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
             t0 = performance.now()
             await builder.addBlock(f.number, f.hash, f.parentHash, rows, f.bytes, f.texts, f.spool)
             stages.addBlockMs += performance.now() - t0
+            if (f.spool) stages.spooledBlocks++
             const counts = [...Object.entries(rows).map(([t, list]) => [t, list.length] as const), ...Object.entries(f.texts).map(([t, x]) => [t, x.rows] as const), ...Object.entries(f.spool?.rows ?? {})]
             for (const [t, n] of counts) {
               result.rows[t] = (result.rows[t] ?? 0) + n

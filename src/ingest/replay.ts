@@ -76,6 +76,21 @@ export interface ReplayOptions {
 type Token = 'N' | 'NI' | 'H' | 'P'
 const TOKEN_RE = /"@@BA_(N|NI|H|P)@@"/
 
+/** An answer rendered straight into the response: its size in bytes, and writing it at `at` (returns the end). */
+interface Rendered {
+  size: number
+  writeTo(out: Buffer, at: number): number
+}
+
+const isRendered = (x: unknown): x is Rendered => typeof x === 'object' && x != null && !Buffer.isBuffer(x) && 'writeTo' in x
+
+/** The bytes of a rendered answer, in a buffer of their own. */
+function materialize(r: Rendered): Buffer {
+  const out = Buffer.allocUnsafe(r.size)
+  r.writeTo(out, 0)
+  return out
+}
+
 /** JSON text with block-identity placeholders, pre-encoded as UTF-8 and rendered per block number. */
 class Template {
   private readonly parts: Buffer[]
@@ -90,23 +105,31 @@ class Template {
     this.fixed = this.parts.reduce((n, b) => n + b.length, 0)
   }
 
-  /** The JSON bytes: the parts copied into one buffer, the identity values written in between. */
-  render(v: { number: number; hash: string; parentHash: string }): Buffer {
-    if (this.tokens.length === 0) return this.parts[0]
+  /** The JSON of block `v`, to be written where the response needs it: the parts, the identity values in between. */
+  bind(v: { number: number; hash: string; parentHash: string }): Rendered {
+    const { parts, tokens } = this
+    if (tokens.length === 0) return { size: parts[0].length, writeTo: (out, at) => at + parts[0].copy(out, at) }
     const values: Record<Token, string> = { N: `"0x${v.number.toString(16)}"`, NI: String(v.number), H: `"${v.hash}"`, P: `"${v.parentHash}"` }
     let size = this.fixed
-    for (const t of this.tokens) size += values[t].length
-    const out = Buffer.allocUnsafe(size)
-    let o = this.parts[0].copy(out, 0)
-    for (let i = 0; i < this.tokens.length; i++) {
-      o += out.write(values[this.tokens[i]], o, 'latin1')
-      o += this.parts[i + 1].copy(out, o)
+    for (const t of tokens) size += values[t].length
+    return {
+      size,
+      writeTo: (out, at) => {
+        let o = at + parts[0].copy(out, at)
+        for (let i = 0; i < tokens.length; i++) {
+          o += out.write(values[tokens[i]], o, 'latin1')
+          o += parts[i + 1].copy(out, o)
+        }
+        return o
+      },
     }
-    return out
   }
 }
 
 const tok = (t: Token) => `@@BA_${t}@@`
+/** Answers of at least this many bytes are rendered into pooled buffers; at most this many buffers are kept. */
+const POOLED = 64 * 1024
+const POOL_BUFFERS = 8
 const OPEN = Buffer.from('[')
 const COMMA = Buffer.from(',')
 const SHUT = Buffer.from(']')
@@ -156,6 +179,8 @@ export class ReplayServer {
   private readonly txIndex = new Map<string, number>()
   private forkFrom = Infinity
   private requests = 0
+  /** Response buffers of large answers, for reuse (`takeBuffer`). */
+  private readonly pool: Buffer[] = []
   head: number
   readonly first: number
   readonly last: number
@@ -239,13 +264,13 @@ export class ReplayServer {
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}')
       return
     }
-    const parts: Buffer[] = []
+    const parts: (Buffer | Rendered)[] = []
     const one = (c: any) => {
       const id = JSON.stringify(c?.id ?? null)
       try {
         // Named parameters (`{block_id: …}`) are taken in their declared order, which is all the methods here need.
         const params = Array.isArray(c?.params) ? c.params : c?.params && typeof c.params === 'object' ? Object.values(c.params) : []
-        const result = this.answer(String(c?.method), params)
+        const result = this.answerLazy(String(c?.method), params)
         parts.push(Buffer.from(`{"jsonrpc":"2.0","id":${id},"result":`), typeof result === 'string' ? Buffer.from(result, 'utf8') : result, CLOSE)
       } catch (e: any) {
         const code = e instanceof RpcError ? e.code : -32603
@@ -260,18 +285,48 @@ export class ReplayServer {
       })
       parts.push(SHUT)
     } else one(body)
-    res.writeHead(200, { 'content-type': 'application/json' }).end(Buffer.concat(parts))
+    // the answers are rendered straight into one buffer, taken from a pool and given back once sent:
+    // no buffer per answer, no copy to join them, and little garbage for V8 (buffers of many MB are
+    // external memory, whose growth brings on full garbage collections)
+    let size = 0
+    for (const p of parts) size += Buffer.isBuffer(p) ? p.length : p.size
+    const out = this.takeBuffer(size)
+    let o = 0
+    for (const p of parts) o = Buffer.isBuffer(p) ? o + p.copy(out, o) : p.writeTo(out, o)
+    if (out.length >= POOLED) res.once('finish', () => this.giveBuffer(out))
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': size }).end(out.subarray(0, size))
+  }
+
+  /** A buffer of at least `size` bytes: from the pool for large answers. */
+  private takeBuffer(size: number): Buffer {
+    if (size < POOLED) return Buffer.allocUnsafe(size)
+    let best = -1
+    for (let i = 0; i < this.pool.length; i++) if (this.pool[i].length >= size && (best < 0 || this.pool[i].length < this.pool[best].length)) best = i
+    if (best >= 0) return this.pool.splice(best, 1)[0]
+    return Buffer.allocUnsafeSlow(Math.ceil(size * 1.25))
+  }
+
+  /** A response's buffer, once sent (`finish`: handed to the system), for the next answers. */
+  private giveBuffer(b: Buffer): void {
+    if (this.pool.length < POOL_BUFFERS) this.pool.push(b)
   }
 
   /** JSON of the result of one call (text, or UTF-8 bytes when rendered from a template). */
   answer(method: string, params: any[]): string | Buffer {
-    this.calls.set(method, (this.calls.get(method) ?? 0) + 1)
-    const text = this.answerRaw(method, params)
-    if (!this.opts.mutate) return text
-    return JSON.stringify(this.opts.mutate(method, params, JSON.parse(text.toString())) ?? null)
+    const a = this.answerLazy(method, params)
+    return isRendered(a) ? materialize(a) : a
   }
 
-  private answerRaw(method: string, params: any[]): string | Buffer {
+  /** The result of one call: text, or a template bound to its block, written into the response later. */
+  private answerLazy(method: string, params: any[]): string | Rendered {
+    this.calls.set(method, (this.calls.get(method) ?? 0) + 1)
+    const a = this.answerRaw(method, params)
+    if (!this.opts.mutate) return a
+    const text = isRendered(a) ? materialize(a).toString() : a
+    return JSON.stringify(this.opts.mutate(method, params, JSON.parse(text)) ?? null)
+  }
+
+  private answerRaw(method: string, params: any[]): string | Rendered {
     if (this.lacks.has(method)) throw new RpcError(-32601, `the method ${method} does not exist/is not available`)
     switch (method) {
       case 'eth_chainId':
@@ -282,41 +337,41 @@ export class ReplayServer {
         const n = this.blockParam(params[0])
         const p = n == null ? undefined : this.preparedFor(n)
         if (!p?.block) return 'null'
-        return (params[1] ? p.block : p.blockHashes!).render(this.identity(n!))
+        return (params[1] ? p.block : p.blockHashes!).bind(this.identity(n!))
       }
       case 'eth_getBlockByHash': {
         const n = this.numberOfHash(params[0])
         const p = n == null ? undefined : this.preparedFor(n)
         if (!p?.block) return 'null'
-        return (params[1] ? p.block : p.blockHashes!).render(this.identity(n!))
+        return (params[1] ? p.block : p.blockHashes!).bind(this.identity(n!))
       }
       case 'eth_getBlockReceipts': {
         const n = this.blockOrHashParam(params[0])
         const p = n == null ? undefined : this.preparedFor(n)
         if (!p?.block) return 'null'
         if (!p.receipts) throw new RpcError(-32000, `receipts of block ${n} were not recorded`)
-        return p.receipts.render(this.identity(n!))
+        return p.receipts.bind(this.identity(n!))
       }
       case 'eth_getTransactionReceipt': {
         const h = String(params[0]).toLowerCase()
         const n = this.txIndex.get(h)
         if (n == null) return 'null'
-        return this.preparedFor(n)!.txReceipts.get(h)!.render(this.identity(n))
+        return this.preparedFor(n)!.txReceipts.get(h)!.bind(this.identity(n))
       }
       case 'trace_block': {
         const n = this.blockOrHashParam(params[0])
         const p = n == null ? undefined : this.preparedFor(n)
         if (!p) return 'null'
         if (!p.traceBlock) throw new RpcError(-32000, `trace_block of block ${n} was not recorded`)
-        return p.traceBlock.render(this.identity(n!))
+        return p.traceBlock.bind(this.identity(n!))
       }
       case 'debug_traceBlockByNumber': {
         const n = this.blockParam(params[0])
         const tracer = params[1]?.tracer
         const p = n == null ? undefined : this.preparedFor(n)
         if (!p) throw new RpcError(-32000, `block ${params[0]} not found`)
-        if (tracer === 'callTracer' && p.callTraces) return p.callTraces.render(this.identity(n!))
-        if (tracer === 'prestateTracer' && params[1]?.tracerConfig?.diffMode && p.prestate) return p.prestate.render(this.identity(n!))
+        if (tracer === 'callTracer' && p.callTraces) return p.callTraces.bind(this.identity(n!))
+        if (tracer === 'prestateTracer' && params[1]?.tracerConfig?.diffMode && p.prestate) return p.prestate.bind(this.identity(n!))
         throw new RpcError(-32000, `debug_traceBlockByNumber ${JSON.stringify(params[1] ?? {})} of block ${n} was not recorded`)
       }
       case 'trace_replayBlockTransactions': {

@@ -80,6 +80,39 @@ export function isTransientRpcError(code: number, message: string): boolean {
 
 class Retryable extends Error {}
 
+/**
+ * Buffers that HTTP bodies are received into, kept for the next bodies once their reader gives them
+ * back (`RpcClient.releaseBody`): a body of many MB is then no fresh allocation, which V8 counts as
+ * external memory (its growth brings on full garbage collections) and the system maps in page by page.
+ */
+class BodyBuffers {
+  private readonly free: Buffer[] = []
+  private readonly ours = new WeakSet<ArrayBufferLike>()
+  private last = 1 << 20
+
+  constructor(private readonly keep: number) {}
+
+  /** A buffer of at least `size` bytes (the largest kept one, else a new one a little larger than the last body). */
+  take(size: number): Buffer {
+    let best = -1
+    for (let i = 0; i < this.free.length; i++) if (best < 0 || this.free[i].length > this.free[best].length) best = i
+    if (best >= 0 && this.free[best].length >= size) return this.free.splice(best, 1)[0]
+    const b = Buffer.allocUnsafeSlow(Math.max(size, Math.ceil(this.last * 1.25)))
+    this.ours.add(b.buffer)
+    return b
+  }
+
+  /** `body` (a view of a buffer of `take`) is no longer read; its buffer serves again. */
+  give(body: Buffer, size: number): void {
+    this.last = size
+    if (!this.ours.has(body.buffer)) return
+    const whole = Buffer.from(body.buffer)
+    if (this.free.some((b) => b.buffer === body.buffer)) return
+    this.free.push(whole)
+    if (this.free.length > this.keep) this.free.splice(this.free.reduce((m, b, i) => (b.length < this.free[m].length ? i : m), 0), 1)
+  }
+}
+
 export class RpcClient {
   readonly url: string
   private readonly concurrency: number
@@ -93,6 +126,7 @@ export class RpcClient {
   private active = 0
   private readonly waiting: (() => void)[] = []
   private nextId = 1
+  private readonly bodies: BodyBuffers
   /** Counters for progress and measurements. */
   readonly stats: TransferStats
 
@@ -108,6 +142,15 @@ export class RpcClient {
     this.https = this.target.protocol === 'https:'
     if (!this.https && this.target.protocol !== 'http:') throw new Error(`--rpc must be an http(s) URL, got ${opts.url}`)
     this.agent = new (this.https ? https : http).Agent({ keepAlive: true, maxSockets: this.concurrency })
+    this.bodies = new BodyBuffers(this.concurrency)
+  }
+
+  /**
+   * A body that `batchRaw` returned is no longer needed (its bytes were written out): its buffer
+   * receives the next bodies. Optional; a body not given back is garbage-collected as usual.
+   */
+  releaseBody(body: Buffer): void {
+    this.bodies.give(body, body.length)
   }
 
   async call(method: string, params: unknown[] = []): Promise<any> {
@@ -126,18 +169,18 @@ export class RpcClient {
   }
 
   /**
-   * Like `batch`, but the answer's bytes are handed to `scan` first: when the body is one complete
-   * JSON value without an `"error"` member and `scan` accepts it (returns a value), no JSON is parsed
-   * and `{body, scanned}` is returned; otherwise the body is parsed as `batch` does (`{answers}`).
-   * `ids` are the JSON-RPC ids of the calls (unique within the request), e.g. block numbers, so that
-   * a reader of the raw answers knows which call each one answers.
+   * Like `batch`, but the answer's bytes are handed to `scan` first: when the body is ASCII, one
+   * complete JSON value without an `"error"` member and `scan` accepts it (returns a value), no JSON
+   * is parsed and no string is made of it, and `{body, scanned}` is returned; otherwise the body is
+   * parsed as `batch` does (`{answers}`). `ids` are the JSON-RPC ids of the calls (unique within the
+   * request), e.g. block numbers, so that a reader of the raw answers knows which call each one answers.
    */
-  async batchRaw<T>(calls: RpcCall[], ids: number[], scan: (text: string, body: Buffer) => T | undefined): Promise<{ body: Buffer; scanned: T } | { answers: unknown[] }> {
+  async batchRaw<T>(calls: RpcCall[], ids: number[], scan: (body: Buffer) => T | undefined): Promise<{ body: Buffer; scanned: T } | { answers: unknown[] }> {
     const r = await this.exchange(calls, ids, scan)
     return r.answers ? { answers: r.answers } : { body: r.body!, scanned: r.scanned as T }
   }
 
-  private async exchange(calls: RpcCall[], ids?: number[], scan?: (text: string, body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
+  private async exchange(calls: RpcCall[], ids?: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
     if (calls.length === 0) return { answers: [] }
     await this.acquire()
     try {
@@ -162,7 +205,7 @@ export class RpcClient {
     }
   }
 
-  private async send(calls: RpcCall[], ids: number[], scan?: (text: string, body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
+  private async send(calls: RpcCall[], ids: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
     const body = calls.length === 1
       ? { jsonrpc: '2.0', id: ids[0], method: calls[0].method, params: calls[0].params }
       : calls.map((c, i) => ({ jsonrpc: '2.0', id: ids[i], method: c.method, params: c.params }))
@@ -175,15 +218,23 @@ export class RpcClient {
     } catch (e: any) {
       throw new Retryable(e?.cause?.message ?? e?.message ?? String(e))
     }
-    // JSON from nodes is ASCII nearly always: latin1 decoding is then a plain copy
-    const text = isAscii(raw) ? raw.toString('latin1') : raw.toString('utf8')
-    this.stats.bytes += text.length
-    if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text.slice(0, 200)}`)
-    if (scan && status === 200 && looksComplete(text, calls.length > 1) && !hasErrorMember(text)) {
-      const scanned = scan(text, raw)
-      if (scanned !== undefined) return { body: raw, scanned }
+    // JSON from nodes is ASCII nearly always: its length in characters is its length in bytes, and
+    // latin1 decoding is a plain copy
+    const ascii = isAscii(raw)
+    const text = () => (ascii ? raw.toString('latin1') : raw.toString('utf8'))
+    if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text().slice(0, 200)}`)
+    if (scan && ascii && status === 200 && looksComplete(raw, calls.length > 1) && !hasErrorMember(raw)) {
+      // scanned in place: a string of the body would be one more copy of it, and garbage to collect
+      const scanned = scan(raw)
+      if (scanned !== undefined) {
+        this.stats.bytes += raw.length
+        return { body: raw, scanned }
+      }
     }
-    return { answers: this.decode(text, status, calls, ids) }
+    const decoded = text()
+    this.releaseBody(raw)
+    this.stats.bytes += decoded.length
+    return { answers: this.decode(decoded, status, calls, ids) }
   }
 
   private decode(text: string, status: number, calls: RpcCall[], ids: number[]): unknown[] {
@@ -238,13 +289,23 @@ export class RpcClient {
         headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
         timeout: this.timeoutMs,
       }, (res) => {
-        const chunks: Buffer[] = []
-        res.on('data', (c: Buffer) => chunks.push(c))
+        // the body's pieces are copied into one buffer as they arrive (from `bodies`: see BodyBuffers)
+        const announced = Number(res.headers['content-length'])
+        let body = this.bodies.take(Number.isSafeInteger(announced) && announced >= 0 ? announced : 0)
+        let size = 0
+        res.on('data', (c: Buffer) => {
+          if (size + c.length > body.length) {
+            const larger = this.bodies.take(Math.max(2 * body.length, size + c.length))
+            body.copy(larger, 0, 0, size)
+            body = larger
+          }
+          size += c.copy(body, size)
+        })
         res.on('error', reject)
         res.on('aborted', () => reject(new Error('the connection was closed before the answer was complete')))
         res.on('end', () => {
           if (!res.complete) return reject(new Error('the connection was closed before the answer was complete'))
-          resolve({ status: res.statusCode ?? 0, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) })
+          resolve({ status: res.statusCode ?? 0, body: body.subarray(0, size) })
         })
       })
       const timer = setTimeout(() => req.destroy(new Error(`timed out after ${this.timeoutMs} ms`)), this.timeoutMs)
@@ -276,16 +337,18 @@ export class RpcClient {
  * (`…}`). A body cut short inside a value ends otherwise nearly always; it is then parsed, which
  * fails and is retried.
  */
-function looksComplete(text: string, batch: boolean): boolean {
-  let end = text.length - 1
-  while (end > 0 && text.charCodeAt(end) <= 32) end--
-  if (batch) return text.charCodeAt(end) === 93 /* ] */ && text.charCodeAt(end - 1) === 125 /* } */
-  return text.charCodeAt(end) === 125
+function looksComplete(body: Buffer, batch: boolean): boolean {
+  let end = body.length - 1
+  while (end > 0 && body[end] <= 32) end--
+  if (batch) return body[end] === 93 /* ] */ && body[end - 1] === 125 /* } */
+  return body[end] === 125
 }
 
-/** Whether the text has an `"error"` member (searched from its `r`: V8 looks for a pattern's first character, and quotes are everywhere in JSON). */
-function hasErrorMember(text: string): boolean {
-  for (let at = text.indexOf('rror"'); at >= 0; at = text.indexOf('rror"', at + 5)) if (text.startsWith('"e', at - 2)) return true
+const RROR = Buffer.from('rror"')
+
+/** Whether the body has an `"error"` member (searched from its `r`: the search looks for a pattern's first character, and quotes are everywhere in JSON). */
+function hasErrorMember(body: Buffer): boolean {
+  for (let at = body.indexOf(RROR); at >= 0; at = body.indexOf(RROR, at + 5)) if (body[at - 2] === 34 /* " */ && body[at - 1] === 101 /* e */) return true
   return false
 }
 

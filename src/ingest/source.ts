@@ -1,4 +1,5 @@
-import { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type RowsText, type SpoolEntry, type SpoolWriter } from '../chunks/writer.js'
+import { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type RowsText } from '../chunks/rows.js'
+import type { SpoolEntry, SpoolWriter } from '../chunks/writer.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
 

@@ -50,30 +50,41 @@ interface Scanned<T> {
 const q = (n: number) => '0x' + n.toString(16)
 const HASH = /^0x[0-9a-fA-F]{64}$/
 
+/*
+ * The scans read the body's bytes in place (the HTTP client hands over ASCII bodies only, so a byte is
+ * a character): no string is made of a body of many MB, which would be one more copy of it and, for
+ * V8, external memory that brings on full garbage collections. Keys are searched without their opening
+ * quote (then checked): the search looks for a pattern's first byte first, and quotes are everywhere in
+ * JSON, letters such as `h`, `j`, `H` or `I` rarely outside keys.
+ */
+
+const key = (k: string) => Buffer.from(k, 'latin1')
+const JSONRPC = key('jsonrpc"')
+
 /**
  * The answers of a batch: [start, end) of each answer object, found by its `"jsonrpc"` member, which
  * nodes send first (`{"jsonrpc":…},{"jsonrpc":…}`, no white space between answers); undefined when
- * the text is laid out otherwise.
+ * the body is laid out otherwise.
  */
-function answerSpans(text: string, count: number): [number, number][] | undefined {
+function answerSpans(body: Buffer, count: number): [number, number][] | undefined {
   const starts: number[] = []
-  for (let at = text.indexOf('jsonrpc"'); at >= 0; at = text.indexOf('jsonrpc"', at + 8)) {
-    if (text.charCodeAt(at - 1) !== 34 || text.charCodeAt(at - 2) !== 123) return undefined
+  for (let at = body.indexOf(JSONRPC); at >= 0; at = body.indexOf(JSONRPC, at + 8)) {
+    if (body[at - 1] !== 34 || body[at - 2] !== 123) return undefined
     starts.push(at - 2)
   }
   if (starts.length !== count) return undefined
-  let end = text.length
-  while (end > 0 && text.charCodeAt(end - 1) <= 32) end--
-  const newline = text.indexOf('\n')
+  let end = body.length
+  while (end > 0 && body[end - 1] <= 32) end--
+  const newline = body.indexOf(10 /* \n */)
   if (newline >= 0 && newline < end) return undefined // each answer becomes one line of the spool
-  if (count > 1 || text.charCodeAt(0) === 91 /* [ */) {
-    if (text.charCodeAt(starts[0] - 1) !== 91 || text.charCodeAt(end - 1) !== 93 /* ] */) return undefined
+  if (count > 1 || body[0] === 91 /* [ */) {
+    if (body[starts[0] - 1] !== 91 || body[end - 1] !== 93 /* ] */) return undefined
     end--
   } else if (starts[0] !== 0) return undefined
   const spans: [number, number][] = []
   for (let i = 0; i < count; i++) {
     const to = i + 1 < count ? starts[i + 1] - 1 : end
-    if (i + 1 < count && text.charCodeAt(to) !== 44 /* , */) return undefined
+    if (i + 1 < count && body[to] !== 44 /* , */) return undefined
     spans.push([starts[i], to])
   }
   return spans
@@ -81,21 +92,21 @@ function answerSpans(text: string, count: number): [number, number][] | undefine
 
 /**
  * Whether the answer's hex values must be checked character by character: some `"0x…"` string has
- * an upper-case digit, or the text has a backslash. Without a backslash no string value holds a
+ * an upper-case digit, or the body has a backslash. Without a backslash no string value holds a
  * quote, a backslash or a control character (raw ones are not JSON), so values taken as sent are
  * safe between quotes in the query engine's JSON (the `hex` field encoding).
  */
-export function needsHexCheck(text: string): boolean {
-  return text.includes('\\') || hasUpperCaseHex(text)
+export function needsHexCheck(body: Buffer): boolean {
+  return body.includes(92 /* \\ */) || hasUpperCaseHex(body)
 }
 
 /** Whether some `"0x…"` string has an upper-case hex digit (keys have upper-case letters too: each hit is looked at). */
-export function hasUpperCaseHex(text: string): boolean {
-  for (const c of 'ABCDEF') {
-    for (let at = text.indexOf(c); at >= 0; at = text.indexOf(c, at + 1)) {
+export function hasUpperCaseHex(body: Buffer): boolean {
+  for (let c = 65 /* A */; c <= 70 /* F */; c++) {
+    for (let at = body.indexOf(c); at >= 0; at = body.indexOf(c, at + 1)) {
       let k = at - 1
-      while (k > 1 && isHexDigit(text.charCodeAt(k))) k--
-      if (text.charCodeAt(k) === 120 /* x */ && text.charCodeAt(k - 1) === 48 /* 0 */ && text.charCodeAt(k - 2) === 34 /* " */) return true
+      while (k > 1 && isHexDigit(body[k])) k--
+      if (body[k] === 120 /* x */ && body[k - 1] === 48 /* 0 */ && body[k - 2] === 34 /* " */) return true
     }
   }
   return false
@@ -103,47 +114,61 @@ export function hasUpperCaseHex(text: string): boolean {
 
 const isHexDigit = (c: number) => (c >= 48 && c <= 57) || (c >= 97 && c <= 102) || (c >= 65 && c <= 70)
 
-/*
- * Keys are searched without their opening quote (then checked): V8's search looks for a pattern's
- * first character first, and quotes are everywhere in JSON, letters such as `h`, `j`, `H` or `I`
- * rarely outside keys (4× faster).
- */
-
-/** The first string value of `"key":"` at or after `from`, before `to`; `key` is given without its opening quote. */
-function valueAt(text: string, key: string, from: number, to: number): { at: number; value: string } | undefined {
-  for (let at = text.indexOf(key, from); at >= 0 && at < to; at = text.indexOf(key, at + key.length)) {
-    if (text.charCodeAt(at - 1) !== 34) continue
-    const start = at + key.length
-    const end = text.indexOf('"', start)
-    return end < 0 || end > to ? undefined : { at, value: text.slice(start, end) }
+/** The first string value of `"key":"` at or after `from`, before `to`; `k` is the key's bytes without its opening quote. */
+function valueAt(body: Buffer, k: Buffer, from: number, to: number): { at: number; value: string } | undefined {
+  for (let at = body.indexOf(k, from); at >= 0 && at < to; at = body.indexOf(k, at + k.length)) {
+    if (body[at - 1] !== 34) continue
+    const start = at + k.length
+    const end = body.indexOf(34 /* " */, start)
+    return end < 0 || end > to ? undefined : { at, value: body.toString('latin1', start, end) }
   }
   return undefined
 }
 
-/** Whether `text` has `value` followed by a closing quote at `at`. */
-const quotedAt = (text: string, value: string, at: number) => text.startsWith(value, at) && text.charCodeAt(at + value.length) === 34
+/** Whether `body` has `value` followed by a closing quote at `at`. */
+function quotedAt(body: Buffer, value: string, at: number): boolean {
+  const n = value.length
+  if (body[at + n] !== 34) return false
+  for (let i = 0; i < n; i++) if (body[at + i] !== value.charCodeAt(i)) return false
+  return true
+}
+
+/** Whether `body` has `"` and the bytes of `word` (ASCII) just before `at`. */
+function wordBefore(body: Buffer, word: string, at: number): boolean {
+  const start = at - word.length
+  if (body[start - 1] !== 34) return false
+  for (let i = 0; i < word.length; i++) if (body[start + i] !== word.charCodeAt(i)) return false
+  return true
+}
+
+const NUMBER = key('number":"')
+const PARENT_HASH = key('parentHash":"')
+const TRANSACTIONS = key('transactions":[')
+const HASH_KEY = key('hash":"')
+const ANY_HASH = key('Hash":"')
+const ANY_INDEX = key('Index":')
 
 /**
  * Blocks of an `eth_getBlockByNumber(n, true)` batch answer, in the asked order, or undefined when
- * the text is not plainly that (then it is parsed). Only the block has `number` and `parentHash`
+ * the body is not plainly that (then it is parsed). Only the block has `number` and `parentHash`
  * members; `hash` is the block's and each transaction's (the block's is the one outside the
  * transactions array: before it, or else after it). A transaction without a hash, or a hash that is
  * not where it belongs, makes the receipts not match (the parsed way then names the problem).
  */
-export function scanBlocks(text: string, numbers: number[]): Scanned<ScannedBlock> | undefined {
-  const spans = answerSpans(text, numbers.length)
+export function scanBlocks(body: Buffer, numbers: number[]): Scanned<ScannedBlock> | undefined {
+  const spans = answerSpans(body, numbers.length)
   if (!spans) return undefined
   const out: ScannedBlock[] = []
   for (const [i, [from, to]] of spans.entries()) {
-    const num = valueAt(text, 'number":"', from, to)
-    const parent = valueAt(text, 'parentHash":"', from, to)
+    const num = valueAt(body, NUMBER, from, to)
+    const parent = valueAt(body, PARENT_HASH, from, to)
     if (!num || !parent || !/^0x[0-9a-fA-F]+$/.test(num.value) || parseInt(num.value, 16) !== numbers[i]) return undefined
-    const txs = text.indexOf('transactions":[', from)
-    if (txs < 0 || txs >= to || text.charCodeAt(txs - 1) !== 34) return undefined
-    const first = text.charCodeAt(txs + 15)
+    const txs = body.indexOf(TRANSACTIONS, from)
+    if (txs < 0 || txs >= to || body[txs - 1] !== 34) return undefined
+    const first = body[txs + 15]
     if (first !== 123 /* { */ && first !== 93 /* ] */) return undefined
     const hashes: { at: number; value: string }[] = []
-    for (let h = valueAt(text, 'hash":"', from, to); h; h = valueAt(text, 'hash":"', h.at + 7, to)) hashes.push(h)
+    for (let h = valueAt(body, HASH_KEY, from, to); h; h = valueAt(body, HASH_KEY, h.at + 7, to)) hashes.push(h)
     if (!hashes.length) return undefined
     const own = hashes[0].at < txs ? 0 : hashes.length - 1
     const hash = hashes[own].value
@@ -156,7 +181,7 @@ export function scanBlocks(text: string, numbers: number[]): Scanned<ScannedBloc
       bytes: to - from,
     })
   }
-  return { items: out, spans, checkHex: needsHexCheck(text) }
+  return { items: out, spans, checkHex: needsHexCheck(body) }
 }
 
 /**
@@ -165,20 +190,20 @@ export function scanBlocks(text: string, numbers: number[]): Scanned<ScannedBloc
  * order (`transactionHash` of receipts and their logs, repeats collapsed) and numbers its logs with
  * increasing `logIndex` quantities. Values are compared where they stand (no strings are cut out).
  */
-export function scanReceipts(text: string, blocks: BlockContext[]): Scanned<{ logs: number; bytes: number }> | undefined {
-  const spans = answerSpans(text, blocks.length)
+export function scanReceipts(body: Buffer, blocks: BlockContext[]): Scanned<{ logs: number; bytes: number }> | undefined {
+  const spans = answerSpans(body, blocks.length)
   if (!spans) return undefined
   const out: { logs: number; bytes: number }[] = []
   for (const [i, [from, to]] of spans.entries()) {
     const b = blocks[i]
     // `"blockHash":"` and `"transactionHash":"` in one search
     let k = 0
-    for (let at = text.indexOf('Hash":"', from); at >= 0 && at < to; at = text.indexOf('Hash":"', at + 7)) {
-      if (text.startsWith('"block', at - 6)) {
-        if (!quotedAt(text, b.hash, at + 7)) return undefined
-      } else if (text.startsWith('"transaction', at - 12)) {
-        if (k > 0 && quotedAt(text, b.txHashes[k - 1], at + 7)) continue
-        if (k >= b.txHashes.length || !quotedAt(text, b.txHashes[k], at + 7)) return undefined
+    for (let at = body.indexOf(ANY_HASH, from); at >= 0 && at < to; at = body.indexOf(ANY_HASH, at + 7)) {
+      if (wordBefore(body, 'block', at)) {
+        if (!quotedAt(body, b.hash, at + 7)) return undefined
+      } else if (wordBefore(body, 'transaction', at)) {
+        if (k > 0 && quotedAt(body, b.txHashes[k - 1], at + 7)) continue
+        if (k >= b.txHashes.length || !quotedAt(body, b.txHashes[k], at + 7)) return undefined
         k++
       }
     }
@@ -186,30 +211,30 @@ export function scanReceipts(text: string, blocks: BlockContext[]): Scanned<{ lo
     // log indexes: hex quantities, increasing within the block (else the parsed way renumbers repeats, renumberLogs)
     let logs = 0
     let previous = -1
-    for (let at = text.indexOf('Index":', from); at >= 0 && at < to; at = text.indexOf('Index":', at + 7)) {
-      if (!text.startsWith('"log', at - 4)) continue
-      const index = hexQuantityAt(text, at + 7)
+    for (let at = body.indexOf(ANY_INDEX, from); at >= 0 && at < to; at = body.indexOf(ANY_INDEX, at + 7)) {
+      if (!wordBefore(body, 'log', at)) continue
+      const index = hexQuantityAt(body, at + 7)
       if (index <= previous) return undefined
       previous = index
       logs++
     }
     out.push({ logs, bytes: to - from })
   }
-  return { items: out, spans, checkHex: needsHexCheck(text) }
+  return { items: out, spans, checkHex: needsHexCheck(body) }
 }
 
 /** The value of the quoted hex quantity (`"0x…"`, at most 12 digits) at `at`, or -1. */
-function hexQuantityAt(text: string, at: number): number {
-  if (text.charCodeAt(at) !== 34 || text.charCodeAt(at + 1) !== 48 || text.charCodeAt(at + 2) !== 120) return -1
+function hexQuantityAt(body: Buffer, at: number): number {
+  if (body[at] !== 34 || body[at + 1] !== 48 || body[at + 2] !== 120) return -1
   let n = 0
   let i = at + 3
   for (; i < at + 15; i++) {
-    const c = text.charCodeAt(i)
+    const c = body[i]
     const d = c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : c >= 65 && c <= 70 ? c - 55 : -1
     if (d < 0) break
     n = n * 16 + d
   }
-  return i > at + 3 && text.charCodeAt(i) === 34 ? n : -1
+  return i > at + 3 && body[i] === 34 ? n : -1
 }
 
 /**
@@ -270,9 +295,6 @@ async function writeLines(file: string, lines: Lines): Promise<void> {
   }
 }
 
-/** A scan of a body whose text is its bytes (ASCII: offsets in the text are offsets in the body). */
-const scanBytes = <T>(scan: (text: string) => T | undefined) => (text: string, body: Buffer) => (text.length === body.length ? scan(text) : undefined)
-
 /**
  * Fetch `numbers` into the spool folder `dir`: one pair of NDJSON files (blocks, receipts) per group
  * of `batchSize` blocks. Throws what `EvmRpcSource.fetch` throws (BlockChanged, BlockNotAvailable,
@@ -281,7 +303,9 @@ const scanBytes = <T>(scan: (text: string) => T | undefined) => (text: string, b
 export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: string): Promise<SpooledBlock[]> {
   const parts = groups(numbers, s.batchSize)
   const blockCalls = (g: number[]): RpcCall[] => g.map((n) => ({ method: 'eth_getBlockByNumber', params: [q(n), true] }))
-  const answers = await Promise.all(parts.map((g) => s.rpc.batchRaw(blockCalls(g), g, scanBytes((text) => scanBlocks(text, g)))))
+  const answers = await Promise.all(parts.map((g) => s.rpc.batchRaw(blockCalls(g), g, (body) => scanBlocks(body, g))))
+  /** Bodies whose views are spooled (given back to the RPC client once written). */
+  const bodies: Buffer[] = []
   const writes: { file: string; lines: Lines }[] = []
   const out: SpooledBlock[] = []
   const name = (g: number[]) => path.join(dir, `${g[0]}-${g[g.length - 1]}-${randomBytes(4).toString('hex')}`)
@@ -313,8 +337,9 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
       let perBlock: { logs: number; bytes: number }[]
       let checkHex = a.scanned.checkHex
       let receiptLines: Lines
-      const r = s.receiptsByTx ? undefined : await s.rpc.batchRaw(g.map((n) => ({ method: 'eth_getBlockReceipts', params: [q(n)] })), g, scanBytes((text) => scanReceipts(text, ctx)))
+      const r = s.receiptsByTx ? undefined : await s.rpc.batchRaw(g.map((n) => ({ method: 'eth_getBlockReceipts', params: [q(n)] })), g, (body) => scanReceipts(body, ctx))
       if (r && 'body' in r) {
+        bodies.push(r.body)
         receiptLines = linesOf(r.body, r.scanned.spans)
         perBlock = r.scanned.items
         checkHex ||= r.scanned.checkHex
@@ -327,6 +352,7 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
           bytes: JSON.stringify(list).length,
         }))
       }
+      bodies.push(a.body)
       writes.push({ file: files.blocks, lines: linesOf(a.body, a.scanned.spans) }, { file: files.receipts, lines: receiptLines })
       ctx.forEach((b, i) => out.push({
         number: b.number, hash: b.hash, parentHash: b.parentHash, bytes: b.bytes + perBlock[i].bytes,
@@ -336,5 +362,6 @@ export async function fetchSpooled(s: EvmRpcSource, numbers: number[], dir: stri
     out.sort((x, y) => numbers.indexOf(x.number) - numbers.indexOf(y.number))
   }
   await Promise.all(writes.map((w) => writeLines(w.file, w.lines)))
+  for (const body of bodies) s.rpc.releaseBody(body) // written out: their buffers take the next answers
   return out
 }

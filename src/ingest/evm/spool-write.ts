@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises'
 import type { DuckDBConnection } from '@duckdb/node-api'
-import { ident } from '../../db.js'
+import { ident } from '../../sql-text.js'
 import type { SpoolWriter } from '../../chunks/writer.js'
 import { BadRpcAnswer, MalformedRpcData } from '../source.js'
 import { lowerHexDeep, normalizeEvmBlock } from './normalize.js'

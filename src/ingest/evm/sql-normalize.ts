@@ -1,5 +1,5 @@
 import type { DuckDBConnection } from '@duckdb/node-api'
-import { ident, lit } from '../../db.js'
+import { ident, lit } from '../../sql-text.js'
 import { evmFamily } from '../../families/evm.js'
 import type { TableDecl } from '../../families/declaration.js'
 
