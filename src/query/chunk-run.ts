@@ -5,7 +5,7 @@ import type { ItemDecl } from '../families/declaration.js'
 import { tableOf } from '../families/declaration.js'
 import { unfiltered, type QueryPlan, type ScanPlan } from './plan.js'
 import type { HeldChunk } from './types.js'
-import { bigintNumbers, integerNumbers, varcharBytes } from './raw-rows.js'
+import { bigintColumn, bigintNumbers, integerColumn, integerNumbers, varcharBytes } from './raw-rows.js'
 import { chunkIsDense } from './summary.js'
 import { cachedHeader, keepHeader } from './header-cache.js'
 import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceColumns, weightParts, weightSql } from './sql.js'
@@ -61,8 +61,8 @@ const MAX_IN_LIST = 16
 
 /** Rows of a slice: block number, kind (0 = header, i > 0 = the plan's kinds[i-1]) and JSON text. */
 export interface SliceRows {
-  block: number[]
-  kind: number[]
+  block: ArrayLike<number>
+  kind: ArrayLike<number>
   json: Uint8Array[]
 }
 
@@ -90,12 +90,20 @@ export class ChunkRun {
     this.blockCol = tableOf(plan.family, plan.family.header.table).blockColumn
   }
 
-  /** A table of the chunk as an SQL source; with `rowNumbers`, with the `file_row_number` column. */
+  /** A table of the chunk as an SQL source; with `rowNumbers`, with the row numbers `rowNumber` names. */
   private file(table: string, rowNumbers = false): string {
     const local = this.chunk.local?.(table)
-    // The local form keeps the Parquet file's row order: rowid is the file's row number.
-    if (local) return rowNumbers ? `(SELECT *, rowid AS file_row_number FROM ${local})` : local
+    if (local) return local
     return `read_parquet(${lit(path.join(this.chunk.dir, `${table}.parquet`))}${rowNumbers ? ', file_row_number = true' : ''})`
+  }
+
+  /**
+   * A row's number in its Parquet file: the local form keeps the file's row order, so there it is
+   * the rowid (a direct column, not a projection over every column: measured 0.4–0.8 ms less
+   * planning per statement).
+   */
+  private rowNumber(table: string, alias: string): string {
+    return `${alias}.${this.chunk.local?.(table) ? 'rowid' : 'file_row_number'}`
   }
 
   private selected(item: ItemDecl): string[] {
@@ -167,7 +175,7 @@ export class ChunkRun {
       const select = this.keySelect(scan.item, 'src', scan.relations.flatMap((r) => relationSourceColumns(r.decl)))
       await this.con.run(
         `CREATE OR REPLACE TEMP TABLE m${scan.id} AS SELECT ${select}, ${weightSql(scan.item, this.selected(scan.item), 'src')} AS w, ` +
-          `src.file_row_number AS r FROM ${this.file(scan.item.table, true)} src WHERE ${this.where(scan, 'src')}`,
+          `${this.rowNumber(scan.item.table, 'src')} AS r FROM ${this.file(scan.item.table, true)} src WHERE ${this.where(scan, 'src')}`,
       )
     }
     // 2. selected keys per kind
@@ -251,13 +259,13 @@ export class ChunkRun {
         parts.push(
           viaM
             ? `SELECT ${keyList('m')}, m.w, m.r FROM ${matched(scan)} m`
-            : `SELECT ${keyList('t')}, ${w} AS w, t.file_row_number AS r FROM ${this.file(kind.table, true)} t WHERE ${this.where(scan, 't')}`,
+            : `SELECT ${keyList('t')}, ${w} AS w, ${this.rowNumber(kind.table, 't')} AS r FROM ${this.file(kind.table, true)} t WHERE ${this.where(scan, 't')}`,
         )
       }
       for (const rel of scan.relations) {
         if (rel.target !== kind) continue
         parts.push(
-          `SELECT ${keyList('t')}, ${w} AS w, t.file_row_number AS r FROM ${this.file(kind.table, true)} t SEMI JOIN ${matched(scan)} m ` +
+          `SELECT ${keyList('t')}, ${w} AS w, ${this.rowNumber(kind.table, 't')} AS r FROM ${this.file(kind.table, true)} t SEMI JOIN ${matched(scan)} m ` +
             `ON ${relationJoinSql(rel.decl, this.blockColumn(kind))} WHERE ${this.range('t', this.blockColumn(kind))}`,
         )
       }
@@ -297,36 +305,41 @@ export class ChunkRun {
         `FROM ${this.file(header.table)} t WHERE ${this.range('t', this.blockCol)}`
     }
     const sql = `SELECT k, b, w, r FROM (${rows}) ORDER BY k, b${order.names.map((n) => `, ${n}`).join('')}`
-    const k: number[] = []
-    const b: number[] = []
-    const w: number[] = []
-    const r: number[] = []
-    for (const chunk of await (await this.con.run(sql)).fetchAllChunks()) {
-      integerNumbers(chunk, 0, k)
-      bigintNumbers(chunk, 1, b)
-      bigintNumbers(chunk, 2, w)
-      bigintNumbers(chunk, 3, r)
+    const chunks = await (await this.con.run(sql)).fetchAllChunks()
+    const column = <T extends Int32Array | Float64Array>(read: (c: (typeof chunks)[number]) => T, make: (n: number) => T): T => {
+      if (chunks.length === 1) return read(chunks[0])
+      const out = make(chunks.reduce((n, c) => n + c.rowCount, 0))
+      let at = 0
+      for (const c of chunks) {
+        out.set(read(c), at)
+        at += c.rowCount
+      }
+      return out
     }
-    const blocks = k.findIndex((x) => x >= 0)
-    const headers = blocks < 0 ? k.length : blocks
+    const k = column((c) => integerColumn(c, 0), (n) => new Int32Array(n))
+    const b = column((c) => bigintColumn(c, 1), (n) => new Float64Array(n))
+    const w = column((c) => bigintColumn(c, 2), (n) => new Float64Array(n))
+    const r = column((c) => bigintColumn(c, 3), (n) => new Float64Array(n))
+    const headers = lowerBound(k, 0)
     if (k.length - headers > keyedPlan.maxRows) return undefined
-    const selected: KeyedRows[] = this.kinds.map(() => ({ block: [], r: [], rank: new Map() }))
     const weights = new Map<number, number>()
-    for (let i = headers; i < k.length; i++) {
-      const kind = selected[k[i]]
-      kind.rank.set(r[i], kind.block.length)
-      kind.block.push(b[i])
-      kind.r.push(r[i])
-      weights.set(b[i], (weights.get(b[i]) ?? 0) + w[i])
-    }
+    const selected: KeyedRows[] = this.kinds.map((_, i) => {
+      // Rows arrive ordered by kind: each kind's are one stretch.
+      const at = lowerBound(k, i, headers)
+      const end = lowerBound(k, i + 1, at)
+      const rows = keyedRows(b.subarray(at, end), r.subarray(at, end))
+      for (let j = at; j < end; j++) weights.set(b[j], (weights.get(b[j]) ?? 0) + w[j])
+      return rows
+    })
     this.keyed = selected
     this.selAlias.clear()
     for (const [i, kind] of this.kinds.entries()) {
       if (this.readByFilter(kind)) continue
-      const ranges = rowRanges(selected[i].r)
+      const ranges = rowRanges(selected[i].sorted)
       if (ranges.length === 0) selected[i].ranges = 'FALSE'
       else if (ranges.length <= keyedPlan.maxRanges) {
-        selected[i].ranges = ranges.map(([x, y]) => (x === y ? `src.file_row_number = ${x}` : `src.file_row_number BETWEEN ${x} AND ${y}`)).join(' OR ')
+        const r = this.rowNumber(kind.table, 'src')
+        selected[i].ranges = ranges.map(([x, y]) => (x === y ? `${r} = ${x}` : `${r} BETWEEN ${x} AND ${y}`)).join(' OR ')
       } else {
         // Scattered rows: slices join them by row number through a temp table, as on the temp-table plan.
         const { parts } = this.selectionParts(kind, (scan) => this.matchedRows(scan), true)
@@ -371,52 +384,54 @@ export class ChunkRun {
     const spans = this.kinds.map((_, i) => this.rankSpan(i, lo, hi))
     this.kinds.forEach((kind, i) => {
       if (spans[i][0] === spans[i][1]) return
-      parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, src.file_row_number::BIGINT AS r, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
+      parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${this.rowNumber(kind.table, 'src')}::BIGINT AS r, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
     })
     const sql = parts.join(' UNION ALL ')
     const headers: (Uint8Array | undefined)[] = new Array(hi - lo + 1)
     const items = spans.map(([a, b]) => new Array<Uint8Array | undefined>(b - a))
     const chunks = weight > 4 * SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
+    let headerCount = 0
     for await (const chunk of chunks) {
-      const block: number[] = []
-      const kind: number[] = []
-      const r: number[] = []
+      const block = bigintColumn(chunk, 0)
+      const kind = integerColumn(chunk, 1)
+      const r = bigintColumn(chunk, 2)
       const json: Uint8Array[] = []
-      bigintNumbers(chunk, 0, block)
-      integerNumbers(chunk, 1, kind)
-      bigintNumbers(chunk, 2, r)
       varcharBytes(chunk, 3, json)
       for (let n = 0; n < kind.length; n++) {
         if (kind[n] === 0) {
           headers[block[n] - lo] = json[n]
+          headerCount++
           continue
         }
         const i = kind[n] - 1
-        const rank = this.keyed![i].rank.get(r[n])
-        if (rank === undefined || rank < spans[i][0] || rank >= spans[i][1]) throw new Error(`row ${r[n]} of ${this.kinds[i].selector} was not selected for blocks ${lo}..${hi}`)
+        const rank = rankOf(this.keyed![i], r[n])
+        if (rank < spans[i][0] || rank >= spans[i][1]) throw new Error(`row ${r[n]} of ${this.kinds[i].selector} was not selected for blocks ${lo}..${hi}`)
         items[i][rank - spans[i][0]] = json[n]
       }
     }
-    const rows: SliceRows = { block: [], kind: [], json: [] }
+    const total = headerCount + spans.reduce((n, [a, b]) => n + b - a, 0)
+    const rows = { block: new Float64Array(total), kind: new Int32Array(total), json: new Array<Uint8Array>(total) }
+    let at = 0
     const next = spans.map(([a]) => a)
     for (let b = lo; b <= hi; b++) {
       const h = headers[b - lo]
       if (!h) continue
-      rows.block.push(b)
-      rows.kind.push(0)
-      rows.json.push(h)
-      this.kinds.forEach((_, i) => {
+      rows.block[at] = b
+      rows.kind[at] = 0
+      rows.json[at++] = h
+      for (let i = 0; i < this.kinds.length; i++) {
         const blocks = this.keyed![i].block
         for (; next[i] < spans[i][1] && blocks[next[i]] === b; next[i]++) {
           const json = items[i][next[i] - spans[i][0]]
           if (!json) throw new Error(`row of ${this.kinds[i].selector} in block ${b} missing from its slice`)
-          rows.block.push(b)
-          rows.kind.push(i + 1)
-          rows.json.push(json)
+          rows.block[at] = b
+          rows.kind[at] = i + 1
+          rows.json[at++] = json
         }
-      })
+      }
     }
-    yield rows
+    // Items of blocks whose header was not read (none: every candidate block has one) are left out, as by the writer.
+    yield { block: rows.block.subarray(0, at), kind: rows.kind.subarray(0, at), json: rows.json.slice(0, at) }
   }
 
   /** Ranks `[first, end)` of a kind's selected rows in blocks `lo..hi` (keyed plan; ranks follow the block order). */
@@ -442,7 +457,7 @@ export class ChunkRun {
    */
   async *slice(lo: number, hi: number, weight: number): AsyncGenerator<SliceRows> {
     if (this.headerJson) {
-      const rows: SliceRows = { block: [], kind: [], json: [] }
+      const rows = { block: [] as number[], kind: [] as number[], json: [] as Uint8Array[] }
       for (const b of this.candidates) {
         if (b.number < lo || b.number > hi) continue
         rows.block.push(b.number)
@@ -470,11 +485,9 @@ export class ChunkRun {
     // A streaming result costs a few ms more than a materialised one; only big slices need it.
     const chunks = weight > SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
     for await (const chunk of chunks) {
-      const rows: SliceRows = { block: [], kind: [], json: [] }
-      bigintNumbers(chunk, 0, rows.block)
-      integerNumbers(chunk, 1, rows.kind)
-      varcharBytes(chunk, 2, rows.json)
-      yield rows
+      const json: Uint8Array[] = []
+      varcharBytes(chunk, 2, json)
+      yield { block: bigintColumn(chunk, 0), kind: integerColumn(chunk, 1), json }
     }
   }
 
@@ -590,7 +603,7 @@ export class ChunkRun {
     if (ranges) return `${from} src WHERE ${range} AND (${ranges})`
     return (
       `${from} src SEMI JOIN (SELECT r FROM ${this.selName(kind)} ` +
-      `WHERE block_number BETWEEN ${lo} AND ${hi}) s ON src.file_row_number = s.r WHERE ${range}`
+      `WHERE block_number BETWEEN ${lo} AND ${hi}) s ON ${this.rowNumber(kind.table, 'src')} = s.r WHERE ${range}`
     )
   }
 
@@ -602,20 +615,43 @@ export class ChunkRun {
 
 }
 
-/** Selected rows of one kind (keyed plan): block number and row number of each. */
+/** Selected rows of one kind (keyed plan), in the order of the answer (block, then key). */
 interface KeyedRows {
-  /** Block of each row, in the rows' order (block, then key). */
-  block: number[]
-  /** Row number of each row, in the same order. */
-  r: number[]
-  /** Position of each row number in that order. */
-  rank: Map<number, number>
+  /** Block of each row. */
+  block: Float64Array
+  /** Row number of each row. */
+  r: Float64Array
+  /** The row numbers ascending, and the rank of each. */
+  sorted: Float64Array
+  ranks: Int32Array
   /** A related kind's rows as a condition on their row numbers, when they lie in few runs (else a temp table holds them). */
   ranges?: string
 }
 
+function keyedRows(block: Float64Array, r: Float64Array): KeyedRows {
+  // Sorted as one number per row, row number and rank (a typed array's own sort, no comparator).
+  let scale = 1
+  while (scale < r.length) scale *= 2
+  const keys = new Float64Array(r.length)
+  for (let i = 0; i < r.length; i++) keys[i] = r[i] * scale + i
+  keys.sort()
+  const sorted = new Float64Array(r.length)
+  const ranks = new Int32Array(r.length)
+  for (let i = 0; i < r.length; i++) {
+    sorted[i] = Math.floor(keys[i] / scale)
+    ranks[i] = keys[i] - sorted[i] * scale
+  }
+  return { block: block.slice(), r: r.slice(), sorted, ranks }
+}
+
+/** Rank of a selected row by its row number (-1: not selected). */
+function rankOf(rows: KeyedRows, r: number): number {
+  const at = lowerBound(rows.sorted, r)
+  return rows.sorted[at] === r ? rows.ranks[at] : -1
+}
+
 /** First index of the ascending `values` from `start` on whose value is at least `value`. */
-function lowerBound(values: number[], value: number, start = 0): number {
+function lowerBound(values: ArrayLike<number>, value: number, start = 0): number {
   let lo = start
   let hi = values.length
   while (lo < hi) {
@@ -626,11 +662,11 @@ function lowerBound(values: number[], value: number, start = 0): number {
   return lo
 }
 
-/** Consecutive runs of row numbers, `[first, last]` each. */
-function rowRanges(rows: number[]): [number, number][] {
-  const sorted = [...rows].sort((x, y) => x - y)
+/** Consecutive runs of row numbers (ascending), `[first, last]` each. */
+function rowRanges(sorted: ArrayLike<number>): [number, number][] {
   const out: [number, number][] = []
-  for (const r of sorted) {
+  for (let i = 0; i < sorted.length; i++) {
+    const r = sorted[i]
     const last = out[out.length - 1]
     if (last && r <= last[1] + 1) last[1] = Math.max(last[1], r)
     else out.push([r, r])
