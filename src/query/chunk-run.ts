@@ -387,10 +387,10 @@ export class ChunkRun {
       parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${this.rowNumber(kind.table, 'src')}::BIGINT AS r, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
     })
     const sql = parts.join(' UNION ALL ')
-    const headers: (Uint8Array | undefined)[] = new Array(hi - lo + 1)
+    const headerBlocks: number[] = []
+    const headers: Uint8Array[] = []
     const items = spans.map(([a, b]) => new Array<Uint8Array | undefined>(b - a))
     const chunks = weight > 4 * SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
-    let headerCount = 0
     for await (const chunk of chunks) {
       const block = bigintColumn(chunk, 0)
       const kind = integerColumn(chunk, 1)
@@ -399,8 +399,8 @@ export class ChunkRun {
       varcharBytes(chunk, 3, json)
       for (let n = 0; n < kind.length; n++) {
         if (kind[n] === 0) {
-          headers[block[n] - lo] = json[n]
-          headerCount++
+          headerBlocks.push(block[n])
+          headers.push(json[n])
           continue
         }
         const i = kind[n] - 1
@@ -409,16 +409,18 @@ export class ChunkRun {
         items[i][rank - spans[i][0]] = json[n]
       }
     }
-    const total = headerCount + spans.reduce((n, [a, b]) => n + b - a, 0)
+    // Headers come in the header table's order, by block as a rule.
+    let order = headerBlocks.map((_, i) => i)
+    if (headerBlocks.some((b, i) => i > 0 && b < headerBlocks[i - 1])) order = order.sort((x, y) => headerBlocks[x] - headerBlocks[y])
+    const total = headers.length + spans.reduce((n, [a, b]) => n + b - a, 0)
     const rows = { block: new Float64Array(total), kind: new Int32Array(total), json: new Array<Uint8Array>(total) }
     let at = 0
     const next = spans.map(([a]) => a)
-    for (let b = lo; b <= hi; b++) {
-      const h = headers[b - lo]
-      if (!h) continue
+    for (const h of order) {
+      const b = headerBlocks[h]
       rows.block[at] = b
       rows.kind[at] = 0
-      rows.json[at++] = h
+      rows.json[at++] = headers[h]
       for (let i = 0; i < this.kinds.length; i++) {
         const blocks = this.keyed![i].block
         for (; next[i] < spans[i][1] && blocks[next[i]] === b; next[i]++) {
@@ -430,8 +432,9 @@ export class ChunkRun {
         }
       }
     }
-    // Items of blocks whose header was not read (none: every candidate block has one) are left out, as by the writer.
-    yield { block: rows.block.subarray(0, at), kind: rows.kind.subarray(0, at), json: rows.json.slice(0, at) }
+    // Every block with items has its header (the header part reads every candidate block).
+    if (at !== total) throw new Error(`${total - at} rows of blocks ${lo}..${hi} without their block's header`)
+    yield rows
   }
 
   /** Ranks `[first, end)` of a kind's selected rows in blocks `lo..hi` (keyed plan; ranks follow the block order). */
