@@ -106,6 +106,16 @@ program
   .action(async (o) => (await import('./worker.js')).runWorker(o))
 
 program
+  .command('engine-ab')
+  .description('this build\'s query engine against another build\'s (--baseline <its dist folder>) in one process, alternating, per shape')
+  .requiredOption('--baseline <dist>', 'the other build\'s dist folder (e.g. of a git worktree at the commit before)')
+  .option('--runs <n>', 'timed runs per build and shape', int, 41)
+  .option('--shape <name...>', 'only these shapes')
+  .option('--storage <which>', 'chunks read from: local (a local form) or parquet', 'local')
+  .option('--stages', 'also each statement\'s median, the time outside statements and GC')
+  .action(async (o) => (await import('./engine-ab.js')).runEngineAb({ ...o, stages: !!o.stages }))
+
+program
   .command('anvil')
   .description('the alternative: logs + their transactions from an anvil node (paged eth_getLogs + look-ups) vs from the archive of that chain')
   .option('--rounds <n>', 'blocks with token transfers', int, 500)

@@ -67,6 +67,45 @@ describe('answer parts', () => {
   })
 })
 
+describe('answer parts, random writes', () => {
+  it('give back exactly the bytes written: adjacent and scattered views of shared buffers, skipped commas, text, small and big', () => {
+    let seed = 7
+    const rand = (n: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31
+      return seed % n
+    }
+    const pool = Buffer.from(Array.from({ length: 200_000 }, (_, i) => 97 + (i % 26)))
+    for (const pieceBytes of [64, 1000, 64 * 1024]) {
+      const out = new JsonOut(pieceBytes)
+      const expected: Buffer[] = []
+      const taken: Buffer[] = []
+      let at = 0
+      for (let i = 0; i < 3000; i++) {
+        const what = rand(5)
+        if (what === 0) {
+          const text = ['[', ',{"header":', '}', ']', 'é', ',"logs":['][rand(6)]
+          out.put(text)
+          expected.push(Buffer.from(text))
+        } else {
+          // Mostly the bytes right after the last view (rows back to back), sometimes elsewhere; now and then big.
+          const n = rand(10) === 0 ? 16_000 + rand(20_000) : 1 + rand(300)
+          if (what === 1 || at + n > pool.length) at = rand(pool.length - n)
+          const view = pool.subarray(at, at + n)
+          at += n
+          const skip = what === 2 && n > 1 ? 1 : 0
+          out.putFrom(view, skip)
+          expected.push(view.subarray(skip))
+        }
+        if (out.full && rand(3) === 0) taken.push(...out.take())
+      }
+      taken.push(...out.take())
+      const want = Buffer.concat(expected)
+      assert.equal(out.total, want.length)
+      assert.ok(Buffer.concat(taken).equals(want), `pieces of ${pieceBytes}`)
+    }
+  })
+})
+
 describe('the heavy-slice lock', () => {
   it('lets one holder in at a time, in the order they came', async () => {
     const lock = new Mutex()

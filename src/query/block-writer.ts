@@ -46,7 +46,7 @@ export class BlockWriter {
       this.out.put(this.opens[k])
       let first = true
       for await (const row of rows(k)) {
-        this.out.put(first ? row.subarray(1) : row)
+        this.out.putFrom(row, first ? 1 : 0)
         first = false
         if (this.out.full) yield* this.out.take()
       }
@@ -94,7 +94,7 @@ export class BlockWriter {
           open = k
           first = true
         }
-        this.out.put(first ? r.json[n].subarray(1) : r.json[n])
+        this.out.putFrom(r.json[n], first ? 1 : 0)
         first = false
       }
       if (stream && this.out.full) yield* this.out.take()

@@ -3,16 +3,31 @@ import type { DuckDBConnection } from '@duckdb/node-api'
 import { ident, lit } from '../db.js'
 import type { ItemDecl } from '../families/declaration.js'
 import { tableOf } from '../families/declaration.js'
-import type { QueryPlan, ScanPlan } from './plan.js'
+import { unfiltered, type QueryPlan, type ScanPlan } from './plan.js'
 import type { HeldChunk } from './types.js'
-import { bigintNumbers, integerNumbers, varcharBytes } from './raw-rows.js'
+import { bigintColumn, bigintNumbers, integerColumn, integerNumbers, varcharBytes } from './raw-rows.js'
 import { chunkIsDense } from './summary.js'
 import { cachedHeader, keepHeader } from './header-cache.js'
 import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceColumns, weightParts, weightSql } from './sql.js'
 
 /*
  * One query over one chunk, in DuckDB, in separate short statements (measured: a semi join per
- * step is ~10× faster than one statement of CTEs, measured in BENCHMARKS.md):
+ * step is ~10× faster than one statement of CTEs, measured in BENCHMARKS.md). Two plans.
+ *
+ * The keyed plan (`prepareKeyed`, `keyedSlice`), for every query whose requests all have a
+ * condition and select at most `keyedPlan.maxRows` rows in the chunk — two statements:
+ *   1. kind, block, output weight and row number of every selected row → JS, ordered by kind,
+ *      block and key (a relation joins its request's matched rows as a subquery; in a chunk that
+ *      lacks blocks or whose header weight depends on columns, the blocks with their header weight
+ *      come along). The candidate blocks and their weights follow in JS: no temp table, no
+ *      statement of their own.
+ *   2. per slice of blocks, each row's JSON text built inside DuckDB with its row number, unordered;
+ *      JS puts the rows in order by their rank from statement 1. A kind pulled in by a relation is
+ *      read by its row-number runs (few runs: the local form skips the vectors, Parquet the pages,
+ *      that hold none); rows in more than `keyedPlan.maxRanges` runs are joined through a temp table
+ *      sel_<kind>, one more statement.
+ *
+ * The temp-table plan, for the rest (a request without conditions, a bigger selection):
  *   1. rows matched by requests with relation flags → temp table m<scan>;
  *   2. per item kind, keys, output weight and Parquet row number of the selected rows → temp table
  *      sel_<kind> (or the m table of step 1 when that is all that selects the kind);
@@ -33,13 +48,21 @@ export interface SelectedBlock {
 /** Estimated JSON size below which a slice is read as a materialised result. */
 const SMALL_SLICE = 1024 * 1024
 
+/**
+ * Limits of the keyed plan (`prepareKeyed`); tests lower them to run the other paths.
+ * - `maxRows`: most selected rows read into JS; a query selecting more runs with temp tables.
+ * - `maxRanges`: most row-number runs a related kind's rows are read by; rows in more runs are
+ *   joined through a temp table. Each run costs ≈ 0.1 ms (an OR of BETWEENs, measured with 5–64).
+ */
+export const keyedPlan = { maxRows: 16384, maxRanges: 16 }
+
 /** Candidate blocks named in a slice's header read; more are read as a range. */
 const MAX_IN_LIST = 16
 
 /** Rows of a slice: block number, kind (0 = header, i > 0 = the plan's kinds[i-1]) and JSON text. */
 export interface SliceRows {
-  block: number[]
-  kind: number[]
+  block: ArrayLike<number>
+  kind: ArrayLike<number>
   json: Uint8Array[]
 }
 
@@ -67,12 +90,20 @@ export class ChunkRun {
     this.blockCol = tableOf(plan.family, plan.family.header.table).blockColumn
   }
 
-  /** A table of the chunk as an SQL source; with `rowNumbers`, with the `file_row_number` column. */
+  /** A table of the chunk as an SQL source; with `rowNumbers`, with the row numbers `rowNumber` names. */
   private file(table: string, rowNumbers = false): string {
     const local = this.chunk.local?.(table)
-    // The local form keeps the Parquet file's row order: rowid is the file's row number.
-    if (local) return rowNumbers ? `(SELECT *, rowid AS file_row_number FROM ${local})` : local
+    if (local) return local
     return `read_parquet(${lit(path.join(this.chunk.dir, `${table}.parquet`))}${rowNumbers ? ', file_row_number = true' : ''})`
+  }
+
+  /**
+   * A row's number in its Parquet file: the local form keeps the file's row order, so there it is
+   * the rowid (a direct column, not a projection over every column: measured 0.4–0.8 ms less
+   * planning per statement).
+   */
+  private rowNumber(table: string, alias: string): string {
+    return `${alias}.${this.chunk.local?.(table) ? 'rowid' : 'file_row_number'}`
   }
 
   private selected(item: ItemDecl): string[] {
@@ -133,39 +164,23 @@ export class ChunkRun {
       return this.candidates
     }
     const kinds = ruledOut ? [] : this.kinds
+    this.keyed = undefined
+    if (kinds.length > 0 && keyedPlan.maxRows >= 0 && !this.plan.scans.some(unfiltered)) {
+      const blocks = await this.prepareKeyed(includeAllBlocks)
+      if (blocks) return blocks
+    }
     // 1. matched rows of requests that pull related items
     for (const scan of ruledOut ? [] : this.plan.scans) {
       if (scan.relations.length === 0) continue
       const select = this.keySelect(scan.item, 'src', scan.relations.flatMap((r) => relationSourceColumns(r.decl)))
       await this.con.run(
         `CREATE OR REPLACE TEMP TABLE m${scan.id} AS SELECT ${select}, ${weightSql(scan.item, this.selected(scan.item), 'src')} AS w, ` +
-          `src.file_row_number AS r FROM ${this.file(scan.item.table, true)} src WHERE ${this.where(scan, 'src')}`,
+          `${this.rowNumber(scan.item.table, 'src')} AS r FROM ${this.file(scan.item.table, true)} src WHERE ${this.where(scan, 'src')}`,
       )
     }
     // 2. selected keys per kind
     for (const kind of kinds) {
-      const keyList = (alias: string) =>
-        alias === 'm' ? ['block_number', ...kind.key].map((c) => `m.${ident(c)}`).join(', ') : this.keySelect(kind, alias)
-      const w = weightSql(kind, this.selected(kind), 't')
-      const parts: string[] = []
-      let only: string | undefined
-      for (const scan of this.plan.scans) {
-        if (scan.item === kind) {
-          only = scan.relations.length ? `m${scan.id}` : undefined
-          parts.push(
-            scan.relations.length
-              ? `SELECT ${keyList('m')}, m.w, m.r FROM m${scan.id} m`
-              : `SELECT ${keyList('t')}, ${w} AS w, t.file_row_number AS r FROM ${this.file(kind.table, true)} t WHERE ${this.where(scan, 't')}`,
-          )
-        }
-        for (const rel of scan.relations) {
-          if (rel.target !== kind) continue
-          parts.push(
-            `SELECT ${keyList('t')}, ${w} AS w, t.file_row_number AS r FROM ${this.file(kind.table, true)} t SEMI JOIN m${scan.id} m ` +
-              `ON ${relationJoinSql(rel.decl, this.blockColumn(kind))} WHERE ${this.range('t', this.blockColumn(kind))}`,
-          )
-        }
-      }
+      const { parts, only } = this.selectionParts(kind, (scan) => `m${scan.id}`)
       // One request with relation flags and nothing else selects this kind: its m table is the selection.
       this.selAlias.delete(kind)
       if (parts.length === 1 && only) {
@@ -225,6 +240,213 @@ export class ChunkRun {
     return this.candidates
   }
 
+  /**
+   * The SELECTs whose UNION is the selection of a kind: `block_number`, its key columns, output
+   * weight `w` and row number `r` of each row. `matched(scan)` names the matched rows of a request
+   * with relation flags (its m table, or the same rows as a subquery); `only` is that name when it
+   * alone selects the kind.
+   */
+  private selectionParts(kind: ItemDecl, matched: (scan: ScanPlan) => string, direct = false): { parts: string[]; only?: string } {
+    const keyList = (alias: string) =>
+      alias === 'm' ? ['block_number', ...kind.key].map((c) => `m.${ident(c)}`).join(', ') : this.keySelect(kind, alias)
+    const w = weightSql(kind, this.selected(kind), 't')
+    const parts: string[] = []
+    let only: string | undefined
+    for (const scan of this.plan.scans) {
+      if (scan.item === kind) {
+        const viaM = scan.relations.length > 0 && !direct
+        only = viaM ? matched(scan) : undefined
+        parts.push(
+          viaM
+            ? `SELECT ${keyList('m')}, m.w, m.r FROM ${matched(scan)} m`
+            : `SELECT ${keyList('t')}, ${w} AS w, ${this.rowNumber(kind.table, 't')} AS r FROM ${this.file(kind.table, true)} t WHERE ${this.where(scan, 't')}`,
+        )
+      }
+      for (const rel of scan.relations) {
+        if (rel.target !== kind) continue
+        parts.push(
+          `SELECT ${keyList('t')}, ${w} AS w, ${this.rowNumber(kind.table, 't')} AS r FROM ${this.file(kind.table, true)} t SEMI JOIN ${matched(scan)} m ` +
+            `ON ${relationJoinSql(rel.decl, this.blockColumn(kind))} WHERE ${this.range('t', this.blockColumn(kind))}`,
+        )
+      }
+    }
+    return { parts, only }
+  }
+
+  /** The rows a request with relation flags matches, as a subquery (the columns of its m table that relations read). */
+  private matchedRows(scan: ScanPlan): string {
+    const select = this.keySelect(scan.item, 'src', scan.relations.flatMap((r) => relationSourceColumns(r.decl)))
+    return `(SELECT ${select} FROM ${this.file(scan.item.table)} src WHERE ${this.where(scan, 'src')})`
+  }
+
+  /**
+   * Steps 1–3 of the keyed plan (see the top of the file): the selected rows' keys into JS, the
+   * candidate blocks from them. Undefined, with nothing kept, when the chunk selects more than
+   * `keyedPlan.maxRows` rows (the temp-table plan takes over; the statement read at most one row
+   * more).
+   */
+  private async prepareKeyed(includeAllBlocks: boolean): Promise<SelectedBlock[] | undefined> {
+    const header = this.plan.family.header
+    const { fixed, columns } = weightParts(header, this.selected(header))
+    // In a chunk that holds every block of its range, with header weights known without reading
+    // them, the blocks need not be read (as in step 3).
+    const known = columns.length === 0 && (await chunkIsDense(this.con, this.chunk.dir, header.table, this.blockCol))
+    const order = this.orderColumns()
+    const parts = this.kinds.map((kind, i) => {
+      const { parts } = this.selectionParts(kind, (scan) => this.matchedRows(scan), true)
+      return `SELECT ${i} AS k, block_number::BIGINT AS b, w::BIGINT AS w, r::BIGINT AS r, ${order.columns(i, '')} FROM (${parts.join(' UNION ')})`
+    })
+    // The LIMIT first: a selection too big for this plan is given up after maxRows + 1 rows.
+    let rows = `${parts.join(' UNION ALL ')} LIMIT ${keyedPlan.maxRows + 1}`
+    if (!known) {
+      // The blocks with their header weight, as kind -1.
+      const blockCol = ident(this.blockCol)
+      rows = `(${rows}) UNION ALL SELECT -1, t.${blockCol}::BIGINT, (${weightSql(header, this.selected(header), 't')})::BIGINT, 0, ${order.columns(-1, '')} ` +
+        `FROM ${this.file(header.table)} t WHERE ${this.range('t', this.blockCol)}`
+    }
+    const sql = `SELECT k, b, w, r FROM (${rows}) ORDER BY k, b${order.names.map((n) => `, ${n}`).join('')}`
+    const chunks = await (await this.con.run(sql)).fetchAllChunks()
+    const column = <T extends Int32Array | Float64Array>(read: (c: (typeof chunks)[number]) => T, make: (n: number) => T): T => {
+      if (chunks.length === 1) return read(chunks[0])
+      const out = make(chunks.reduce((n, c) => n + c.rowCount, 0))
+      let at = 0
+      for (const c of chunks) {
+        out.set(read(c), at)
+        at += c.rowCount
+      }
+      return out
+    }
+    const k = column((c) => integerColumn(c, 0), (n) => new Int32Array(n))
+    const b = column((c) => bigintColumn(c, 1), (n) => new Float64Array(n))
+    const w = column((c) => bigintColumn(c, 2), (n) => new Float64Array(n))
+    const r = column((c) => bigintColumn(c, 3), (n) => new Float64Array(n))
+    const headers = lowerBound(k, 0)
+    if (k.length - headers > keyedPlan.maxRows) return undefined
+    const weights = new Map<number, number>()
+    const selected: KeyedRows[] = this.kinds.map((_, i) => {
+      // Rows arrive ordered by kind: each kind's are one stretch.
+      const at = lowerBound(k, i, headers)
+      const end = lowerBound(k, i + 1, at)
+      const rows = keyedRows(b.subarray(at, end), r.subarray(at, end))
+      for (let j = at; j < end; j++) weights.set(b[j], (weights.get(b[j]) ?? 0) + w[j])
+      return rows
+    })
+    this.keyed = selected
+    this.selAlias.clear()
+    for (const [i, kind] of this.kinds.entries()) {
+      if (this.readByFilter(kind)) continue
+      const ranges = rowRanges(selected[i].sorted)
+      if (ranges.length === 0) selected[i].ranges = 'FALSE'
+      else if (ranges.length <= keyedPlan.maxRanges) {
+        const r = this.rowNumber(kind.table, 'src')
+        selected[i].ranges = ranges.map(([x, y]) => (x === y ? `${r} = ${x}` : `${r} BETWEEN ${x} AND ${y}`)).join(' OR ')
+      } else {
+        // Scattered rows: slices join them by row number through a temp table, as on the temp-table plan.
+        const { parts } = this.selectionParts(kind, (scan) => this.matchedRows(scan), true)
+        await this.con.run(`CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS ${parts.join(' UNION ')}`)
+      }
+    }
+    const block = (number: number, headerWeight: number): SelectedBlock => {
+      const items = weights.get(number)
+      return { number, weight: headerWeight + (items ?? 0), items: includeAllBlocks || items !== undefined }
+    }
+    if (known) {
+      if (includeAllBlocks) {
+        this.candidates = []
+        for (let n = this.from; n <= this.to; n++) this.candidates.push(block(n, fixed))
+      } else {
+        // The blocks with items and the range's boundaries.
+        this.candidates = [...weights.keys()].sort((x, y) => x - y).map((n) => block(n, fixed))
+        if (this.candidates[0]?.number !== this.from) this.candidates.unshift(block(this.from, fixed))
+        if (this.candidates[this.candidates.length - 1].number !== this.to) this.candidates.push(block(this.to, fixed))
+      }
+    } else {
+      // The blocks the chunk has: with items, all of them for includeAllBlocks, the first and the last.
+      this.candidates = []
+      for (let i = 0; i < headers; i++) {
+        if (includeAllBlocks || weights.has(b[i]) || i === 0 || i === headers - 1) this.candidates.push(block(b[i], w[i]))
+      }
+    }
+    return this.candidates
+  }
+
+  /**
+   * Step 4 on the keyed plan: the rows of blocks `lo..hi` unordered from DuckDB, each with its row
+   * number, then put in order in JS: headers by block, items by their rank from `prepareKeyed`.
+   */
+  private async *keyedSlice(lo: number, hi: number, weight: number): AsyncGenerator<SliceRows> {
+    const header = this.plan.family.header
+    const blockCol = ident(this.blockCol)
+    const parts = [
+      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, 0::BIGINT AS r, ${this.headerText('src')} AS j ` +
+        `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi}${this.candidatesIn(`src.${blockCol}`, lo, hi)}`,
+    ]
+    const spans = this.kinds.map((_, i) => this.rankSpan(i, lo, hi))
+    this.kinds.forEach((kind, i) => {
+      if (spans[i][0] === spans[i][1]) return
+      parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${this.rowNumber(kind.table, 'src')}::BIGINT AS r, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
+    })
+    const sql = parts.join(' UNION ALL ')
+    const headerBlocks: number[] = []
+    const headers: Uint8Array[] = []
+    const items = spans.map(([a, b]) => new Array<Uint8Array | undefined>(b - a))
+    const chunks = weight > 4 * SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
+    for await (const chunk of chunks) {
+      const block = bigintColumn(chunk, 0)
+      const kind = integerColumn(chunk, 1)
+      const r = bigintColumn(chunk, 2)
+      const json: Uint8Array[] = []
+      varcharBytes(chunk, 3, json)
+      for (let n = 0; n < kind.length; n++) {
+        if (kind[n] === 0) {
+          headerBlocks.push(block[n])
+          headers.push(json[n])
+          continue
+        }
+        const i = kind[n] - 1
+        const rank = rankOf(this.keyed![i], r[n])
+        if (rank < spans[i][0] || rank >= spans[i][1]) throw new Error(`row ${r[n]} of ${this.kinds[i].selector} was not selected for blocks ${lo}..${hi}`)
+        items[i][rank - spans[i][0]] = json[n]
+      }
+    }
+    // Headers come in the header table's order, by block as a rule.
+    let order = headerBlocks.map((_, i) => i)
+    if (headerBlocks.some((b, i) => i > 0 && b < headerBlocks[i - 1])) order = order.sort((x, y) => headerBlocks[x] - headerBlocks[y])
+    const total = headers.length + spans.reduce((n, [a, b]) => n + b - a, 0)
+    const rows = { block: new Float64Array(total), kind: new Int32Array(total), json: new Array<Uint8Array>(total) }
+    let at = 0
+    const next = spans.map(([a]) => a)
+    for (const h of order) {
+      const b = headerBlocks[h]
+      rows.block[at] = b
+      rows.kind[at] = 0
+      rows.json[at++] = headers[h]
+      for (let i = 0; i < this.kinds.length; i++) {
+        const blocks = this.keyed![i].block
+        for (; next[i] < spans[i][1] && blocks[next[i]] === b; next[i]++) {
+          const json = items[i][next[i] - spans[i][0]]
+          if (!json) throw new Error(`row of ${this.kinds[i].selector} in block ${b} missing from its slice`)
+          rows.block[at] = b
+          rows.kind[at] = i + 1
+          rows.json[at++] = json
+        }
+      }
+    }
+    // Every block with items has its header (the header part reads every candidate block).
+    if (at !== total) throw new Error(`${total - at} rows of blocks ${lo}..${hi} without their block's header`)
+    yield rows
+  }
+
+  /** Ranks `[first, end)` of a kind's selected rows in blocks `lo..hi` (keyed plan; ranks follow the block order). */
+  private rankSpan(kindIndex: number, lo: number, hi: number): [number, number] {
+    const blocks = this.keyed![kindIndex].block
+    const first = lowerBound(blocks, lo)
+    return [first, lowerBound(blocks, hi + 1, first)]
+  }
+
+  /** Rows of each kind selected in `prepareKeyed` (index as `kinds`); undefined on the temp-table plan. */
+  private keyed?: KeyedRows[]
+
   /** Header JSON of the candidate blocks, when `prepare` read it (no item kinds to read). */
   private headerJson?: Map<number, Uint8Array>
 
@@ -238,7 +460,7 @@ export class ChunkRun {
    */
   async *slice(lo: number, hi: number, weight: number): AsyncGenerator<SliceRows> {
     if (this.headerJson) {
-      const rows: SliceRows = { block: [], kind: [], json: [] }
+      const rows = { block: [] as number[], kind: [] as number[], json: [] as Uint8Array[] }
       for (const b of this.candidates) {
         if (b.number < lo || b.number > hi) continue
         rows.block.push(b.number)
@@ -246,6 +468,10 @@ export class ChunkRun {
         rows.json.push(this.headerJson.get(b.number)!)
       }
       yield rows
+      return
+    }
+    if (this.keyed) {
+      yield* this.keyedSlice(lo, hi, weight)
       return
     }
     const header = this.plan.family.header
@@ -262,11 +488,9 @@ export class ChunkRun {
     // A streaming result costs a few ms more than a materialised one; only big slices need it.
     const chunks = weight > SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
     for await (const chunk of chunks) {
-      const rows: SliceRows = { block: [], kind: [], json: [] }
-      bigintNumbers(chunk, 0, rows.block)
-      integerNumbers(chunk, 1, rows.kind)
-      varcharBytes(chunk, 2, rows.json)
-      yield rows
+      const json: Uint8Array[] = []
+      varcharBytes(chunk, 2, json)
+      yield { block: bigintColumn(chunk, 0), kind: integerColumn(chunk, 1), json }
     }
   }
 
@@ -346,7 +570,7 @@ export class ChunkRun {
    * Columns that order a slice's rows within a block: one per key column of each kind (NULL in the
    * other kinds' rows, so that they compare equal there), typed as the key column.
    */
-  private orderColumns(): { names: string[]; columns: (kindIndex: number) => string } {
+  private orderColumns(): { names: string[]; columns: (kindIndex: number, alias?: string) => string } {
     const slots = this.kinds.flatMap((kind, i) =>
       kind.key.map((column, j) => {
         const type = tableOf(this.plan.family, kind.table).columns.find((c) => c.name === column)?.type
@@ -356,7 +580,7 @@ export class ChunkRun {
     )
     return {
       names: slots.map((s) => s.name),
-      columns: (i) => slots.map((s) => `${s.kind === i ? `src.${ident(s.column)}` : 'NULL'}::${s.type} AS ${s.name}`).join(', ') || 'NULL AS o',
+      columns: (i, alias = 'src.') => slots.map((s) => `${s.kind === i ? `${alias}${ident(s.column)}` : 'NULL'}::${s.type} AS ${s.name}`).join(', ') || 'NULL AS o',
     }
   }
 
@@ -369,15 +593,86 @@ export class ChunkRun {
    */
   private source(kind: ItemDecl, lo: number, hi: number): string {
     const range = `src.${ident(this.blockColumn(kind))} BETWEEN ${lo} AND ${hi}`
-    const scans = this.plan.scans.filter((s) => s.item === kind)
-    const related = this.plan.scans.some((s) => s.relations.some((r) => r.target === kind))
-    if (!related && scans.length > 0) {
-      const conds = scans.map((scan) => `(${this.where(scan, 'src')})`)
-      return `${this.file(kind.table)} src WHERE ${range} AND (${conds.join(' OR ')})`
+    // Related rows are joined by row number, and the keyed plan places every row by it.
+    const byFilter = this.readByFilter(kind)
+    const from = this.file(kind.table, this.keyed !== undefined || !byFilter)
+    if (byFilter) {
+      const conds = this.plan.scans.filter((s) => s.item === kind).map((scan) => `(${this.where(scan, 'src')})`)
+      return `${from} src WHERE ${range} AND (${conds.join(' OR ')})`
     }
+    // Keyed plan, rows in few runs: by those runs (the local form skips the vectors, Parquet the
+    // pages, that hold none; the block range keeps the slice's rows).
+    const ranges = this.keyed?.[this.kinds.indexOf(kind)].ranges
+    if (ranges) return `${from} src WHERE ${range} AND (${ranges})`
     return (
-      `${this.file(kind.table, true)} src SEMI JOIN (SELECT r FROM ${this.selName(kind)} ` +
-      `WHERE block_number BETWEEN ${lo} AND ${hi}) s ON src.file_row_number = s.r WHERE ${range}`
+      `${from} src SEMI JOIN (SELECT r FROM ${this.selName(kind)} ` +
+      `WHERE block_number BETWEEN ${lo} AND ${hi}) s ON ${this.rowNumber(kind.table, 'src')} = s.r WHERE ${range}`
     )
   }
+
+  /** A kind selected only by its own requests, without relations into it: read again by their filters. */
+  private readByFilter(kind: ItemDecl): boolean {
+    const related = this.plan.scans.some((s) => s.relations.some((r) => r.target === kind))
+    return !related && this.plan.scans.some((s) => s.item === kind)
+  }
+
+}
+
+/** Selected rows of one kind (keyed plan), in the order of the answer (block, then key). */
+interface KeyedRows {
+  /** Block of each row. */
+  block: Float64Array
+  /** Row number of each row. */
+  r: Float64Array
+  /** The row numbers ascending, and the rank of each. */
+  sorted: Float64Array
+  ranks: Int32Array
+  /** A related kind's rows as a condition on their row numbers, when they lie in few runs (else a temp table holds them). */
+  ranges?: string
+}
+
+function keyedRows(block: Float64Array, r: Float64Array): KeyedRows {
+  // Sorted as one number per row, row number and rank (a typed array's own sort, no comparator).
+  let scale = 1
+  while (scale < r.length) scale *= 2
+  const keys = new Float64Array(r.length)
+  for (let i = 0; i < r.length; i++) keys[i] = r[i] * scale + i
+  keys.sort()
+  const sorted = new Float64Array(r.length)
+  const ranks = new Int32Array(r.length)
+  for (let i = 0; i < r.length; i++) {
+    sorted[i] = Math.floor(keys[i] / scale)
+    ranks[i] = keys[i] - sorted[i] * scale
+  }
+  return { block: block.slice(), r: r.slice(), sorted, ranks }
+}
+
+/** Rank of a selected row by its row number (-1: not selected). */
+function rankOf(rows: KeyedRows, r: number): number {
+  const at = lowerBound(rows.sorted, r)
+  return rows.sorted[at] === r ? rows.ranks[at] : -1
+}
+
+/** First index of the ascending `values` from `start` on whose value is at least `value`. */
+function lowerBound(values: ArrayLike<number>, value: number, start = 0): number {
+  let lo = start
+  let hi = values.length
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1
+    if (values[mid] < value) lo = mid + 1
+    else hi = mid
+  }
+  return lo
+}
+
+/** Consecutive runs of row numbers (ascending), `[first, last]` each. */
+function rowRanges(sorted: ArrayLike<number>): [number, number][] {
+  const out: [number, number][] = []
+  for (let i = 0; i < sorted.length; i++) {
+    const r = sorted[i]
+    const last = out[out.length - 1]
+    if (last && r <= last[1] + 1) last[1] = Math.max(last[1], r)
+    else out.push([r, r])
+  }
+  return out
 }

@@ -61,7 +61,7 @@ export function planQuery(family: FamilyDecl, query: ValidQuery): QueryPlan {
  * A request with no condition at all (`{}`, or only `*NonZero: false`) of a list without an implicit
  * condition selects every item of its kind (`evmLogs: [{}]` is not every event).
  */
-function unfiltered(scan: ScanPlan): boolean {
+export function unfiltered(scan: ScanPlan): boolean {
   if (scan.request.where) return false
   return Object.entries(scan.filters).every(([name, value]) => scan.request.filters[name].kind === 'nonZero' && value !== true)
 }

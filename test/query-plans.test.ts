@@ -1,0 +1,209 @@
+import assert from 'node:assert/strict'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { DuckDBConnection } from '@duckdb/node-api'
+import { chunkTableNames, listLocalChunks, readDatasetMeta } from '../src/chunks/layout.js'
+import { connect, ident, lit } from '../src/db.js'
+import type { FamilyDecl } from '../src/families/declaration.js'
+import { familyByName } from '../src/families/index.js'
+import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
+import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
+import { keyedPlan } from '../src/query/chunk-run.js'
+import { prepareQuery } from '../src/query/engine.js'
+import type { DatasetView, QueryBudgets } from '../src/query/types.js'
+import { LocalForms } from '../src/storage/local-forms.js'
+import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+
+/*
+ * The engine's two statement plans for a chunk (src/query/chunk-run.ts) give the same bytes: the
+ * keyed plan (selected rows' keys read into JS, related rows by row-number runs or, when scattered,
+ * through a temp table, rows ordered in JS) and the temp-table plan (the fallback for big
+ * selections), over Parquet and over local forms, in one slice or many, whole or cut by the size
+ * budget. The queries are generated from each family's declaration: every request list with a value
+ * its first filter column holds, alone, with each relation flag and with all of them, every field
+ * selected. The reference-evaluation tests check what the answers hold.
+ */
+
+type Obj = Record<string, any>
+
+interface Dataset {
+  name: string
+  family: FamilyDecl
+  root: string
+  view: DatasetView
+  local: DatasetView
+  forms: LocalForms
+}
+
+async function openDataset(root: string, formsFile: string): Promise<Dataset> {
+  const meta = (await readDatasetMeta(root))!
+  const family = familyByName(meta.family)
+  const refs = await listLocalChunks(root)
+  const chunks = refs.map((ref, i) => ({ ...ref, coverFrom: i > 0 ? refs[i - 1].last + 1 : 0, dir: path.join(root, ref.path) }))
+  const forms = new LocalForms({ file: formsFile, label: meta.name })
+  for (const c of chunks) assert.ok(await forms.build(c.path, c.dir, await chunkTableNames(c.dir)), `local form of ${c.path}`)
+  const view: DatasetView = { name: meta.name, family, chunks, height: chunks[chunks.length - 1].last }
+  const local: DatasetView = { ...view, chunks: chunks.map((c) => ({ ...c, local: forms.acquire(c.path) })) }
+  return { name: meta.name, family, root, view, local, forms }
+}
+
+/** The most frequent value of a column in the dataset (undefined when it holds none). */
+async function frequentValue(ds: Dataset, table: string, column: string): Promise<string | number | undefined> {
+  const files = ds.view.chunks.map((c) => path.join(c.dir, `${table}.parquet`))
+  const con = await connect()
+  try {
+    const r = await con.runAndReadAll(
+      `SELECT ${ident(column)} FROM read_parquet([${files.map(lit).join(', ')}], union_by_name = true) WHERE ${ident(column)} IS NOT NULL ` +
+        `GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1`,
+    )
+    const v = r.getRows()[0]?.[0]
+    return typeof v === 'bigint' ? Number(v) : (v as string | number | undefined)
+  } catch {
+    return undefined // a table no chunk has
+  } finally {
+    con.closeSync()
+  }
+}
+
+/** Queries from the declaration: each request list by a frequent value of a filter column, with its relation flags. */
+async function queriesOf(ds: Dataset): Promise<Obj[]> {
+  const { family } = ds
+  const fields: Obj = {}
+  for (const item of [family.header, ...family.items]) fields[item.selector] = Object.fromEntries(Object.keys(item.fields).map((f) => [f, true]))
+  const base: Obj = { fromBlock: ds.view.chunks[0].first, toBlock: ds.view.height, fields }
+  const type = family.queryTypes.find((t) => t !== undefined)
+  if (type) base.type = type
+  const out: Obj[] = []
+  for (const item of family.items) {
+    for (const req of item.requests) {
+      let request: Obj | undefined
+      for (const [name, f] of Object.entries(req.filters)) {
+        if (f.kind !== 'in') continue
+        const value = await frequentValue(ds, item.table, f.column)
+        if (value === undefined) continue
+        request = { [name]: [value] }
+        break
+      }
+      if (!request) continue
+      const flags = Object.keys(req.relations)
+      for (const on of [[], ...flags.map((f) => [f]), ...(flags.length > 1 ? [flags] : [])]) {
+        out.push({ ...base, [req.name]: [{ ...request, ...Object.fromEntries(on.map((f) => [f, true])) }] })
+      }
+      // Every block of the range; and only identifier fields (header weights known without reading the headers).
+      const all = { ...request, ...Object.fromEntries(flags.map((f) => [f, true])) }
+      out.push({ ...base, includeAllBlocks: true, [req.name]: [all] })
+      out.push({ ...base, fields: {}, [req.name]: [all] })
+    }
+  }
+  return out
+}
+
+/** The answer's text and the SQL of the statements it ran. */
+async function answer(view: DatasetView, query: Obj, budgets: QueryBudgets): Promise<{ text: string; sql: string[] }> {
+  const proto = DuckDBConnection.prototype as unknown as Record<string, (...a: unknown[]) => unknown>
+  const names = ['run', 'stream', 'runAndReadAll']
+  const originals = names.map((n) => proto[n])
+  const sql: string[] = []
+  names.forEach((n, i) => {
+    proto[n] = function (this: unknown, ...a: unknown[]) {
+      sql.push(String(a[0]))
+      return originals[i].apply(this, a)
+    }
+  })
+  try {
+    const parts: Buffer[] = []
+    for await (const piece of (await prepareQuery(view, query, budgets)).body) parts.push(Buffer.from(piece))
+    return { text: Buffer.concat(parts).toString('utf8'), sql }
+  } finally {
+    names.forEach((n, i) => (proto[n] = originals[i]))
+  }
+}
+
+const KEYED = 'SELECT k, b, w, r FROM'
+const hasItems = (text: string) => JSON.parse(text).some((b: Obj) => Object.entries(b).some(([k, v]) => k !== 'header' && Array.isArray(v) && v.length > 0))
+
+const DEFAULTS = { ...keyedPlan }
+
+async function withPlan<T>(limits: Partial<typeof keyedPlan>, fn: () => Promise<T>): Promise<T> {
+  Object.assign(keyedPlan, DEFAULTS, limits)
+  try {
+    return await fn()
+  } finally {
+    Object.assign(keyedPlan, DEFAULTS)
+  }
+}
+
+/** Plans compared with the temp-table plan: name, limits, over local forms. */
+const VARIANTS: [string, Partial<typeof keyedPlan>, boolean][] = [
+  ['keyed', {}, false],
+  ['keyed', {}, true],
+  ['keyed, related rows through temp tables', { maxRanges: 0 }, true],
+]
+
+const WHOLE: QueryBudgets = { sizeBytes: 1 << 30, timeMs: 600_000 }
+const BUDGETS: [string, QueryBudgets][] = [
+  ['whole', WHOLE],
+  ['4 KiB slices, cut at 12 KiB', { ...WHOLE, sizeBytes: 12288, sliceBytes: 4096, heavySliceBytes: 2048 }],
+]
+
+describe('the keyed and the temp-table plan give the same answers', { timeout: 600_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  const datasets: Dataset[] = []
+
+  before(async () => {
+    tmp = await tempDir('ba-plans-')
+    const evm = path.join(tmp.dir, 'evm')
+    await writeDataset(evm, 'evm', (await anvilRecords()).slice(0, 64), 16)
+    const starknet = path.join(tmp.dir, 'starknet')
+    await ingestRecordedStarknet(starknet, 'starknet')
+    const moonbeam = path.join(tmp.dir, 'moonbeam')
+    await ingestRecordedSidecar(moonbeam, 'moonbeam', 'moonbeam', { workers: 0 })
+    for (const root of [evm, starknet, moonbeam]) datasets.push(await openDataset(root, path.join(tmp.dir, `${path.basename(root)}-forms.duckdb`)))
+  })
+
+  after(async () => {
+    for (const ds of datasets) await ds.forms.close()
+    await tmp?.cleanup()
+  })
+
+  for (const name of ['evm', 'starknet', 'moonbeam']) {
+    it(`${name}: every request list with each relation flag, over Parquet and local forms`, async () => {
+      const ds = datasets.find((d) => d.name === name)!
+      const queries = await queriesOf(ds)
+      assert.ok(queries.length >= 3, `${queries.length} queries`)
+      let compared = 0
+      let withItems = 0
+      let scattered = 0
+      let giant = 0
+      const notKeyed: string[] = []
+      const t0 = performance.now()
+      for (const query of queries) {
+        for (const [what, budgets] of BUDGETS) {
+          const expected = await withPlan({ maxRows: -1 }, () => answer(ds.view, query, budgets))
+          assert.ok(!expected.sql.some((s) => s.startsWith(KEYED)), 'the reference runs the temp-table plan')
+          const items = hasItems(expected.text)
+          if (items) withItems++
+          // Every variant whole; the keyed plan over Parquet in slices and cut.
+          const variants = budgets === WHOLE ? VARIANTS : VARIANTS.slice(0, 1)
+          for (const [plan, limits, local] of variants) {
+            const got = await withPlan(limits, () => answer(local ? ds.local : ds.view, query, budgets))
+            const where = `${plan}, ${local ? 'local forms' : 'Parquet'}, ${what}: ${JSON.stringify(query).slice(0, 400)}`
+            assert.equal(got.text, expected.text, where)
+            // Chunks the summaries rule out run no statement (an answer without items may have none).
+            if (items && !got.sql.some((s) => s.startsWith(KEYED))) notKeyed.push(where)
+            assert.ok(!got.sql.some((s) => /TEMP TABLE m\d/.test(s)), `${where}: temp tables of matched rows`)
+            if (got.sql.some((s) => s.includes('TEMP TABLE "sel_'))) scattered++
+            // A block bigger than a slice: its items read kind by kind (ChunkRun.rows).
+            if (got.sql.some((s) => s.startsWith(`SELECT concat(',{'`))) giant++
+            compared++
+          }
+        }
+      }
+      console.log(`# ${name}: ${queries.length} queries, ${compared} answers compared in ${((performance.now() - t0) / 1000).toFixed(1)} s, ${withItems} of ${queries.length * BUDGETS.length} references with items, ${scattered} through temp tables of related rows, ${giant} with blocks read row by row`)
+      assert.ok(withItems >= queries.length, 'most references hold items')
+      assert.ok(scattered > 0, 'related rows through temp tables')
+      if (name === 'evm') assert.ok(giant > 0, 'blocks bigger than a slice')
+      assert.deepEqual(notKeyed, [], 'the keyed plan was taken')
+    })
+  }
+})
