@@ -292,10 +292,10 @@ export class ChunkRun {
     // them, the blocks need not be read (as in step 3).
     const known = columns.length === 0 && (await chunkIsDense(this.con, this.chunk.dir, header.table, this.blockCol))
     const order = this.orderColumns()
-    const parts = this.kinds.map((kind, i) => {
-      const { parts } = this.selectionParts(kind, (scan) => this.matchedRows(scan), true)
-      return `SELECT ${i} AS k, block_number::BIGINT AS b, w::BIGINT AS w, r::BIGINT AS r, ${order.columns(i, '')} FROM (${parts.join(' UNION ')})`
-    })
+    // Each kind's selection, as a UNION (also the temp table of a kind whose rows lie in many runs, below).
+    const selections = this.kinds.map((kind) => this.selectionParts(kind, (scan) => this.matchedRows(scan), true).parts.join(' UNION '))
+    const parts = selections.map((selection, i) =>
+      `SELECT ${i} AS k, block_number::BIGINT AS b, w::BIGINT AS w, r::BIGINT AS r, ${order.columns(i, '')} FROM (${selection})`)
     // The LIMIT first: a selection too big for this plan is given up after maxRows + 1 rows.
     let rows = `${parts.join(' UNION ALL ')} LIMIT ${keyedPlan.maxRows + 1}`
     if (!known) {
@@ -342,8 +342,7 @@ export class ChunkRun {
         selected[i].ranges = ranges.map(([x, y]) => (x === y ? `${r} = ${x}` : `${r} BETWEEN ${x} AND ${y}`)).join(' OR ')
       } else {
         // Scattered rows: slices join them by row number through a temp table, as on the temp-table plan.
-        const { parts } = this.selectionParts(kind, (scan) => this.matchedRows(scan), true)
-        await this.con.run(`CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS ${parts.join(' UNION ')}`)
+        await this.con.run(`CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS ${selections[i]}`)
       }
     }
     const block = (number: number, headerWeight: number): SelectedBlock => {
@@ -626,8 +625,6 @@ export class ChunkRun {
 interface KeyedRows {
   /** Block of each row. */
   block: Float64Array
-  /** Row number of each row. */
-  r: Float64Array
   /** The row numbers ascending, and the rank of each. */
   sorted: Float64Array
   ranks: Int32Array
@@ -648,7 +645,7 @@ function keyedRows(block: Float64Array, r: Float64Array): KeyedRows {
     sorted[i] = Math.floor(keys[i] / scale)
     ranks[i] = keys[i] - sorted[i] * scale
   }
-  return { block: block.slice(), r: r.slice(), sorted, ranks }
+  return { block: block.slice(), sorted, ranks }
 }
 
 /** Rank of a selected row by its row number (-1: not selected). */

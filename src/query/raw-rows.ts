@@ -58,26 +58,20 @@ export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8A
 
 const EMPTY = new Uint8Array(0)
 
+/** Values of a BIGINT column without NULLs (block numbers, ordinals: far below 2^53), appended to `out`. */
+export function bigintNumbers(chunk: DuckDBDataChunk, column: number, out: number[]): void {
+  for (const v of bigintColumn(chunk, column)) out.push(v)
+}
+
+/** Values of an INTEGER column without NULLs, appended to `out`. */
+export function integerNumbers(chunk: DuckDBDataChunk, column: number, out: number[]): void {
+  for (const v of integerColumn(chunk, column)) out.push(v)
+}
+
 /**
- * Values of a BIGINT column without NULLs as numbers (block numbers, ordinals: far below 2^53). Read
+ * A BIGINT column without NULLs (values far below 2^53) as a typed array: no JS array to grow. Read
  * as two 32-bit halves: `getBigInt64` allocates a BigInt per value (≈ 240 KB per logs+tx answer).
  */
-export function bigintNumbers(chunk: DuckDBDataChunk, column: number, out: number[]): void {
-  const rows = chunk.rowCount
-  const data = bindings.vector_get_data(bindings.data_chunk_get_vector(chunk.chunk, column), rows * 8)
-  const view = new DataView(data.buffer, data.byteOffset, data.byteLength)
-  for (let i = 0; i < rows; i++) out.push(view.getUint32(i * 8, true) + view.getInt32(i * 8 + 4, true) * 4294967296)
-}
-
-/** Values of an INTEGER column without NULLs. */
-export function integerNumbers(chunk: DuckDBDataChunk, column: number, out: number[]): void {
-  const rows = chunk.rowCount
-  const data = bindings.vector_get_data(bindings.data_chunk_get_vector(chunk.chunk, column), rows * 4)
-  const view = new DataView(data.buffer, data.byteOffset, data.byteLength)
-  for (let i = 0; i < rows; i++) out.push(view.getInt32(i * 4, true))
-}
-
-/** A BIGINT column without NULLs (values far below 2^53) as a typed array: no JS array to grow. */
 export function bigintColumn(chunk: DuckDBDataChunk, column: number): Float64Array {
   const rows = chunk.rowCount
   const data = bindings.vector_get_data(bindings.data_chunk_get_vector(chunk.chunk, column), rows * 8)

@@ -162,21 +162,16 @@ export class WorkerServer {
       const res = reply.raw
       const compress = compressFor(this.opts.compression ?? 'auto', req.socket.remoteAddress, req.headers)
       const encoding = compress ? negotiateEncoding(req.headers['accept-encoding']) : 'identity'
+      const json = { 'content-type': 'application/json', vary: 'accept-encoding' }
       if (second.done && encoding === 'identity') {
         const whole = first.done ? Buffer.alloc(0) : first.value
-        res.writeHead(200, {
-          'content-type': 'application/json',
-          vary: 'accept-encoding',
-          'content-length': whole.length,
-          'x-num-read-chunks': String(stream.stats.chunksRead),
-        })
+        res.writeHead(200, { ...json, 'content-length': whole.length, 'x-num-read-chunks': String(stream.stats.chunksRead) })
         res.end(whole)
         this.answered(req, dataset, stream.stats, started, gone.signal.aborted)
         return
       }
       res.writeHead(200, {
-        'content-type': 'application/json',
-        vary: 'accept-encoding',
+        ...json,
         trailer: 'x-num-read-chunks',
         ...(encoding === 'identity' ? {} : { 'content-encoding': encoding }),
       })
