@@ -25,7 +25,6 @@ export interface RowsText {
 
 // ---------------------------------------------------------------- sizes
 
-
 /** NDJSON length of a value (strings without escapes). */
 function valueSize(v: unknown): number {
   if (v == null) return 4

@@ -8,8 +8,6 @@ import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
 import { ndjsonTables, ndjsonText, textSize, type BlockRows, type Row, type RowsText } from './rows.js'
 
-export { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type Row, type RowsText } from './rows.js'
-
 export interface WriteOptions {
   /** Rows per Parquet row group (blocks table uses a fifth of it). */
   rowGroupSize?: number

@@ -1,4 +1,4 @@
-import type { BlockRows, Row } from '../../chunks/writer.js'
+import type { BlockRows, Row } from '../../chunks/rows.js'
 import { normalizeHex } from '../../families/declaration.js'
 import { MalformedRpcData } from '../evm/normalize.js'
 

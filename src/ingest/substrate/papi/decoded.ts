@@ -1,4 +1,4 @@
-import type { BlockRows } from '../../../chunks/writer.js'
+import type { BlockRows } from '../../../chunks/rows.js'
 import { MalformedRpcData } from '../../evm/normalize.js'
 import { substrateRows } from '../rpc/rows.js'
 import type { DecodedSubstrateBlock, Json, SubstrateCall, SubstrateEvent, SubstrateExtrinsic, SubstrateHeader } from '../rpc/types.js'

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import type { BlockRows, Row } from '../../../chunks/writer.js'
+import type { BlockRows, Row } from '../../../chunks/rows.js'
 import { MalformedRpcData } from '../../evm/normalize.js'
 
 /*
