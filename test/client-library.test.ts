@@ -151,8 +151,26 @@ describe('client library over router + 2 workers', { timeout: 90_000 }, () => {
     const client = new ArchiveClient(base, FAST_RETRY)
     const height = await client.getHeight()
     assert.equal(height, chunks.at(-1)!.last)
-    const blocks = await collect(client.blocks({ includeAllBlocks: true }, { fromBlock: 120, toBlock: 10_000 }))
+    // With a toBlock the height is read only when the range reaches past it: the router's "above the
+    // height" answer is not waited out as a retry.
+    let heightCalls = 0
+    let retries = 0
+    const counting = new (class extends ArchiveClient {
+      override getHeight(signal?: AbortSignal) {
+        heightCalls++
+        return super.getHeight(signal)
+      }
+    })(base, { ...FAST_RETRY, onRetry: () => retries++ })
+    const blocks = await collect(counting.blocks({ includeAllBlocks: true }, { fromBlock: 120, toBlock: 10_000 }))
     assert.deepEqual(numbers(blocks), [120, 121, 122, 123, 124, 125, 126, 127])
+    assert.deepEqual({ heightCalls, retries }, { heightCalls: 1, retries: 0 })
+    assert.deepEqual(await collect(counting.blocks({ includeAllBlocks: true }, { fromBlock: 200, toBlock: 300 })), [], 'a range above the height is empty')
+    assert.deepEqual({ heightCalls, retries }, { heightCalls: 2, retries: 0 })
+    // A range below the height needs no height at all; without a toBlock it is read first.
+    assert.deepEqual(numbers(await collect(counting.blocks({ includeAllBlocks: true }, { fromBlock: 100, toBlock: 102 }))), [100, 101, 102])
+    assert.equal(heightCalls, 2)
+    assert.deepEqual(numbers(await collect(counting.blocks({ includeAllBlocks: true }, { fromBlock: 125 }))), [125, 126, 127])
+    assert.deepEqual({ heightCalls, retries }, { heightCalls: 3, retries: 0 })
   })
 
   it('throws a 400 at once, without retrying', async () => {

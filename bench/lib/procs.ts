@@ -23,9 +23,14 @@ process.once('exit', () => {
   for (const c of started) c.kill('SIGKILL')
 })
 
-/** Start `block-archive <args>` and wait for the stdout line `<prefix>: <url>`. */
+/**
+ * Start `block-archive <args>` and wait for the stdout line `<prefix>: <url>`. `BENCH_NODE_ARGS`
+ * adds Node flags to every process (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`, which
+ * NODE_OPTIONS refuses; the profiles are written when the processes stop).
+ */
 function startCli(args: string[], prefix: string, env: Record<string, string> = {}): Promise<Proc> {
-  const child = spawn(process.execPath, [CLI, ...args], {
+  const nodeArgs = process.env.BENCH_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? []
+  const child = spawn(process.execPath, [...nodeArgs, CLI, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', ...env },
   })

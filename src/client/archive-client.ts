@@ -1,4 +1,5 @@
 import { Channel } from './channel.js'
+import { httpRequest, RequestFailed, type HttpAnswer, type HttpRequestOptions } from './http-request.js'
 
 /*
  * Client of the v2 archive protocol (docs/protocol.md §1): GET {base}/height,
@@ -90,10 +91,13 @@ function redact(url: string): string {
 /** The server broke the protocol (empty answer, blocks out of range or order); not retried. */
 export class ProtocolError extends Error {}
 
-/** The server could not be reached at all (refused, unknown host, reset); `code` is the system's. */
+/**
+ * The server could not be reached at all (refused, unknown host, reset), or its answer broke off
+ * (`answered`); `code` is the system's.
+ */
 export class ConnectionError extends Error {
-  constructor(readonly url: string, readonly code: string | undefined, cause: unknown) {
-    super(`cannot reach ${redact(url)}: ${describeCode(code) ?? (cause as Error)?.message ?? String(cause)}`, { cause })
+  constructor(readonly url: string, readonly code: string | undefined, cause: unknown, readonly answered = false) {
+    super(`${answered ? 'the answer of' : 'cannot reach'} ${redact(url)}${answered ? ' broke off' : ''}: ${describeCode(code) ?? (cause as Error)?.message ?? String(cause)}`, { cause })
   }
 }
 
@@ -113,15 +117,12 @@ function describeCode(code: string | undefined): string | undefined {
 /** Errors that mean "wrong address" when nothing was ever reached: not worth retrying at start-up. */
 const WRONG_ADDRESS = new Set(['ECONNREFUSED', 'ENOTFOUND'])
 
-/** fetch, with a network failure turned into a ConnectionError that names its cause. */
-async function fetchOrExplain(url: string, init: RequestInit): Promise<Response> {
+/** An HTTP request, with a network failure turned into a ConnectionError that names its cause. */
+async function requestOrExplain(url: string, o: HttpRequestOptions): Promise<HttpAnswer> {
   try {
-    return await fetch(url, init)
+    return await httpRequest(url, o)
   } catch (e) {
-    if (e instanceof TypeError) {
-      const cause = (e as { cause?: { code?: string; errors?: { code?: string }[] } }).cause
-      throw new ConnectionError(url, cause?.code ?? cause?.errors?.[0]?.code, e)
-    }
+    if (e instanceof RequestFailed) throw new ConnectionError(url, e.code, e.cause, e.answered)
     throw e
   }
 }
@@ -133,8 +134,8 @@ export function isRetryable(e: unknown): boolean {
   if (e instanceof ProtocolError) return false
   if (e instanceof ConnectionError) return true
   const name = (e as Error)?.name
-  // fetch network failures are TypeErrors ("fetch failed", "terminated"); timeouts are TimeoutError/AbortError.
-  return e instanceof TypeError || name === 'TimeoutError' || name === 'AbortError'
+  // Timeouts are TimeoutError (AbortError where a caller's fetch timed out).
+  return name === 'TimeoutError' || name === 'AbortError'
 }
 
 export class ArchiveClient {
@@ -162,12 +163,16 @@ export class ArchiveClient {
     }, signal)
   }
 
-  /** One step of the range loop: ask the router for a worker and run the query there (retried). */
-  async query(query: ArchiveQuery & { fromBlock: number; toBlock?: number }, signal?: AbortSignal): Promise<Block[]> {
+  /**
+   * One step of the range loop: ask the router for a worker and run the query there (retried).
+   * With `aboveHeight: 'throw'`, a router answer that the block is above the height is thrown at
+   * once instead of waited out.
+   */
+  async query(query: ArchiveQuery & { fromBlock: number; toBlock?: number }, signal?: AbortSignal, aboveHeight: 'wait' | 'throw' = 'wait'): Promise<Block[]> {
     return this.retry(async () => {
       const worker = (await this.get(`${this.baseUrl}/${query.fromBlock}/worker`, signal)).trim()
       return this.post(worker, query, signal)
-    }, signal)
+    }, signal, aboveHeight === 'throw' ? isAboveHeight : undefined)
   }
 
   /** The blocks of `[fromBlock, toBlock]` that the query selects, in order, each exactly once. */
@@ -195,11 +200,17 @@ export class ArchiveClient {
     return { end: Math.min(range.toBlock ?? Infinity, height), height }
   }
 
-  /** `knownHeight`: a height just read (the segments of a parallel range need not ask again). */
+  /**
+   * `knownHeight`: a height just read (the segments of a parallel range need not ask again). With a
+   * `toBlock` and without `follow`, the height is read only once the range reaches past it (the
+   * router answers that the block is above the height): a range below the height takes one round
+   * trip less per range (BENCHMARKS.md, step 31).
+   */
   private async *sequentialBatches(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions, knownHeight?: number): AsyncGenerator<Batch> {
     let beg = from
-    let height = knownHeight ?? (await this.getHeight(range.signal))
-    const end = range.follow ? (to ?? Infinity) : Math.min(to ?? Infinity, height)
+    const lazy = knownHeight === undefined && to !== undefined && !range.follow
+    let height = knownHeight ?? (lazy ? Infinity : await this.getHeight(range.signal))
+    let end = range.follow ? (to ?? Infinity) : Math.min(to ?? Infinity, height)
     while (beg <= end) {
       while (beg > height) {
         // Only reachable when following: wait for the dataset to grow.
@@ -209,10 +220,15 @@ export class ArchiveClient {
       const toBlock = Number.isFinite(end) ? end : undefined
       let blocks: Block[]
       try {
-        blocks = await this.query({ ...query, fromBlock: beg, ...(toBlock === undefined ? {} : { toBlock }) }, range.signal)
+        blocks = await this.query({ ...query, fromBlock: beg, ...(toBlock === undefined ? {} : { toBlock }) }, range.signal, lazy ? 'throw' : 'wait')
       } catch (e) {
         // The rest of the range lies in a gap of a sparse dataset (docs/protocol.md §3.5): nothing more to get.
         if (toBlock !== undefined && isNoBlocksInRange(e)) return
+        if (lazy && isAboveHeight(e)) {
+          height = await this.getHeight(range.signal)
+          end = Math.min(end, height)
+          continue
+        }
         throw e
       }
       checkAnswer(blocks, beg, toBlock)
@@ -277,14 +293,15 @@ export class ArchiveClient {
   /** Some server answered this client: from then on, a refused connection is a restart worth waiting for. */
   private reached = false
 
-  private async retry<T>(step: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+  /** `final`: errors not retried whatever their status. */
+  private async retry<T>(step: () => Promise<T>, signal?: AbortSignal, final?: (e: unknown) => boolean): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
         const r = await step()
         this.reached = true
         return r
       } catch (e) {
-        if (signal?.aborted || attempt >= this.opts.maxAttempts || !isRetryable(e)) throw e
+        if (signal?.aborted || attempt >= this.opts.maxAttempts || !isRetryable(e) || final?.(e)) throw e
         // Nothing has answered yet and nothing listens there: a wrong URL, not worth 20 s of retries.
         if (!this.reached && e instanceof ConnectionError && e.code && WRONG_ADDRESS.has(e.code)) throw e
         const backoff = this.opts.backoffMs[Math.min(attempt - 1, this.opts.backoffMs.length - 1)]
@@ -298,34 +315,43 @@ export class ArchiveClient {
 
   private async get(url: string, signal?: AbortSignal): Promise<string> {
     const headers = this.opts.apiKey ? { ...this.opts.headers, authorization: `Bearer ${this.opts.apiKey}` } : this.opts.headers
-    const res = await fetchOrExplain(url, { headers, signal: timeout(this.opts.routerTimeoutMs, signal) })
-    const text = await res.text()
-    if (!res.ok) throw httpError(res, text, url)
-    return text
+    const res = await requestOrExplain(url, { headers, timeoutMs: this.opts.routerTimeoutMs, signal })
+    if (!ok(res)) throw httpError(res, url)
+    return res.text
   }
 
   private async post(url: string, body: unknown, signal?: AbortSignal): Promise<Block[]> {
-    const res = await fetchOrExplain(url, {
+    const res = await requestOrExplain(url, {
       method: 'POST',
       headers: { ...this.opts.headers, 'content-type': 'application/json', 'accept-encoding': 'gzip, br' },
       body: JSON.stringify(body),
-      signal: timeout(this.opts.queryTimeoutMs, signal),
+      timeoutMs: this.opts.queryTimeoutMs,
+      signal,
     })
-    const text = await res.text()
-    if (!res.ok) throw httpError(res, text, url)
-    if (!/^application\/json\b/.test(res.headers.get('content-type') ?? '')) {
-      throw new ProtocolError(`${url} answered with content-type ${res.headers.get('content-type')}, expected application/json`)
+    if (!ok(res)) throw httpError(res, url)
+    const type = res.header('content-type')
+    if (!/^application\/json\b/.test(type ?? '')) {
+      throw new ProtocolError(`${url} answered with content-type ${type ?? null}, expected application/json`)
     }
-    return JSON.parse(text)
+    return JSON.parse(res.text)
   }
 }
 
 function isNoBlocksInRange(e: unknown): boolean {
-  if (!(e instanceof HttpError) || e.status !== 400) return false
+  return errorCode(e, 400) === 'no-blocks-in-range'
+}
+
+/** The router's answer for a block above the dataset's height. */
+function isAboveHeight(e: unknown): boolean {
+  return errorCode(e, 503) === 'block-not-available'
+}
+
+function errorCode(e: unknown, status: number): string | undefined {
+  if (!(e instanceof HttpError) || e.status !== status) return undefined
   try {
-    return JSON.parse(e.body).error === 'no-blocks-in-range'
+    return JSON.parse(e.body).error
   } catch {
-    return false
+    return undefined
   }
 }
 
@@ -343,19 +369,18 @@ export function checkAnswer(blocks: unknown, from: number, to: number | undefine
   }
 }
 
-function httpError(res: Response, text: string, url: string): HttpError {
-  const ra = res.headers.get('retry-after')
+function ok(res: HttpAnswer): boolean {
+  return res.status >= 200 && res.status < 300
+}
+
+function httpError(res: HttpAnswer, url: string): HttpError {
+  const ra = res.header('retry-after')
   let retryAfterMs: number | undefined
-  if (ra !== null) {
+  if (ra !== undefined) {
     const secs = Number(ra)
     retryAfterMs = Number.isFinite(secs) ? secs * 1000 : Math.max(0, Date.parse(ra) - Date.now()) || 0
   }
-  return new HttpError(res.status, text, url, retryAfterMs)
-}
-
-function timeout(ms: number, signal?: AbortSignal): AbortSignal {
-  const t = AbortSignal.timeout(ms)
-  return signal ? AbortSignal.any([t, signal]) : t
+  return new HttpError(res.status, res.text, url, retryAfterMs)
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

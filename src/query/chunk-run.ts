@@ -1,5 +1,5 @@
 import path from 'node:path'
-import type { DuckDBConnection } from '@duckdb/node-api'
+import type { Sql } from './lazy-connection.js'
 import { ident, lit } from '../db.js'
 import type { ItemDecl } from '../families/declaration.js'
 import { tableOf } from '../families/declaration.js'
@@ -78,7 +78,7 @@ export class ChunkRun {
   private readonly blockCol: string
 
   constructor(
-    private readonly con: DuckDBConnection,
+    private readonly con: Sql,
     private readonly plan: QueryPlan,
     private readonly chunk: ChunkSource,
     /** Inclusive block range of this chunk that the query covers. */

@@ -1,8 +1,8 @@
 import { existsSync } from 'node:fs'
 import path from 'node:path'
-import type { DuckDBConnection } from '@duckdb/node-api'
 import { listValue, LIST, BIGINT, VARCHAR } from '@duckdb/node-api'
-import { connect, ident, lit } from '../db.js'
+import { ident, lit } from '../db.js'
+import { LazyConnection, type Sql } from './lazy-connection.js'
 import { ApiError, badRequest } from '../errors.js'
 import { tableOf } from '../families/declaration.js'
 import { ChunkRun, type SelectedBlock, type SliceRows } from './chunk-run.js'
@@ -98,7 +98,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
     throw new ApiError(503, 'not-available', `data for block ${from} of dataset ${view.name} is being repaired on this worker; ask the router again`, undefined, 1)
   }
 
-  const con = await connect()
+  const con = new LazyConnection()
   try {
     const values = await createValueTables(con, plan)
     const first = new ChunkRun(con, plan, chunks[0], Math.max(from, chunks[0].first), Math.min(to, chunks[0].last), values)
@@ -115,7 +115,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
 }
 
 interface AnswerArgs {
-  con: DuckDBConnection
+  con: LazyConnection
   plan: QueryPlan
   chunks: HeldChunk[]
   from: number
@@ -252,7 +252,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
 }
 
 interface Connection {
-  con: DuckDBConnection
+  con: LazyConnection
   values: (values: unknown[]) => string
 }
 
@@ -265,7 +265,7 @@ interface Prepared {
 }
 
 async function secondConnection(plan: QueryPlan): Promise<Connection> {
-  const con = await connect()
+  const con = new LazyConnection()
   try {
     return { con, values: await createValueTables(con, plan) }
   } catch (e) {
@@ -278,7 +278,7 @@ async function secondConnection(plan: QueryPlan): Promise<Connection> {
  * Long filter lists become one-column (`v`) temp tables, created once per query before any SQL
  * names them; the returned function maps a list to its table.
  */
-async function createValueTables(con: DuckDBConnection, plan: QueryPlan): Promise<(values: unknown[]) => string> {
+async function createValueTables(con: Sql, plan: QueryPlan): Promise<(values: unknown[]) => string> {
   const names = new Map<unknown[], string>()
   for (const scan of plan.scans) {
     for (const [key, value] of Object.entries(scan.filters)) {
@@ -306,7 +306,7 @@ async function createValueTables(con: DuckDBConnection, plan: QueryPlan): Promis
  * docs/protocol.md §2: when the parent of `fromBlock` exists in the dataset and has another hash than
  * the client expects, answer 409 with the blocks before `fromBlock` so the client can find the fork.
  */
-async function checkParent(con: DuckDBConnection, view: DatasetView, from: number, expected: string): Promise<void> {
+async function checkParent(con: Sql, view: DatasetView, from: number, expected: string): Promise<void> {
   if (from === 0) return
   const parent = from - 1
   const header = view.family.header

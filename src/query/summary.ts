@@ -1,5 +1,5 @@
 import path from 'node:path'
-import type { DuckDBConnection } from '@duckdb/node-api'
+import type { Sql } from './lazy-connection.js'
 import { ident, lit } from '../db.js'
 import type { QueryPlan } from './plan.js'
 
@@ -77,7 +77,7 @@ function cached<T>(cache: Map<string, Promise<T>>, key: string, fallback: T, com
 /** null: no summary (too many distinct values, or building it failed). */
 const summaries = new Map<string, Promise<Bloom | null>>()
 
-function summary(con: DuckDBConnection, dir: string, table: string, column: string): Promise<Bloom | null> {
+function summary(con: Sql, dir: string, table: string, column: string): Promise<Bloom | null> {
   const file = lit(path.join(dir, `${table}.parquet`))
   const col = ident(column)
   return cached(summaries, `${dir}\0${table}\0${column}`, null, async () => {
@@ -93,7 +93,7 @@ const dense = new Map<string, Promise<boolean>>()
  * Whether the chunk in `dir` holds every block from its first to its last (chunks of a chain do;
  * sparse recorded data does not). Then the blocks of a range are known without reading them.
  */
-export function chunkIsDense(con: DuckDBConnection, dir: string, table: string, column: string): Promise<boolean> {
+export function chunkIsDense(con: Sql, dir: string, table: string, column: string): Promise<boolean> {
   const col = ident(column)
   return cached(dense, `${dir}\0${table}`, false, async () => {
     const r = await con.runAndReadAll(`SELECT count(*) = max(${col}) - min(${col}) + 1 FROM read_parquet(${lit(path.join(dir, `${table}.parquet`))})`)
@@ -105,7 +105,7 @@ export function chunkIsDense(con: DuckDBConnection, dir: string, table: string, 
  * True when no request of the plan can match a row of the chunk in `dir`, so that the chunk
  * contributes nothing but (possibly) boundary headers. Never true for includeAllBlocks queries.
  */
-export async function chunkCannotMatch(con: DuckDBConnection, plan: QueryPlan, dir: string): Promise<boolean> {
+export async function chunkCannotMatch(con: Sql, plan: QueryPlan, dir: string): Promise<boolean> {
   // Without requests a chunk inside the range adds nothing (no items, no boundary): the loop below says so.
   if (plan.query.includeAllBlocks) return false
   for (const scan of plan.scans) {
