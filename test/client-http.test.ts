@@ -1,0 +1,123 @@
+import assert from 'node:assert/strict'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import zlib from 'node:zlib'
+import { after, before, describe, it } from 'node:test'
+import { ArchiveClient, ConnectionError } from '../src/client/archive-client.js'
+import { httpRequest } from '../src/client/http-request.js'
+
+/*
+ * The client's HTTP layer (src/client/http-request.ts) against a node:http server that answers
+ * the ways real servers and proxies do: compressed, redirected, cut off mid-answer, too slow.
+ */
+
+const BLOCKS = [{ header: { number: 5, hash: '0x05' } }, { header: { number: 6, hash: '0x06' } }]
+const TEXT = JSON.stringify(BLOCKS)
+
+describe('client HTTP requests', { timeout: 30_000 }, () => {
+  let server: http.Server
+  let base: string
+  const seen: { url: string; method: string; body: string }[] = []
+
+  before(async () => {
+    server = http.createServer((req, res) => {
+      let body = ''
+      req.on('data', (d) => (body += d))
+      req.on('end', () => {
+        seen.push({ url: req.url!, method: req.method!, body })
+        const json = { 'content-type': 'application/json' }
+        switch (req.url) {
+          case '/gzip':
+          case '/br':
+          case '/deflate': {
+            const enc = req.url.slice(1)
+            const packed = enc === 'gzip' ? zlib.gzipSync(TEXT) : enc === 'br' ? zlib.brotliCompressSync(TEXT) : zlib.deflateSync(TEXT)
+            res.writeHead(200, { ...json, 'content-encoding': enc })
+            // In two writes, so the decoder gets it in pieces.
+            res.write(packed.subarray(0, 7))
+            res.end(packed.subarray(7))
+            return
+          }
+          case '/moved':
+            res.writeHead(307, { location: '/gzip' })
+            return res.end()
+          case '/cut':
+            res.writeHead(200, { ...json, 'content-length': TEXT.length })
+            res.write(TEXT.slice(0, 10))
+            setTimeout(() => res.socket?.destroy(), 20)
+            return
+          case '/slow':
+            setTimeout(() => res.end(TEXT), 2_000)
+            return
+          case '/ds/height':
+            res.writeHead(200, { 'content-type': 'text/plain' })
+            return res.end('100')
+          case '/ds/5/worker':
+          case '/ds/7/worker':
+            res.writeHead(200, { 'content-type': 'text/plain' })
+            return res.end(req.url === '/ds/5/worker' ? `${base}/gzip` : `${base}/cut`)
+          default:
+            res.writeHead(404)
+            res.end('no')
+        }
+      })
+    })
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  })
+
+  after(async () => {
+    server.closeAllConnections()
+    await new Promise((r) => server.close(r))
+  })
+
+  for (const enc of ['gzip', 'br', 'deflate']) {
+    it(`decompresses ${enc} answers`, async () => {
+      const res = await httpRequest(`${base}/${enc}`, { method: 'POST', body: '{"x":1}', timeoutMs: 5_000 })
+      assert.equal(res.status, 200)
+      assert.equal(res.text, TEXT)
+      assert.equal(seen.at(-1)!.body, '{"x":1}')
+    })
+  }
+
+  it('follows a redirect with the method and body of the request', async () => {
+    const res = await httpRequest(`${base}/moved`, { method: 'POST', body: '{"y":2}', timeoutMs: 5_000 })
+    assert.equal(res.text, TEXT)
+    assert.deepEqual(seen.at(-1), { url: '/gzip', method: 'POST', body: '{"y":2}' })
+  })
+
+  it('runs the range loop over compressed answers', async () => {
+    const client = new ArchiveClient(`${base}/ds`, { maxAttempts: 1 })
+    const blocks = []
+    for await (const b of client.blocks({}, { fromBlock: 5, toBlock: 6 })) blocks.push(b)
+    assert.deepEqual(blocks, BLOCKS)
+  })
+
+  it('says an answer broke off, and the client retries it', async () => {
+    await assert.rejects(httpRequest(`${base}/cut`, { timeoutMs: 5_000 }), (e: Error & { answered?: boolean }) => e.answered === true)
+    const errors: Error[] = []
+    const client = new ArchiveClient(`${base}/ds`, { maxAttempts: 2, backoffMs: [10], onRetry: ({ error }) => errors.push(error) })
+    await assert.rejects(client.query({ fromBlock: 7 }), (e: unknown) => {
+      assert.ok(e instanceof ConnectionError)
+      assert.match(e.message, /^the answer of http:\/\/127\.0\.0\.1:\d+\/cut broke off/)
+      return true
+    })
+    assert.equal(errors.length, 1, 'retried once')
+  })
+
+  it('times out, and aborts on the signal', async () => {
+    await assert.rejects(httpRequest(`${base}/slow`, { timeoutMs: 100 }), (e: Error) => e.name === 'TimeoutError')
+    const ac = new AbortController()
+    setTimeout(() => ac.abort(new Error('stop')), 50)
+    await assert.rejects(httpRequest(`${base}/slow`, { timeoutMs: 5_000, signal: ac.signal }), /stop/)
+  })
+
+  it('names a refused connection', async () => {
+    const closed = http.createServer()
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r))
+    const port = (closed.address() as AddressInfo).port
+    await new Promise((r) => closed.close(r))
+    const client = new ArchiveClient(`http://127.0.0.1:${port}/ds`)
+    await assert.rejects(client.getHeight(), (e: unknown) => e instanceof ConnectionError && e.code === 'ECONNREFUSED' && /connection refused/.test(e.message))
+  })
+})
