@@ -11,7 +11,7 @@ import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.
 import { keyedPlan } from '../src/query/chunk-run.js'
 import { prepareQuery } from '../src/query/engine.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
-import { LocalForms } from '../src/storage/local-forms.js'
+import { LocalForms, narrowCopies } from '../src/storage/local-forms.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 
 /*
@@ -19,9 +19,11 @@ import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
  * keyed plan (selected rows' keys read into JS, related rows by row-number runs or, when scattered,
  * through a temp table, rows ordered in JS) and the temp-table plan (the fallback for big
  * selections), over Parquet and over local forms, in one slice or many, whole or cut by the size
- * budget. The queries are generated from each family's declaration: every request list with a value
- * its first filter column holds, alone, with each relation flag and with all of them, every field
- * selected. The reference-evaluation tests check what the answers hold.
+ * budget; and over local forms where values of 100 bytes or more count as wide, so that many
+ * columns (calldata, log data, …) have narrow copies (src/storage/local-forms.ts). The queries
+ * are generated from each family's declaration: every request list with a value its first filter
+ * column holds, alone, with each relation flag and with all of them, every field selected. The
+ * reference-evaluation tests check what the answers hold.
  */
 
 type Obj = Record<string, any>
@@ -32,7 +34,9 @@ interface Dataset {
   root: string
   view: DatasetView
   local: DatasetView
-  forms: LocalForms
+  /** Over local forms where values of 100 bytes or more count as wide (many narrow copies). */
+  split: DatasetView
+  forms: LocalForms[]
 }
 
 async function openDataset(root: string, formsFile: string): Promise<Dataset> {
@@ -40,11 +44,21 @@ async function openDataset(root: string, formsFile: string): Promise<Dataset> {
   const family = familyByName(meta.family)
   const refs = await listLocalChunks(root)
   const chunks = refs.map((ref, i) => ({ ...ref, coverFrom: i > 0 ? refs[i - 1].last + 1 : 0, dir: path.join(root, ref.path) }))
-  const forms = new LocalForms({ file: formsFile, label: meta.name })
-  for (const c of chunks) assert.ok(await forms.build(c.path, c.dir, await chunkTableNames(c.dir)), `local form of ${c.path}`)
   const view: DatasetView = { name: meta.name, family, chunks, height: chunks[chunks.length - 1].last }
-  const local: DatasetView = { ...view, chunks: chunks.map((c) => ({ ...c, local: forms.acquire(c.path) })) }
-  return { name: meta.name, family, root, view, local, forms }
+  const open = async (file: string, narrow?: typeof narrowCopies) => {
+    const forms = new LocalForms({ file, label: meta.name })
+    const limits = { ...narrowCopies }
+    Object.assign(narrowCopies, narrow)
+    try {
+      for (const c of chunks) assert.ok(await forms.build(c.path, c.dir, await chunkTableNames(c.dir)), `local form of ${c.path}`)
+    } finally {
+      Object.assign(narrowCopies, limits)
+    }
+    return { forms, view: { ...view, chunks: chunks.map((c) => ({ ...c, local: forms.acquire(c.path) })) } }
+  }
+  const local = await open(formsFile)
+  const split = await open(formsFile.replace(/\.duckdb$/, '-split.duckdb'), { bytes: 100, vectorBytes: 1 })
+  return { name: meta.name, family, root, view, local: local.view, split: split.view, forms: [local.forms, split.forms] }
 }
 
 /** The most frequent value of a column in the dataset (undefined when it holds none). */
@@ -119,7 +133,7 @@ async function answer(view: DatasetView, query: Obj, budgets: QueryBudgets): Pro
   }
 }
 
-const KEYED = 'SELECT k, b, w, r FROM'
+const KEYED = /^SELECT k, b, w, r(, x)? FROM/
 const hasItems = (text: string) => JSON.parse(text).some((b: Obj) => Object.entries(b).some(([k, v]) => k !== 'header' && Array.isArray(v) && v.length > 0))
 
 const DEFAULTS = { ...keyedPlan }
@@ -133,12 +147,15 @@ async function withPlan<T>(limits: Partial<typeof keyedPlan>, fn: () => Promise<
   }
 }
 
-/** Plans compared with the temp-table plan: name, limits, over local forms. */
-const VARIANTS: [string, Partial<typeof keyedPlan>, boolean][] = [
-  ['keyed', {}, false],
-  ['keyed', {}, true],
-  ['keyed, related rows through temp tables', { maxRanges: 0 }, true],
+/** Plans compared with the temp-table plan: name, limits, what they read. */
+const VARIANTS: [string, Partial<typeof keyedPlan>, 'view' | 'local' | 'split'][] = [
+  ['keyed', {}, 'view'],
+  ['keyed', {}, 'local'],
+  ['keyed, related rows through temp tables', { maxRanges: 0 }, 'local'],
+  ['keyed', {}, 'split'],
+  ['keyed, related rows through temp tables', { maxRanges: 0 }, 'split'],
 ]
+const READ: Record<(typeof VARIANTS)[number][2], string> = { view: 'Parquet', local: 'local forms', split: 'local forms with narrow copies' }
 
 const WHOLE: QueryBudgets = { sizeBytes: 1 << 30, timeMs: 600_000 }
 const BUDGETS: [string, QueryBudgets][] = [
@@ -162,7 +179,7 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
   })
 
   after(async () => {
-    for (const ds of datasets) await ds.forms.close()
+    for (const ds of datasets) for (const forms of ds.forms) await forms.close()
     await tmp?.cleanup()
   })
 
@@ -175,22 +192,27 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
       let withItems = 0
       let scattered = 0
       let giant = 0
+      let narrow = 0
+      let wide = 0
       const notKeyed: string[] = []
       const t0 = performance.now()
       for (const query of queries) {
         for (const [what, budgets] of BUDGETS) {
           const expected = await withPlan({ maxRows: -1 }, () => answer(ds.view, query, budgets))
-          assert.ok(!expected.sql.some((s) => s.startsWith(KEYED)), 'the reference runs the temp-table plan')
+          assert.ok(!expected.sql.some((s) => KEYED.test(s)), 'the reference runs the temp-table plan')
           const items = hasItems(expected.text)
           if (items) withItems++
           // Every variant whole; the keyed plan over Parquet in slices and cut.
           const variants = budgets === WHOLE ? VARIANTS : VARIANTS.slice(0, 1)
           for (const [plan, limits, local] of variants) {
-            const got = await withPlan(limits, () => answer(local ? ds.local : ds.view, query, budgets))
-            const where = `${plan}, ${local ? 'local forms' : 'Parquet'}, ${what}: ${JSON.stringify(query).slice(0, 400)}`
+            const got = await withPlan(limits, () => answer(ds[local], query, budgets))
+            const where = `${plan}, ${READ[local]}, ${what}: ${JSON.stringify(query).slice(0, 400)}`
             assert.equal(got.text, expected.text, where)
             // Chunks the summaries rule out run no statement (an answer without items may have none).
-            if (items && !got.sql.some((s) => s.startsWith(KEYED))) notKeyed.push(where)
+            if (items && !got.sql.some((s) => KEYED.test(s))) notKeyed.push(where)
+            // Rows read from narrow copies; and, in the same statement, others from their columns.
+            if (got.sql.some((s) => s.includes(' AND src."__narrow_row"'))) narrow++
+            if (got.sql.some((s) => s.includes(' AND src."__narrow_row"') && s.includes(' AND NOT src."__narrow_row"'))) wide++
             assert.ok(!got.sql.some((s) => /TEMP TABLE m\d/.test(s)), `${where}: temp tables of matched rows`)
             if (got.sql.some((s) => s.includes('TEMP TABLE "sel_'))) scattered++
             // A block bigger than a slice: its items read kind by kind (ChunkRun.rows).
@@ -199,7 +221,8 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
           }
         }
       }
-      console.log(`# ${name}: ${queries.length} queries, ${compared} answers compared in ${((performance.now() - t0) / 1000).toFixed(1)} s, ${withItems} of ${queries.length * BUDGETS.length} references with items, ${scattered} through temp tables of related rows, ${giant} with blocks read row by row`)
+      console.log(`# ${name}: ${queries.length} queries, ${compared} answers compared in ${((performance.now() - t0) / 1000).toFixed(1)} s, ${withItems} of ${queries.length * BUDGETS.length} references with items, ${scattered} through temp tables of related rows, ${giant} with blocks read row by row, ${narrow} reading narrow copies, ${wide} of them also columns`)
+      assert.ok(narrow > 0 && wide > 0, 'narrow copies read, with columns in the same statement')
       assert.ok(withItems >= queries.length, 'most references hold items')
       assert.ok(scattered > 0, 'related rows through temp tables')
       if (name === 'evm') assert.ok(giant > 0, 'blocks bigger than a slice')

@@ -8,6 +8,7 @@ import type { HeldChunk } from './types.js'
 import { bigintColumn, bigintNumbers, integerColumn, integerNumbers, varcharBytes } from './raw-rows.js'
 import { chunkIsDense } from './summary.js'
 import { cachedHeader, keepHeader } from './header-cache.js'
+import { NARROW_FLAG, NARROW_SUFFIX } from '../storage/local-forms.js'
 import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceColumns, weightParts, weightSql } from './sql.js'
 
 /*
@@ -25,7 +26,9 @@ import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceCo
  *      JS puts the rows in order by their rank from statement 1. A kind pulled in by a relation is
  *      read by its row-number runs (few runs: the local form skips the vectors, Parquet the pages,
  *      that hold none); rows in more than `keyedPlan.maxRanges` runs are joined through a temp table
- *      sel_<kind>, one more statement.
+ *      sel_<kind>, one more statement. In a local form with narrow copies of wide columns
+ *      (`narrowCopies` in local-forms.ts), statement 1 also reads each row's flag, and a kind's
+ *      flagged rows are read from the copies, its other rows from the columns (one part each).
  *
  * The temp-table plan, for the rest (a request without conditions, a bigger selection):
  *   1. rows matched by requests with relation flags → temp table m<scan>;
@@ -104,6 +107,11 @@ export class ChunkRun {
    */
   private rowNumber(table: string, alias: string): string {
     return `${alias}.${this.chunk.local?.(table) ? 'rowid' : 'file_row_number'}`
+  }
+
+  /** Columns of a kind's table with a narrow copy in the local form (none when reading Parquet). */
+  private narrow(kind: ItemDecl): readonly string[] {
+    return this.chunk.local?.narrow(kind.table) ?? []
   }
 
   private selected(item: ItemDecl): string[] {
@@ -246,10 +254,12 @@ export class ChunkRun {
    * with relation flags (its m table, or the same rows as a subquery); `only` is that name when it
    * alone selects the kind.
    */
-  private selectionParts(kind: ItemDecl, matched: (scan: ScanPlan) => string, direct = false): { parts: string[]; only?: string } {
+  private selectionParts(kind: ItemDecl, matched: (scan: ScanPlan) => string, direct = false, flag = false): { parts: string[]; only?: string } {
     const keyList = (alias: string) =>
       alias === 'm' ? ['block_number', ...kind.key].map((c) => `m.${ident(c)}`).join(', ') : this.keySelect(kind, alias)
+    // With `flag`, also `x`: the row's values are in narrow copies (local form; see `keyedSlice`).
     const w = weightSql(kind, this.selected(kind), 't')
+    const x = flag ? `, ${this.narrow(kind).length ? `t.${ident(NARROW_FLAG)}` : 'FALSE'} AS x` : ''
     const parts: string[] = []
     let only: string | undefined
     for (const scan of this.plan.scans) {
@@ -259,13 +269,13 @@ export class ChunkRun {
         parts.push(
           viaM
             ? `SELECT ${keyList('m')}, m.w, m.r FROM ${matched(scan)} m`
-            : `SELECT ${keyList('t')}, ${w} AS w, ${this.rowNumber(kind.table, 't')} AS r FROM ${this.file(kind.table, true)} t WHERE ${this.where(scan, 't')}`,
+            : `SELECT ${keyList('t')}, ${w} AS w, ${this.rowNumber(kind.table, 't')} AS r${x} FROM ${this.file(kind.table, true)} t WHERE ${this.where(scan, 't')}`,
         )
       }
       for (const rel of scan.relations) {
         if (rel.target !== kind) continue
         parts.push(
-          `SELECT ${keyList('t')}, ${w} AS w, ${this.rowNumber(kind.table, 't')} AS r FROM ${this.file(kind.table, true)} t SEMI JOIN ${matched(scan)} m ` +
+          `SELECT ${keyList('t')}, ${w} AS w, ${this.rowNumber(kind.table, 't')} AS r${x} FROM ${this.file(kind.table, true)} t SEMI JOIN ${matched(scan)} m ` +
             `ON ${relationJoinSql(rel.decl, this.blockColumn(kind))} WHERE ${this.range('t', this.blockColumn(kind))}`,
         )
       }
@@ -293,18 +303,21 @@ export class ChunkRun {
     const known = columns.length === 0 && (await chunkIsDense(this.con, this.chunk.dir, header.table, this.blockCol))
     const order = this.orderColumns()
     // Each kind's selection, as a UNION (also the temp table of a kind whose rows lie in many runs, below).
-    const selections = this.kinds.map((kind) => this.selectionParts(kind, (scan) => this.matchedRows(scan), true).parts.join(' UNION '))
+    // A local form with narrow copies of wide columns: each row's flag comes along (as x).
+    const flag = this.kinds.some((kind) => this.narrow(kind).length > 0)
+    const selections = this.kinds.map((kind) => this.selectionParts(kind, (scan) => this.matchedRows(scan), true, flag).parts.join(' UNION '))
+    const xColumn = flag ? ', x::INTEGER AS x' : ''
     const parts = selections.map((selection, i) =>
-      `SELECT ${i} AS k, block_number::BIGINT AS b, w::BIGINT AS w, r::BIGINT AS r, ${order.columns(i, '')} FROM (${selection})`)
+      `SELECT ${i} AS k, block_number::BIGINT AS b, w::BIGINT AS w, r::BIGINT AS r${xColumn}, ${order.columns(i, '')} FROM (${selection})`)
     // The LIMIT first: a selection too big for this plan is given up after maxRows + 1 rows.
     let rows = `${parts.join(' UNION ALL ')} LIMIT ${keyedPlan.maxRows + 1}`
     if (!known) {
       // The blocks with their header weight, as kind -1.
       const blockCol = ident(this.blockCol)
-      rows = `(${rows}) UNION ALL SELECT -1, t.${blockCol}::BIGINT, (${weightSql(header, this.selected(header), 't')})::BIGINT, 0, ${order.columns(-1, '')} ` +
+      rows = `(${rows}) UNION ALL SELECT -1, t.${blockCol}::BIGINT, (${weightSql(header, this.selected(header), 't')})::BIGINT, 0${flag ? ', 0' : ''}, ${order.columns(-1, '')} ` +
         `FROM ${this.file(header.table)} t WHERE ${this.range('t', this.blockCol)}`
     }
-    const sql = `SELECT k, b, w, r FROM (${rows}) ORDER BY k, b${order.names.map((n) => `, ${n}`).join('')}`
+    const sql = `SELECT k, b, w, r${flag ? ', x' : ''} FROM (${rows}) ORDER BY k, b${order.names.map((n) => `, ${n}`).join('')}`
     const chunks = await (await this.con.run(sql)).fetchAllChunks()
     const column = <T extends Int32Array | Float64Array>(read: (c: (typeof chunks)[number]) => T, make: (n: number) => T): T => {
       if (chunks.length === 1) return read(chunks[0])
@@ -320,6 +333,7 @@ export class ChunkRun {
     const b = column((c) => bigintColumn(c, 1), (n) => new Float64Array(n))
     const w = column((c) => bigintColumn(c, 2), (n) => new Float64Array(n))
     const r = column((c) => bigintColumn(c, 3), (n) => new Float64Array(n))
+    const x = flag ? column((c) => integerColumn(c, 4), (n) => new Int32Array(n)) : undefined
     const headers = lowerBound(k, 0)
     if (k.length - headers > keyedPlan.maxRows) return undefined
     const weights = new Map<number, number>()
@@ -327,7 +341,7 @@ export class ChunkRun {
       // Rows arrive ordered by kind: each kind's are one stretch.
       const at = lowerBound(k, i, headers)
       const end = lowerBound(k, i + 1, at)
-      const rows = keyedRows(b.subarray(at, end), r.subarray(at, end))
+      const rows = keyedRows(b.subarray(at, end), r.subarray(at, end), this.narrow(this.kinds[i]).length ? x?.subarray(at, end) : undefined)
       for (let j = at; j < end; j++) weights.set(b[j], (weights.get(b[j]) ?? 0) + w[j])
       return rows
     })
@@ -383,7 +397,21 @@ export class ChunkRun {
     const spans = this.kinds.map((_, i) => this.rankSpan(i, lo, hi))
     this.kinds.forEach((kind, i) => {
       if (spans[i][0] === spans[i][1]) return
-      parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${this.rowNumber(kind.table, 'src')}::BIGINT AS r, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
+      const part = (json: string, flag = '') =>
+        `SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${this.rowNumber(kind.table, 'src')}::BIGINT AS r, ${json} AS j FROM ${this.source(kind, lo, hi)}${flag}`
+      const narrow = this.narrow(kind)
+      const flags = this.keyed![i].narrow?.subarray(spans[i][0], spans[i][1])
+      if (narrow.length === 0 || !flags) {
+        parts.push(part(this.itemJson(kind)))
+        return
+      }
+      // A local form with narrow copies of wide columns (see narrowCopies in local-forms.ts): the
+      // flagged rows read the copies, so that their vectors' wide strings are not decoded; the
+      // others read the columns themselves. Each part only when the slice has such rows.
+      const copies = new Set(narrow)
+      const flag = `src.${ident(NARROW_FLAG)}`
+      if (flags.includes(1)) parts.push(part(this.itemJson(kind, (c) => (copies.has(c) ? c + NARROW_SUFFIX : c)), ` AND ${flag}`))
+      if (flags.includes(0)) parts.push(part(this.itemJson(kind), ` AND NOT ${flag}`))
     })
     const sql = parts.join(' UNION ALL ')
     const headerBlocks: number[] = []
@@ -563,8 +591,8 @@ export class ChunkRun {
   }
 
   /** An item row's JSON after a comma: `,{…}` (the engine drops the comma of a block's first item). */
-  private itemJson(kind: ItemDecl): string {
-    return itemJsonSql(kind, this.selected(kind), 'src', ',')
+  private itemJson(kind: ItemDecl, stored?: (column: string) => string): string {
+    return itemJsonSql(kind, this.selected(kind), 'src', ',', stored)
   }
 
   /**
@@ -630,9 +658,11 @@ interface KeyedRows {
   ranks: Int32Array
   /** A related kind's rows as a condition on their row numbers, when they lie in few runs (else a temp table holds them). */
   ranges?: string
+  /** Per row (as `block`), 1 when its values are in narrow copies (a local form with narrow copies of its table's wide columns). */
+  narrow?: Int32Array
 }
 
-function keyedRows(block: Float64Array, r: Float64Array): KeyedRows {
+function keyedRows(block: Float64Array, r: Float64Array, narrow?: Int32Array): KeyedRows {
   // Sorted as one number per row, row number and rank (a typed array's own sort, no comparator).
   let scale = 1
   while (scale < r.length) scale *= 2
@@ -645,7 +675,7 @@ function keyedRows(block: Float64Array, r: Float64Array): KeyedRows {
     sorted[i] = Math.floor(keys[i] / scale)
     ranks[i] = keys[i] - sorted[i] * scale
   }
-  return { block: block.slice(), sorted, ranks }
+  return { block: block.slice(), sorted, ranks, narrow: narrow?.slice() }
 }
 
 /** Rank of a selected row by its row number (-1: not selected). */

@@ -75,10 +75,11 @@ const keyLit = (key: string, comma: boolean) => lit(`${comma ? ',' : ''}${JSON.s
  * selected fields applies to the row (`when`), leave out null members, and with `dropIfEmpty` are
  * left out when every member is null. `prefix` is written before the object (item rows carry the
  * comma that separates them in their array, so that rows lying back to back in DuckDB's memory
- * are already the array's text).
+ * are already the array's text). `stored` names the column a value is read from (a local form's
+ * narrow copy of a column, say).
  */
-export function itemJsonSql(item: ItemDecl, selected: string[], alias = '', prefix = ''): string {
-  const q = (c: string) => (alias ? `${alias}.${ident(c)}` : ident(c))
+export function itemJsonSql(item: ItemDecl, selected: string[], alias = '', prefix = '', stored: (column: string) => string = (c) => c): string {
+  const q = (c: string) => (alias ? `${alias}.${ident(stored(c))}` : ident(stored(c)))
   const parts: string[] = []
   const nested = new Map<string, { key: string; f: FieldDecl }[]>()
   for (const name of outputFields(item, selected)) {

@@ -1,5 +1,6 @@
 import type { ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
+import type { LocalTables } from '../storage/local-forms.js'
 
 /** A chunk this worker holds, with the block range it answers for. */
 export interface HeldChunk extends ChunkRef {
@@ -12,7 +13,7 @@ export interface HeldChunk extends ChunkRef {
   /** Absolute folder of the chunk's Parquet files on this machine. */
   dir: string
   /** SQL names of the chunk's tables in the worker's local form, when built (read instead of the Parquet files). */
-  local?: (table: string) => string
+  local?: LocalTables
   /** Whether the files are still as fetched (checked before the chunk is read; a cache copy may have been damaged). */
   intact?: () => Promise<boolean>
 }

@@ -23,8 +23,8 @@ let instances = 0
 /** DuckDB's error when another process holds the file open. */
 const inUse = (e: unknown) => /lock/i.test(String(e))
 const MiB = 1024 * 1024
-/** A form's size per byte of Parquet, measured: DuckDB's file is 3.0–3.2× the zstd Parquet. */
-const MEASURED_GROWTH = 3.1
+/** A form's size per byte of Parquet, measured: DuckDB's file is 3.0–3.3× the zstd Parquet. */
+const MEASURED_GROWTH = 3.2
 /** Room asked for before a build, per byte of Parquet (the measured growth and a margin). */
 const GROWTH = 3.5
 /** Disk space always left free by forms (beyond twice the form being built). */
@@ -39,13 +39,41 @@ export interface LocalFormsOptions {
   room?: () => number
 }
 
+/**
+ * Narrow copies of wide columns. DuckDB stores a string of 4,096 bytes or more outside its column
+ * segment ("overflow"), and a scan copies every such string of a 2,048-row vector to read any row of
+ * it (measured: 80 transactions of a vector holding 15 MB of calldata, 2.7–10 ms). So in a local
+ * form, where a vector's *wide* values (`bytes` or more) of a column sum to `vectorBytes` or more,
+ * the vector's other rows also hold their values of that column in a narrow copy
+ * (`<column>__narrow`, uncompressed, so that a scan points into the segment and copies nothing) and
+ * the flag `__narrow_row` (a BOOLEAN column of the table). A query reads a flagged row's values from the
+ * copies, any other row's from the columns themselves. Only those vectors' narrow values are
+ * copied: the bench chunk's form grows from 181 to 194 MB, its build from 2.4 to 2.6–3.1 s. Tests
+ * lower the limits to split many columns.
+ */
+export const narrowCopies = { bytes: 4000, vectorBytes: 1 << 20 }
+/** Suffix of a column's narrow copy in a local form; and the name of the row flag. */
+export const NARROW_SUFFIX = '__narrow'
+export const NARROW_FLAG = '__narrow_row'
+/** Rows of a DuckDB vector (rowid // VECTOR is a row's vector in a table). */
+const VECTOR = 2048
+
 /** The SQL name of each table of a chunk in its local form. */
-export type LocalTables = (table: string) => string
+export interface LocalTables {
+  (table: string): string
+  /**
+   * Columns of the table that have a narrow copy (`<column>__narrow`): a row with the flag
+   * `__narrow_row` reads the same values from the copies, without decoding its vector's wide strings.
+   */
+  narrow(table: string): readonly string[]
+}
 
 interface Form {
   key: string
   prefix: string
   tables: string[]
+  /** Columns with a narrow copy, per table (read from the file's catalog: forms built before have none). */
+  narrow: Record<string, string[]>
   /** Sizes and mtimes of the Parquet files the form was built from (files written anew get a new form). */
   source: string
   bytes: number
@@ -93,8 +121,11 @@ export class LocalForms {
         await tryAttach()
       }
       const rows = (await con.runAndReadAll(`SELECT key, prefix, tables, source, bytes FROM ${this.alias}.forms`)).getRows()
+      const narrow = await this.narrowColumns(con)
       for (const [key, prefix, tables, source, bytes] of rows) {
-        this.add({ key: String(key), prefix: String(prefix), tables: JSON.parse(String(tables)), source: String(source), bytes: Number(bytes), refs: 0, lastUsed: 0 })
+        const names: string[] = JSON.parse(String(tables))
+        const of = Object.fromEntries(names.map((t) => [t, narrow.get(`${String(prefix)}${t}`) ?? []]))
+        this.add({ key: String(key), prefix: String(prefix), tables: names, narrow: of, source: String(source), bytes: Number(bytes), refs: 0, lastUsed: 0 })
       }
       log.info({ worker: this.opts.label, file: this.opts.file, chunks: this.forms.size, mb: +(this.bytes / MiB).toFixed(1) }, 'local forms: opened')
       return con
@@ -140,9 +171,11 @@ export class LocalForms {
       const t0 = performance.now()
       const before = await this.usedBytes(con)
       const prefix = `c${createHash('sha256').update(key).digest('hex').slice(0, 20)}_`
+      const narrow: Record<string, string[]> = {}
       await inTransaction(con, async () => {
         for (const t of tables) {
           await con.run(`CREATE TABLE ${this.alias}.${ident(prefix + t)} AS SELECT * FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))})`)
+          narrow[t] = await this.splitWide(con, prefix + t)
         }
         await con.run(`DELETE FROM ${this.alias}.forms WHERE key = ${lit(key)}`)
         await con.run(`INSERT INTO ${this.alias}.forms VALUES (${lit(key)}, ${lit(prefix)}, ${lit(JSON.stringify(tables))}, ${lit(source)}, 0)`)
@@ -152,7 +185,7 @@ export class LocalForms {
       const grown = (await this.usedBytes(con)) - before
       const bytes = grown > 0 ? grown : Math.round((need / GROWTH) * MEASURED_GROWTH)
       await con.run(`UPDATE ${this.alias}.forms SET bytes = ${bytes} WHERE key = ${lit(key)}`)
-      this.add({ key, prefix, tables, source, bytes, refs: 0, lastUsed: Date.now() })
+      this.add({ key, prefix, tables, narrow, source, bytes, refs: 0, lastUsed: Date.now() })
       if (this.opts.room && this.opts.room() - this.bytes < 0) {
         // Bigger than estimated (small chunks take whole 256 KiB blocks): it does not fit after all.
         await this.remove(con, this.forms.get(key)!)
@@ -198,10 +231,58 @@ export class LocalForms {
     if (!f || f.dropping) return undefined
     f.refs++
     f.lastUsed = Date.now()
-    return (table) => {
+    const tables = (table: string) => {
       if (!f.tables.includes(table)) throw new Error(`table ${table} is not in the local form of ${key}`)
       return `${this.alias}.${ident(f.prefix + table)}`
     }
+    return Object.assign(tables, { narrow: (table: string) => f.narrow[table] ?? [] })
+  }
+
+  /**
+   * Narrow copies of a new table's wide columns (see `narrowCopies`); returns the columns copied.
+   * Rows keep their order (an UPDATE in place).
+   */
+  private async splitWide(con: DuckDBConnection, table: string): Promise<string[]> {
+    const name = `${this.alias}.${ident(table)}`
+    const varchar = (
+      await con.runAndReadAll(
+        `SELECT column_name FROM duckdb_columns() WHERE database_name = ${lit(this.alias)} AND schema_name = 'main' AND table_name = ${lit(table)} AND data_type = 'VARCHAR' ORDER BY column_index`,
+      )
+    ).getRows().map(([c]) => String(c))
+    if (varchar.length === 0) return []
+    const { bytes, vectorBytes } = narrowCopies
+    const wideBytes = (c: string) => `coalesce(sum(strlen(${ident(c)})) FILTER (strlen(${ident(c)}) >= ${bytes}), 0)`
+    // Per column, the most bytes of wide values in one vector.
+    const max = (
+      await con.runAndReadAll(`SELECT ${varchar.map((_, i) => `max(w${i})`).join(', ')} FROM (SELECT ${varchar.map((c, i) => `${wideBytes(c)} AS w${i}`).join(', ')} FROM ${name} GROUP BY rowid // ${VECTOR})`)
+    ).getRows()[0]
+    const split = varchar.filter((_, i) => Number(max[i]) >= vectorBytes)
+    if (split.length === 0) return []
+    for (const c of split) await con.run(`ALTER TABLE ${name} ADD COLUMN ${ident(c + NARROW_SUFFIX)} VARCHAR USING COMPRESSION uncompressed`)
+    await con.run(`ALTER TABLE ${name} ADD COLUMN ${ident(NARROW_FLAG)} BOOLEAN DEFAULT FALSE`)
+    const heavy = `SELECT rowid // ${VECTOR} FROM ${name} GROUP BY 1 HAVING ${split.map(wideBytes).map((w) => `${w} >= ${vectorBytes}`).join(' OR ')}`
+    const narrow = split.map((c) => `coalesce(strlen(${ident(c)}) < ${bytes}, TRUE)`).join(' AND ')
+    await con.run(
+      `UPDATE ${name} SET ${split.map((c) => `${ident(c + NARROW_SUFFIX)} = ${ident(c)}`).join(', ')}, ${ident(NARROW_FLAG)} = TRUE ` +
+        `WHERE rowid // ${VECTOR} IN (${heavy}) AND ${narrow}`,
+    )
+    return split
+  }
+
+  /** Columns with a narrow copy in the file, by table name (one catalog query). */
+  private async narrowColumns(con: DuckDBConnection): Promise<Map<string, string[]>> {
+    const rows = (
+      await con.runAndReadAll(
+        `SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = ${lit(this.alias)} AND schema_name = 'main' AND suffix(column_name, ${lit(NARROW_SUFFIX)}) ORDER BY table_name, column_index`,
+      )
+    ).getRows()
+    const out = new Map<string, string[]>()
+    for (const [t, c] of rows) {
+      const list = out.get(String(t)) ?? []
+      list.push(String(c).slice(0, -NARROW_SUFFIX.length))
+      out.set(String(t), list)
+    }
+    return out
   }
 
   release(key: string): void {
