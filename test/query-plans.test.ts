@@ -133,7 +133,9 @@ async function answer(view: DatasetView, query: Obj, budgets: QueryBudgets): Pro
   }
 }
 
-const KEYED = /^SELECT k, b, w, r(, x)? FROM/
+const KEYED = /^SELECT k, b, w, r(, x)?(, q)? FROM/
+/** Statement 1 of the keyed plan, unordered (JS orders it). */
+const KEYED_IN_JS = /^SELECT k, b, w, r(, x)?, q FROM/
 const hasItems = (text: string) => JSON.parse(text).some((b: Obj) => Object.entries(b).some(([k, v]) => k !== 'header' && Array.isArray(v) && v.length > 0))
 
 const DEFAULTS = { ...keyedPlan }
@@ -154,6 +156,8 @@ const VARIANTS: [string, Partial<typeof keyedPlan>, 'view' | 'local' | 'split'][
   ['keyed, related rows through temp tables', { maxRanges: 0 }, 'local'],
   ['keyed', {}, 'split'],
   ['keyed, related rows through temp tables', { maxRanges: 0 }, 'split'],
+  ['keyed, selected rows ordered by DuckDB', { jsOrder: false }, 'view'],
+  ['keyed, selected rows ordered by DuckDB', { jsOrder: false }, 'split'],
 ]
 const READ: Record<(typeof VARIANTS)[number][2], string> = { view: 'Parquet', local: 'local forms', split: 'local forms with narrow copies' }
 
@@ -195,6 +199,8 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
       let narrow = 0
       let wide = 0
       const notKeyed: string[] = []
+      const orderedInJs: string[] = []
+      const orderedByDuckDb: string[] = []
       const t0 = performance.now()
       for (const query of queries) {
         for (const [what, budgets] of BUDGETS) {
@@ -210,6 +216,7 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
             assert.equal(got.text, expected.text, where)
             // Chunks the summaries rule out run no statement (an answer without items may have none).
             if (items && !got.sql.some((s) => KEYED.test(s))) notKeyed.push(where)
+            if (got.sql.some((s) => KEYED_IN_JS.test(s))) (limits.jsOrder === false ? orderedByDuckDb : orderedInJs).push(where)
             // Rows read from narrow copies; and, in the same statement, others from their columns.
             if (got.sql.some((s) => s.includes(' AND src."__narrow_row"'))) narrow++
             if (got.sql.some((s) => s.includes(' AND src."__narrow_row"') && s.includes(' AND NOT src."__narrow_row"'))) wide++
@@ -227,6 +234,8 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
       assert.ok(scattered > 0, 'related rows through temp tables')
       if (name === 'evm') assert.ok(giant > 0, 'blocks bigger than a slice')
       assert.deepEqual(notKeyed, [], 'the keyed plan was taken')
+      assert.ok(orderedInJs.length > 0, 'statement 1 ordered in JS')
+      assert.deepEqual(orderedByDuckDb, [], 'jsOrder false: statement 1 ordered by DuckDB')
     })
   }
 })

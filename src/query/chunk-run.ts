@@ -18,7 +18,7 @@ import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceCo
  * The keyed plan (`prepareKeyed`, `keyedSlice`), for every query whose requests all have a
  * condition and select at most `keyedPlan.maxRows` rows in the chunk — two statements:
  *   1. kind, block, output weight and row number of every selected row → JS, ordered by kind,
- *      block and key (a relation joins its request's matched rows as a subquery; in a chunk that
+ *      block and key (in JS when the keys allow, `keysPack`; a relation joins its request's matched rows as a subquery; in a chunk that
  *      lacks blocks or whose header weight depends on columns, the blocks with their header weight
  *      come along). The candidate blocks and their weights follow in JS: no temp table, no
  *      statement of their own.
@@ -56,8 +56,10 @@ const SMALL_SLICE = 1024 * 1024
  * - `maxRows`: most selected rows read into JS; a query selecting more runs with temp tables.
  * - `maxRanges`: most row-number runs a related kind's rows are read by; rows in more runs are
  *   joined through a temp table. Each run costs ≈ 0.1 ms (an OR of BETWEENs, measured with 5–64).
+ * - `jsOrder`: statement 1 comes unordered and JS orders it, where the kinds' keys allow
+ *   (`keysPack`); false: DuckDB's `ORDER BY` always.
  */
-export const keyedPlan = { maxRows: 16384, maxRanges: 16 }
+export const keyedPlan = { maxRows: 16384, maxRanges: 16, jsOrder: true }
 
 /** Candidate blocks named in a slice's header read; more are read as a range. */
 const MAX_IN_LIST = 16
@@ -307,33 +309,35 @@ export class ChunkRun {
     const flag = this.kinds.some((kind) => this.narrow(kind).length > 0)
     const selections = this.kinds.map((kind) => this.selectionParts(kind, (scan) => this.matchedRows(scan), true, flag).parts.join(' UNION '))
     const xColumn = flag ? ', x::INTEGER AS x' : ''
+    // Kinds with at most one integer key are put in order in JS (`orderInJs`); others by DuckDB.
+    const inJs = this.keysPack()
+    const keyColumns = (i: number, key?: string) => (inJs ? `${key ? `${ident(key)}::BIGINT` : '0::BIGINT'} AS q` : order.columns(i, ''))
     const parts = selections.map((selection, i) =>
-      `SELECT ${i} AS k, block_number::BIGINT AS b, w::BIGINT AS w, r::BIGINT AS r${xColumn}, ${order.columns(i, '')} FROM (${selection})`)
+      `SELECT ${i} AS k, block_number::BIGINT AS b, w::BIGINT AS w, r::BIGINT AS r${xColumn}, ${keyColumns(i, this.kinds[i].key[0])} FROM (${selection})`)
     // The LIMIT first: a selection too big for this plan is given up after maxRows + 1 rows.
     let rows = `${parts.join(' UNION ALL ')} LIMIT ${keyedPlan.maxRows + 1}`
     if (!known) {
       // The blocks with their header weight, as kind -1.
       const blockCol = ident(this.blockCol)
-      rows = `(${rows}) UNION ALL SELECT -1, t.${blockCol}::BIGINT, (${weightSql(header, this.selected(header), 't')})::BIGINT, 0${flag ? ', 0' : ''}, ${order.columns(-1, '')} ` +
+      rows = `(${rows}) UNION ALL SELECT -1, t.${blockCol}::BIGINT, (${weightSql(header, this.selected(header), 't')})::BIGINT, 0${flag ? ', 0' : ''}, ${inJs ? '0' : order.columns(-1, '')} ` +
         `FROM ${this.file(header.table)} t WHERE ${this.range('t', this.blockCol)}`
     }
-    const sql = `SELECT k, b, w, r${flag ? ', x' : ''} FROM (${rows}) ORDER BY k, b${order.names.map((n) => `, ${n}`).join('')}`
+    const sql = inJs
+      ? `SELECT k, b, w, r${flag ? ', x' : ''}, q FROM (${rows})`
+      : `SELECT k, b, w, r${flag ? ', x' : ''} FROM (${rows}) ORDER BY k, b${order.names.map((n) => `, ${n}`).join('')}`
     const chunks = await (await this.con.run(sql)).fetchAllChunks()
-    const column = <T extends Int32Array | Float64Array>(read: (c: (typeof chunks)[number]) => T, make: (n: number) => T): T => {
-      if (chunks.length === 1) return read(chunks[0])
-      const out = make(chunks.reduce((n, c) => n + c.rowCount, 0))
-      let at = 0
-      for (const c of chunks) {
-        out.set(read(c), at)
-        at += c.rowCount
-      }
-      return out
+    const int = (col: number) => concatTyped(chunks.map((c) => integerColumn(c, col)), (n) => new Int32Array(n))
+    const big = (col: number) => concatTyped(chunks.map((c) => bigintColumn(c, col)), (n) => new Float64Array(n))
+    let k = int(0)
+    let b = big(1)
+    let w = big(2)
+    let r = big(3)
+    let x = flag ? int(4) : undefined
+    if (inJs) {
+      const at = orderInJs(k, b, big(flag ? 5 : 4), this.from, this.to, this.kinds.length)
+      ;[k, b, w, r] = [permute(k, at), permute(b, at), permute(w, at), permute(r, at)]
+      if (x) x = permute(x, at)
     }
-    const k = column((c) => integerColumn(c, 0), (n) => new Int32Array(n))
-    const b = column((c) => bigintColumn(c, 1), (n) => new Float64Array(n))
-    const w = column((c) => bigintColumn(c, 2), (n) => new Float64Array(n))
-    const r = column((c) => bigintColumn(c, 3), (n) => new Float64Array(n))
-    const x = flag ? column((c) => integerColumn(c, 4), (n) => new Int32Array(n)) : undefined
     const headers = lowerBound(k, 0)
     if (k.length - headers > keyedPlan.maxRows) return undefined
     const weights = new Map<number, number>()
@@ -471,6 +475,21 @@ export class ChunkRun {
     const blocks = this.keyed![kindIndex].block
     const first = lowerBound(blocks, lo)
     return [first, lowerBound(blocks, hi + 1, first)]
+  }
+
+  /**
+   * Whether the keyed plan's first statement may come unordered, to be put in order in JS by one
+   * number per row (`orderInJs`): every kind has at most one key column, of an integer type, and
+   * (kind, block) fit in 21 bits beside a 32-bit key. Its `ORDER BY` cost 1.4 ms of 7.7 for logs+tx
+   * (BENCHMARKS.md, step 33).
+   */
+  private keysPack(): boolean {
+    if (!keyedPlan.jsOrder || (this.to - this.from + 1) * (this.kinds.length + 1) >= 2 ** 21) return false
+    return this.kinds.every((kind) => {
+      if (kind.key.length === 0) return true
+      const type = tableOf(this.plan.family, kind.table).columns.find((c) => c.name === kind.key[0])?.type
+      return kind.key.length === 1 && type !== undefined && INTEGER_TYPES.has(type)
+    })
   }
 
   /** Rows of each kind selected in `prepareKeyed` (index as `kinds`); undefined on the temp-table plan. */
@@ -676,6 +695,54 @@ function keyedRows(block: Float64Array, r: Float64Array, narrow?: Int32Array): K
     ranks[i] = keys[i] - sorted[i] * scale
   }
   return { block: block.slice(), sorted, ranks, narrow: narrow?.slice() }
+}
+
+/** DuckDB types of key columns that order as integers. */
+const INTEGER_TYPES = new Set(['TINYINT', 'SMALLINT', 'INTEGER', 'BIGINT', 'UTINYINT', 'USMALLINT', 'UINTEGER', 'UBIGINT'])
+
+/**
+ * Where each row of the keyed plan's statement 1 goes when ordered by kind, block and key: each
+ * row packs into ((k + 1)·blocks + b − from)·2^32 + key, sorted as a typed array.
+ */
+function orderInJs(k: Int32Array, b: Float64Array, key: Float64Array, from: number, to: number, kinds: number): Int32Array {
+  const n = k.length
+  const blocks = to - from + 1
+  const packed = new Float64Array(n)
+  for (let i = 0; i < n; i++) {
+    if (!(key[i] >= 0 && key[i] < 2 ** 32) || k[i] < -1 || k[i] >= kinds || b[i] < from || b[i] > to) {
+      throw new Error(`row (kind ${k[i]}, block ${b[i]}, key ${key[i]}) is outside the packed order`)
+    }
+    packed[i] = ((k[i] + 1) * blocks + b[i] - from) * 2 ** 32 + key[i]
+  }
+  const sorted = packed.slice().sort()
+  const position = new Int32Array(n)
+  const taken = new Uint8Array(n)
+  for (let i = 0; i < n; i++) {
+    let at = lowerBound(sorted, packed[i])
+    while (taken[at]) at++ // equal keys (not expected: the selection is a UNION) keep a place each
+    taken[at] = 1
+    position[i] = at
+  }
+  return position
+}
+
+/** `values` with row i moved to `position[i]`. */
+function permute<T extends Int32Array | Float64Array>(values: T, position: Int32Array): T {
+  const out = (values instanceof Int32Array ? new Int32Array(values.length) : new Float64Array(values.length)) as T
+  for (let i = 0; i < values.length; i++) out[position[i]] = values[i]
+  return out
+}
+
+/** The arrays one after the other. */
+function concatTyped<T extends Float64Array | Int32Array>(parts: T[], make: (n: number) => T): T {
+  if (parts.length === 1) return parts[0]
+  const out = make(parts.reduce((n, p) => n + p.length, 0))
+  let at = 0
+  for (const p of parts) {
+    out.set(p, at)
+    at += p.length
+  }
+  return out
 }
 
 /** Rank of a selected row by its row number (-1: not selected). */
