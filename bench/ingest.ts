@@ -186,27 +186,28 @@ async function replayIngest(blocks: number): Promise<void> {
     const row = (stage: string, v: number | undefined, note = '') => [stage, v == null ? '—' : `${(v / 1000).toFixed(2)} s`, v == null ? '' : `${((100 * v) / wall).toFixed(0)} %`, note]
     // the spooled path (EVM default) has stages of its own: no parsing or rows in JS, the chunk close in SQL
     const spooled = (s.spooledBlocks ?? 0) > 0
-    printTable(`stages of the median run of this build (ingest wall ${(wall / 1000).toFixed(2)} s; ${spooled ? 'spooled path; ' : ''}stages run in parallel threads and overlap)`, ['stage', 'time', 'share of wall', ''], spooled
+    // Both paths wait for fetched blocks and for the previous chunk; what lies between is their own.
+    const own = spooled
       ? [
-        row('main thread: waiting for fetched blocks', s.fetchWaitMs, 'fetch workers: HTTP, key scan, spool files'),
         row('JSON.parse of answers the key scan could not vouch for', s.parseMs, 'fetch workers (summed)'),
         row('ChunkBuilder.addBlock (note the spool files)', s.addBlockMs, 'main thread'),
         row('close: temp tables (answers with upper-case hex only)', s.appendMs, 'DuckDB'),
         row('close: read_json → normaliser (SQL) → ORDER BY → zstd Parquet, a statement per table', s.parquetMs, 'DuckDB (--db-threads), overlaps fetching'),
-        row('main thread: waiting for the previous chunk before closing the next', s.finishWaitMs),
-        row('ingest process CPU (all threads)', s.cpuMs),
       ]
       : [
-        row('main thread: waiting for fetched blocks', s.fetchWaitMs, 'fetch workers: HTTP, parse, normalise'),
         row('JSON.parse of the answers', s.parseMs, 'fetch workers (summed)'),
         row('normalise: RPC JSON → rows', s.normalizeMs, 'fetch workers (summed)'),
         row('ChunkBuilder.addBlock (keep rows, size them)', s.addBlockMs, 'main thread'),
         row('finish: sort rows (JS)', s.sortMs, 'main thread'),
         row('finish: rows → DuckDB (Appender)', s.appendMs, 'main thread, interleaved with taking fetched blocks'),
         row('finish: DuckDB → zstd Parquet', s.parquetMs, 'DuckDB threads, overlaps fetching'),
-        row('main thread: waiting for the previous chunk before closing the next', s.finishWaitMs),
-        row('ingest process CPU (all threads)', s.cpuMs),
-      ])
+      ]
+    printTable(`stages of the median run of this build (ingest wall ${(wall / 1000).toFixed(2)} s; ${spooled ? 'spooled path; ' : ''}stages run in parallel threads and overlap)`, ['stage', 'time', 'share of wall', ''], [
+      row('main thread: waiting for fetched blocks', s.fetchWaitMs, `fetch workers: HTTP, ${spooled ? 'key scan, spool files' : 'parse, normalise'}`),
+      ...own,
+      row('main thread: waiting for the previous chunk before closing the next', s.finishWaitMs),
+      row('ingest process CPU (all threads)', s.cpuMs),
+    ])
   }
   console.log(`machine load (1/5/15 min): ${loadavg().map((x) => x.toFixed(2)).join(' ')} on ${cpus().length} cores`)
 }

@@ -18,9 +18,9 @@ import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceCo
  * The keyed plan (`prepareKeyed`, `keyedSlice`), for every query whose requests all have a
  * condition and select at most `keyedPlan.maxRows` rows in the chunk — two statements:
  *   1. kind, block, output weight and row number of every selected row → JS, ordered by kind,
- *      block and key (in JS when the keys allow, `keysPack`; a relation joins its request's matched rows as a subquery; in a chunk that
- *      lacks blocks or whose header weight depends on columns, the blocks with their header weight
- *      come along). The candidate blocks and their weights follow in JS: no temp table, no
+ *      block and key (in JS when the keys allow, `keysPack`; a relation joins its request's matched
+ *      rows as a subquery; in a chunk that lacks blocks or whose header weight depends on columns,
+ *      the blocks with their header weight come along). The candidate blocks and their weights follow in JS: no temp table, no
  *      statement of their own.
  *   2. per slice of blocks, each row's JSON text built inside DuckDB with its row number, unordered;
  *      JS puts the rows in order by their rank from statement 1. A kind pulled in by a relation is
@@ -485,11 +485,14 @@ export class ChunkRun {
    */
   private keysPack(): boolean {
     if (!keyedPlan.jsOrder || (this.to - this.from + 1) * (this.kinds.length + 1) >= 2 ** 21) return false
-    return this.kinds.every((kind) => {
-      if (kind.key.length === 0) return true
-      const type = tableOf(this.plan.family, kind.table).columns.find((c) => c.name === kind.key[0])?.type
-      return kind.key.length === 1 && type !== undefined && INTEGER_TYPES.has(type)
-    })
+    return this.kinds.every((kind) => kind.key.length === 0 || (kind.key.length === 1 && INTEGER_TYPES.has(this.keyType(kind, kind.key[0]))))
+  }
+
+  /** DuckDB type of a kind's key column. */
+  private keyType(kind: ItemDecl, column: string): string {
+    const type = tableOf(this.plan.family, kind.table).columns.find((c) => c.name === column)?.type
+    if (!type) throw new Error(`key column ${column} of ${kind.selector} is not declared`)
+    return type
   }
 
   /** Rows of each kind selected in `prepareKeyed` (index as `kinds`); undefined on the temp-table plan. */
@@ -620,11 +623,7 @@ export class ChunkRun {
    */
   private orderColumns(): { names: string[]; columns: (kindIndex: number, alias?: string) => string } {
     const slots = this.kinds.flatMap((kind, i) =>
-      kind.key.map((column, j) => {
-        const type = tableOf(this.plan.family, kind.table).columns.find((c) => c.name === column)?.type
-        if (!type) throw new Error(`key column ${column} of ${kind.selector} is not declared`)
-        return { kind: i, column, type, name: `o${i}_${j}` }
-      }),
+      kind.key.map((column, j) => ({ kind: i, column, type: this.keyType(kind, column), name: `o${i}_${j}` })),
     )
     return {
       names: slots.map((s) => s.name),

@@ -18,11 +18,6 @@ export class LazyConnection implements Sql {
     return (this.con ??= connect())
   }
 
-  /** Whether a statement has opened it. */
-  get opened(): boolean {
-    return this.con !== undefined
-  }
-
   run: DuckDBConnection['run'] = async (...a) => (await this.open()).run(...a)
   stream: DuckDBConnection['stream'] = async (...a) => (await this.open()).stream(...a)
   runAndReadAll: DuckDBConnection['runAndReadAll'] = async (...a) => (await this.open()).runAndReadAll(...a)
