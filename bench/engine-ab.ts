@@ -72,9 +72,11 @@ async function loadBuild(dist: string, name: string, formsFile: string, storage:
   const { evmFamily } = await load('src/families/evm.js')
   const { prepareQuery } = await load('src/query/engine.js')
   const { LocalForms } = await load('src/storage/local-forms.js')
+  // Builds before step 34 have no block-ordered copies (and no blockOrders).
+  const { blockOrders } = await load('src/families/declaration.js')
   const { dir, meta } = await benchChunk()
   const forms = new LocalForms({ file: formsFile, label: name })
-  if (!(await forms.build('bench', dir, await chunkTableNames(dir)))) throw new Error(`${name}: could not open the local form`)
+  if (!(await forms.build('bench', dir, await chunkTableNames(dir), blockOrders?.(evmFamily)))) throw new Error(`${name}: could not open the local form`)
   const chunk = { top: 0, first: meta.first, last: meta.last, hash: '', path: '', coverFrom: 0, dir, local: storage === 'local' ? forms.acquire('bench') : undefined }
   const view = { name: 'bench', family: evmFamily, chunks: [chunk], height: meta.last }
   return {

@@ -1,6 +1,7 @@
 import { chunkTableNames } from '../src/chunks/layout.js'
 import path from 'node:path'
 import { configureDb, connect } from '../src/db.js'
+import { blockOrders } from '../src/families/declaration.js'
 import { evmFamily } from '../src/families/evm.js'
 import { prepareQuery } from '../src/query/engine.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
@@ -50,7 +51,7 @@ export async function runWorker(o: WorkerBenchOptions): Promise<void> {
   const forms = new LocalForms({ file: `${root}-forms/local-forms.duckdb`, label: 'bench' })
   const tables = await chunkTableNames(dir)
   const t0 = performance.now()
-  if (!(await forms.build('bench', dir, tables))) throw new Error('could not build the local form')
+  if (!(await forms.build('bench', dir, tables, blockOrders(evmFamily)))) throw new Error('could not build the local form')
   const buildMs = performance.now() - t0
   const local: DatasetView = { ...view, chunks: view.chunks.map((c) => ({ ...c, local: forms.acquire('bench') })) }
   const worker = o.http

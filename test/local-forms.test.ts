@@ -2,7 +2,11 @@ import assert from 'node:assert/strict'
 import { rename } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import type { ChunkRef } from '../src/chunks/layout.js'
+import { chunkTableNames, type ChunkRef } from '../src/chunks/layout.js'
+import { connect, lit } from '../src/db.js'
+import { blockOrders } from '../src/families/declaration.js'
+import { evmFamily } from '../src/families/evm.js'
+import { BY_BLOCK_SUFFIX, LocalForms } from '../src/storage/local-forms.js'
 import { ArchiveStorage, LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { ChunkCache } from '../src/storage/chunk-cache.js'
@@ -36,6 +40,17 @@ async function answer(w: WorkerServer, query: unknown): Promise<string> {
 }
 
 const formsOf = (w: WorkerServer) => w.node!.localForms()
+
+/** Block-ordered copies in the local forms databases this process has attached. */
+async function copyTables(): Promise<number> {
+  const con = await connect()
+  try {
+    const r = await con.runAndReadAll(`SELECT count(*) FROM duckdb_tables() WHERE suffix(table_name, ${lit(BY_BLOCK_SUFFIX)})`)
+    return Number(r.getRows()[0][0])
+  } finally {
+    con.closeSync()
+  }
+}
 
 describe('local forms of a worker', { timeout: 120_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
@@ -76,6 +91,8 @@ describe('local forms of a worker', { timeout: 120_000 }, () => {
     assert.equal(await registrySum('block_archive_worker_local_form_bytes', { worker: 'lf-a' }), cache.forms!.bytes)
     const status = (await (await fetch(`${w.url}/status`)).json()) as { local_forms: unknown }
     assert.deepEqual(status.local_forms, { built: chunks.length, pending: 0 })
+    // Each chunk's four item tables (sorted by filter keys in the files) have a block-ordered copy.
+    assert.equal(await copyTables(), 4 * chunks.length)
     const expected: string[] = []
     for (const q of QUERIES) {
       const want = await answer(parquet, q)
@@ -100,6 +117,42 @@ describe('local forms of a worker', { timeout: 120_000 }, () => {
       assert.equal(await answer(again.w, fullQuery(0, 47)), await answer(parquet, fullQuery(0, 47)))
     } finally {
       await rename(path.join(tmp.dir, 'moved-away'), path.join(data, last.path))
+    }
+  })
+
+  it('get block-ordered copies of the tables that ask for one; a form built without them is built again', async () => {
+    const dir = path.join(data, chunks[0].path)
+    const tables = await chunkTableNames(dir)
+    const forms = new LocalForms({ file: path.join(tmp.dir, 'copies', 'forms.duckdb'), label: 'copies' })
+    try {
+      assert.ok(await forms.build('c0', dir, tables))
+      const plain = forms.acquire('c0')!
+      assert.equal(plain.byBlock('logs'), undefined)
+      forms.release('c0')
+      const before = forms.bytes
+      const orders = blockOrders(evmFamily)
+      assert.deepEqual(Object.keys(orders).sort(), ['logs', 'statediffs', 'traces', 'transactions'])
+      assert.ok(await forms.build('c0', dir, tables, orders))
+      assert.ok(forms.bytes > before, `${forms.bytes} > ${before} bytes`)
+      const local = forms.acquire('c0')!
+      const con = await connect()
+      try {
+        // The same rows, in block and log index order.
+        const rows = (sql: string) => con.runAndReadAll(sql).then((r) => r.getRows().map((row) => row.map(String).join()))
+        const copy = await rows(`SELECT block_number, log_index, data FROM ${local.byBlock('logs')} ORDER BY rowid`)
+        assert.ok(copy.length > 0)
+        assert.deepEqual(copy, await rows(`SELECT block_number, log_index, data FROM ${local('logs')} ORDER BY block_number, log_index`))
+        assert.notDeepEqual(copy, await rows(`SELECT block_number, log_index, data FROM ${local('logs')} ORDER BY rowid`), 'the file is in another order')
+      } finally {
+        con.closeSync()
+        forms.release('c0')
+      }
+      // Dropped with the form (other tests' workers may still hold theirs).
+      const copies = await copyTables()
+      await forms.drop('c0')
+      assert.equal(await copyTables(), copies - 4)
+    } finally {
+      await forms.close()
     }
   })
 

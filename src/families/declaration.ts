@@ -177,3 +177,19 @@ export function normalizeHex(value: string, how: 'hex' | 'felt'): string {
   if (how === 'hex') return v
   return '0x' + (v.slice(2).replace(/^0+/, '') || '0')
 }
+
+/**
+ * The answer's order of each item table whose file is sorted otherwise (by filter keys): its block
+ * column, then the item's key. A worker's local form keeps a copy of such a table in this order, so
+ * that a slice of blocks that reads every row reads them in place and in order (local-forms.ts).
+ */
+export function blockOrders(family: FamilyDecl): Record<string, string[]> {
+  const out: Record<string, string[]> = {}
+  for (const item of family.items) {
+    const table = tableOf(family, item.table)
+    const order = [table.blockColumn, ...item.key]
+    if (out[table.name] || order.every((c, i) => table.sortBy[i] === c)) continue
+    out[table.name] = order
+  }
+  return out
+}

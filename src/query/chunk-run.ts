@@ -442,32 +442,91 @@ export class ChunkRun {
         items[i][rank - spans[i][0]] = json[n]
       }
     }
+    yield this.interleave(headerBlocks, headers, spans.map(([a, b], i) => ({ block: this.keyed![i].block.subarray(a, b), json: items[i] })), lo, hi)
+  }
+
+  /**
+   * A slice's rows in the answer's order, from its headers (in any order) and each kind's rows
+   * ordered by block: each header, then its block's rows of each kind.
+   */
+  private interleave(headerBlocks: number[], headers: Uint8Array[], kinds: { block: ArrayLike<number>; json: ArrayLike<Uint8Array | undefined> }[], lo: number, hi: number): SliceRows {
     // Headers come in the header table's order, by block as a rule.
     let order = headerBlocks.map((_, i) => i)
     if (headerBlocks.some((b, i) => i > 0 && b < headerBlocks[i - 1])) order = order.sort((x, y) => headerBlocks[x] - headerBlocks[y])
-    const total = headers.length + spans.reduce((n, [a, b]) => n + b - a, 0)
+    const total = headers.length + kinds.reduce((n, k) => n + k.json.length, 0)
     const rows = { block: new Float64Array(total), kind: new Int32Array(total), json: new Array<Uint8Array>(total) }
     let at = 0
-    const next = spans.map(([a]) => a)
+    const next = kinds.map(() => 0)
     for (const h of order) {
       const b = headerBlocks[h]
       rows.block[at] = b
       rows.kind[at] = 0
       rows.json[at++] = headers[h]
-      for (let i = 0; i < this.kinds.length; i++) {
-        const blocks = this.keyed![i].block
-        for (; next[i] < spans[i][1] && blocks[next[i]] === b; next[i]++) {
-          const json = items[i][next[i] - spans[i][0]]
-          if (!json) throw new Error(`row of ${this.kinds[i].selector} in block ${b} missing from its slice`)
+      kinds.forEach(({ block, json }, i) => {
+        for (; next[i] < json.length && block[next[i]] === b; next[i]++) {
+          const row = json[next[i]]
+          if (!row) throw new Error(`row of ${this.kinds[i].selector} in block ${b} missing from its slice`)
           rows.block[at] = b
           rows.kind[at] = i + 1
-          rows.json[at++] = json
+          rows.json[at++] = row
         }
-      }
+      })
     }
     // Every block with items has its header (the header part reads every candidate block).
     if (at !== total) throw new Error(`${total - at} rows of blocks ${lo}..${hi} without their block's header`)
-    yield rows
+    return rows
+  }
+
+  /**
+   * Step 4 when every kind of the query is read whole from its block-ordered copy in the local form
+   * (`blockOrdered`): no `ORDER BY`. The rows of each kind come in the copy's order (checked by rowid,
+   * put in order when a parallel scan mixed them) and JS places them after their block's header.
+   */
+  private async *orderedSlice(lo: number, hi: number, weight: number, copies: string[]): AsyncGenerator<SliceRows> {
+    const header = this.plan.family.header
+    const blockCol = ident(this.blockCol)
+    const parts = [
+      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, 0::BIGINT AS r, ${this.headerText('src')} AS j ` +
+        `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi}${this.candidatesIn(`src.${blockCol}`, lo, hi)}`,
+    ]
+    this.kinds.forEach((kind, i) => {
+      const block = `src.${ident(this.blockColumn(kind))}`
+      parts.push(`SELECT ${block}::BIGINT AS b, ${i + 1} AS k, src.rowid::BIGINT AS r, ${this.itemJson(kind)} AS j FROM ${copies[i]} src WHERE ${block} BETWEEN ${lo} AND ${hi}`)
+    })
+    const headerBlocks: number[] = []
+    const headers: Uint8Array[] = []
+    const rows = this.kinds.map(() => ({ block: [] as number[], r: [] as number[], json: [] as Uint8Array[] }))
+    const sql = parts.join(' UNION ALL ')
+    const chunks = weight > SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
+    for await (const chunk of chunks) {
+      const block = bigintColumn(chunk, 0)
+      const kind = integerColumn(chunk, 1)
+      const r = bigintColumn(chunk, 2)
+      const json: Uint8Array[] = []
+      varcharBytes(chunk, 3, json)
+      for (let n = 0; n < kind.length; n++) {
+        if (kind[n] === 0) {
+          headerBlocks.push(block[n])
+          headers.push(json[n])
+          continue
+        }
+        const to = rows[kind[n] - 1]
+        to.block.push(block[n])
+        to.r.push(r[n])
+        to.json.push(json[n])
+      }
+    }
+    yield this.interleave(headerBlocks, headers, rows.map(inCopyOrder), lo, hi)
+  }
+
+  /**
+   * The block-ordered copy (local form) that a kind is read from whole: the kind is selected by an
+   * unfiltered request of its own (no relation reads into it), so a slice takes every row of its
+   * blocks. Undefined otherwise.
+   */
+  private blockOrdered(kind: ItemDecl): string | undefined {
+    if (this.ruledOut || !this.readByFilter(kind) || !this.plan.scans.some((s) => s.item === kind && unfiltered(s))) return undefined
+    return this.chunk.local?.byBlock(kind.table)
   }
 
   /** Ranks `[first, end)` of a kind's selected rows in blocks `lo..hi` (keyed plan; ranks follow the block order). */
@@ -525,6 +584,11 @@ export class ChunkRun {
       yield* this.keyedSlice(lo, hi, weight)
       return
     }
+    const copies = this.kinds.map((kind) => this.blockOrdered(kind))
+    if (this.kinds.length > 0 && copies.every((c) => c !== undefined)) {
+      yield* this.orderedSlice(lo, hi, weight, copies as string[])
+      return
+    }
     const header = this.plan.family.header
     const blockCol = ident(this.blockCol)
     const order = this.orderColumns()
@@ -533,7 +597,10 @@ export class ChunkRun {
         `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi}${this.candidatesIn(`src.${blockCol}`, lo, hi)}`,
     ]
     if (!this.ruledOut) this.kinds.forEach((kind, i) => {
-      parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
+      // A kind read whole reads its block-ordered copy where there is one: only the slice's vectors.
+      const block = `src.${ident(this.blockColumn(kind))}`
+      const source = copies[i] ? `${copies[i]} src WHERE ${block} BETWEEN ${lo} AND ${hi}` : this.source(kind, lo, hi)
+      parts.push(`SELECT ${block}::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${source}`)
     })
     const sql = `SELECT b, k, j FROM (${parts.join(' UNION ALL ')}) ORDER BY b, k${order.names.map((n) => `, ${n}`).join('')}`
     // A streaming result costs a few ms more than a materialised one; only big slices need it.
@@ -742,6 +809,14 @@ function concatTyped<T extends Float64Array | Int32Array>(parts: T[], make: (n: 
     at += p.length
   }
   return out
+}
+
+/** A kind's rows of a slice from its block-ordered copy, in the copy's order (by rowid). */
+function inCopyOrder(rows: { block: number[]; r: number[]; json: Uint8Array[] }): { block: ArrayLike<number>; json: Uint8Array[] } {
+  const { block, r, json } = rows
+  if (r.every((x, i) => i === 0 || x > r[i - 1])) return rows
+  const order = r.map((_, i) => i).sort((x, y) => r[x] - r[y])
+  return { block: order.map((i) => block[i]), json: order.map((i) => json[i]) }
 }
 
 /** Rank of a selected row by its row number (-1: not selected). */

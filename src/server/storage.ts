@@ -1,5 +1,5 @@
 import { chunkTableNames, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
-import type { FamilyDecl } from '../families/declaration.js'
+import { blockOrders, type FamilyDecl } from '../families/declaration.js'
 import { familyByName } from '../families/index.js'
 import type { ChunkCache } from '../storage/chunk-cache.js'
 import type { LocalTables } from '../storage/local-forms.js'
@@ -73,6 +73,7 @@ const chunkKey = (store: DatasetStore, chunk: ChunkRef) => `${store.url}\n${chun
 export class ArchiveStorage implements ChunkStorage {
   readonly location: string
   private readonly stores = new Map<string, DatasetStore>()
+  private readonly families = new Map<string, FamilyDecl>()
   private announced?: DatasetAnnouncement[]
 
   constructor(private readonly opts: ArchiveStorageOptions) {
@@ -99,6 +100,7 @@ export class ArchiveStorage implements ChunkStorage {
         throw new DuplicateDataset(`two datasets are named "${d.name}": ${other.url} and ${d.url}; rename one (its dataset.json) or serve it under another name with --dataset NAME=URL`)
       }
       byName.set(d.name, d)
+      this.families.set(d.name, d.family)
       if (this.stores.get(d.name)?.url !== d.url) this.stores.set(d.name, openDatasetStore(d.url))
     }
     return [...byName.values()].sort((a, b) => a.name.localeCompare(b.name))
@@ -155,7 +157,8 @@ export class ArchiveStorage implements ChunkStorage {
     const forms = this.opts.cache?.forms
     const key = this.formKey(dataset, chunk)
     if (!forms || !key) return false
-    return forms.build(key, dir, await chunkTableNames(dir))
+    const family = this.families.get(dataset)
+    return forms.build(key, dir, await chunkTableNames(dir), family && blockOrders(family))
   }
 
   localForm(dataset: string, chunk: ChunkRef): LocalTables | undefined {

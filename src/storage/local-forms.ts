@@ -23,10 +23,14 @@ let instances = 0
 /** DuckDB's error when another process holds the file open. */
 const inUse = (e: unknown) => /lock/i.test(String(e))
 const MiB = 1024 * 1024
-/** A form's size per byte of Parquet, measured: DuckDB's file is 3.0–3.3× the zstd Parquet. */
+/**
+ * A form's size per byte of Parquet, measured: DuckDB's file is 3.0–3.3× the zstd Parquet; a
+ * block-ordered copy adds 4.2× its table's Parquet (the bench chunk: 193 → 440 MB from 59.5 MB).
+ */
 const MEASURED_GROWTH = 3.2
-/** Room asked for before a build, per byte of Parquet (the measured growth and a margin). */
-const GROWTH = 3.5
+const MEASURED_COPY_GROWTH = 4.2
+/** Room asked for before a build, per byte of estimate (a margin). */
+const MARGIN = 1.1
 /** Disk space always left free by forms (beyond twice the form being built). */
 const DISK_MARGIN = 64 * MiB
 
@@ -55,6 +59,15 @@ export const narrowCopies = { bytes: 4000, vectorBytes: 1 << 20 }
 /** Suffix of a column's narrow copy in a local form; and the name of the row flag. */
 export const NARROW_SUFFIX = '__narrow'
 export const NARROW_FLAG = '__narrow_row'
+/**
+ * Suffix of a table's block-ordered copy. A chunk's files are sorted by filter keys, so a slice of
+ * blocks that reads every row of a table (an unfiltered request) touches every vector of it, and
+ * DuckDB must sort what it reads into the answer's order. The copy holds the same rows in the
+ * answer's order (`blockOrders` of the family: block, then the item's key), so such a slice reads
+ * only its own vectors, in order (measured: a 16 MiB slice of all transactions and logs, 41 → 21 CPU
+ * ms; BENCHMARKS.md, step 34). It costs the form the size of those tables once more.
+ */
+export const BY_BLOCK_SUFFIX = '__by_block'
 /** Rows of a DuckDB vector (rowid // VECTOR is a row's vector in a table). */
 const VECTOR = 2048
 
@@ -66,6 +79,8 @@ export interface LocalTables {
    * `__narrow_row` reads the same values from the copies, without decoding its vector's wide strings.
    */
   narrow(table: string): readonly string[]
+  /** SQL name of the table's block-ordered copy (see `BY_BLOCK_SUFFIX`), if the form has one. */
+  byBlock(table: string): string | undefined
 }
 
 interface Form {
@@ -74,6 +89,8 @@ interface Form {
   tables: string[]
   /** Columns with a narrow copy, per table (read from the file's catalog: forms built before have none). */
   narrow: Record<string, string[]>
+  /** Tables with a block-ordered copy (read from the file's catalog: forms built before have none). */
+  byBlock: string[]
   /** Sizes and mtimes of the Parquet files the form was built from (files written anew get a new form). */
   source: string
   bytes: number
@@ -122,10 +139,12 @@ export class LocalForms {
       }
       const rows = (await con.runAndReadAll(`SELECT key, prefix, tables, source, bytes FROM ${this.alias}.forms`)).getRows()
       const narrow = await this.narrowColumns(con)
+      const copies = await this.blockOrderedCopies(con)
       for (const [key, prefix, tables, source, bytes] of rows) {
         const names: string[] = JSON.parse(String(tables))
         const of = Object.fromEntries(names.map((t) => [t, narrow.get(`${String(prefix)}${t}`) ?? []]))
-        this.add({ key: String(key), prefix: String(prefix), tables: names, narrow: of, source: String(source), bytes: Number(bytes), refs: 0, lastUsed: 0 })
+        const byBlock = names.filter((t) => copies.has(`${String(prefix)}${t}`))
+        this.add({ key: String(key), prefix: String(prefix), tables: names, narrow: of, byBlock, source: String(source), bytes: Number(bytes), refs: 0, lastUsed: 0 })
       }
       log.info({ worker: this.opts.label, file: this.opts.file, chunks: this.forms.size, mb: +(this.bytes / MiB).toFixed(1) }, 'local forms: opened')
       return con
@@ -147,24 +166,31 @@ export class LocalForms {
   }
 
   /**
-   * Make sure the chunk in `dir` (its `tables`) has a form: reuse one built from the same files,
-   * else build it when there is room. Returns whether the chunk has a form now.
+   * Make sure the chunk in `dir` (its `tables`) has a form: reuse one built from the same files
+   * with the same block-ordered copies, else build it when there is room. `byBlock`: the order of
+   * each table that gets a block-ordered copy (`blockOrders` of the family). Returns whether the
+   * chunk has a form now.
    */
-  async build(key: string, dir: string, tables: string[]): Promise<boolean> {
+  async build(key: string, dir: string, tables: string[], byBlock: Record<string, string[]> = {}): Promise<boolean> {
     const stats = await Promise.all(tables.map((t) => stat(path.join(dir, `${t}.parquet`))))
     const sizes = stats.map((s) => s.size)
-    const need = sizes.reduce((a, b) => a + b, 0) * GROWTH
+    const estimate = sizes.reduce((n, size, i) => n + size * (MEASURED_GROWTH + (byBlock[tables[i]] ? MEASURED_COPY_GROWTH : 0)), 0)
+    const need = estimate * MARGIN
     // Forms only speed queries up: they never take the disk space downloads need (the file does not shrink).
     if (!this.forms.has(key) && !(await this.diskHasRoom(need))) return false
     const con = await this.open()
     if (!con) return false
     const source = JSON.stringify(Object.fromEntries(tables.map((t, i) => [t, [stats[i].size, stats[i].mtimeMs]])))
+    // A form built before block-ordered copies existed is built again (once no query reads it); a
+    // table without the order's columns gets no copy (copyByBlock), so only "none at all" counts.
+    const wantsCopies = tables.some((t) => byBlock[t])
+    const current = (f: Form) => f.source === source && (f.byBlock.length > 0 || !wantsCopies || f.refs > 0)
     const known = this.forms.get(key)
-    if (known && known.source === source && !known.dropping) return true
+    if (known && current(known) && !known.dropping) return true
     const unlock = await this.writing.lock()
     try {
       const again = this.forms.get(key)
-      if (again && again.source !== source) await this.remove(con, again)
+      if (again && !current(again)) await this.remove(con, again)
       else if (again) return !again.dropping
       if (this.opts.room && this.opts.room() - this.bytes < need) return this.noRoomFor(key, need)
       this.noRoom.delete(key)
@@ -172,9 +198,11 @@ export class LocalForms {
       const before = await this.usedBytes(con)
       const prefix = `c${createHash('sha256').update(key).digest('hex').slice(0, 20)}_`
       const narrow: Record<string, string[]> = {}
+      const ordered: string[] = []
       await inTransaction(con, async () => {
         for (const t of tables) {
           await con.run(`CREATE TABLE ${this.alias}.${ident(prefix + t)} AS SELECT * FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))})`)
+          if (byBlock[t] && (await this.copyByBlock(con, prefix + t, byBlock[t]))) ordered.push(t)
           narrow[t] = await this.splitWide(con, prefix + t)
         }
         await con.run(`DELETE FROM ${this.alias}.forms WHERE key = ${lit(key)}`)
@@ -183,9 +211,9 @@ export class LocalForms {
       await this.checkpoint(con)
       // Without a checkpoint (another transaction was writing) the growth is not known yet: estimate it.
       const grown = (await this.usedBytes(con)) - before
-      const bytes = grown > 0 ? grown : Math.round((need / GROWTH) * MEASURED_GROWTH)
+      const bytes = grown > 0 ? grown : Math.round(estimate)
       await con.run(`UPDATE ${this.alias}.forms SET bytes = ${bytes} WHERE key = ${lit(key)}`)
-      this.add({ key, prefix, tables, narrow, source, bytes, refs: 0, lastUsed: Date.now() })
+      this.add({ key, prefix, tables, narrow, byBlock: ordered, source, bytes, refs: 0, lastUsed: Date.now() })
       if (this.opts.room && this.opts.room() - this.bytes < 0) {
         // Bigger than estimated (small chunks take whole 256 KiB blocks): it does not fit after all.
         await this.remove(con, this.forms.get(key)!)
@@ -235,7 +263,8 @@ export class LocalForms {
       if (!f.tables.includes(table)) throw new Error(`table ${table} is not in the local form of ${key}`)
       return `${this.alias}.${ident(f.prefix + table)}`
     }
-    return Object.assign(tables, { narrow: (table: string) => f.narrow[table] ?? [] })
+    const byBlock = (table: string) => (f.byBlock.includes(table) ? `${this.alias}.${ident(f.prefix + table + BY_BLOCK_SUFFIX)}` : undefined)
+    return Object.assign(tables, { narrow: (table: string) => f.narrow[table] ?? [], byBlock })
   }
 
   /**
@@ -267,6 +296,31 @@ export class LocalForms {
         `WHERE rowid // ${VECTOR} IN (${heavy}) AND ${narrow}`,
     )
     return split
+  }
+
+  /**
+   * The block-ordered copy of a new table (see `BY_BLOCK_SUFFIX`), ordered by `order`; none (false)
+   * when the table lacks one of those columns (a chunk written before the column existed).
+   */
+  private async copyByBlock(con: DuckDBConnection, table: string, order: string[]): Promise<boolean> {
+    const columns = new Set(
+      (await con.runAndReadAll(`SELECT column_name FROM duckdb_columns() WHERE database_name = ${lit(this.alias)} AND schema_name = 'main' AND table_name = ${lit(table)}`))
+        .getRows()
+        .map(([c]) => String(c)),
+    )
+    if (!order.every((c) => columns.has(c))) return false
+    await con.run(`CREATE TABLE ${this.alias}.${ident(table + BY_BLOCK_SUFFIX)} AS SELECT * FROM ${this.alias}.${ident(table)} ORDER BY ${order.map(ident).join(', ')}`)
+    return true
+  }
+
+  /** Names of the tables in the file that have a block-ordered copy (one catalog query). */
+  private async blockOrderedCopies(con: DuckDBConnection): Promise<Set<string>> {
+    const rows = (
+      await con.runAndReadAll(
+        `SELECT table_name FROM duckdb_tables() WHERE database_name = ${lit(this.alias)} AND schema_name = 'main' AND suffix(table_name, ${lit(BY_BLOCK_SUFFIX)})`,
+      )
+    ).getRows()
+    return new Set(rows.map(([t]) => String(t).slice(0, -BY_BLOCK_SUFFIX.length)))
   }
 
   /** Columns with a narrow copy in the file, by table name (one catalog query). */
@@ -348,7 +402,10 @@ export class LocalForms {
 
   private async remove(con: DuckDBConnection, f: Form): Promise<void> {
     await inTransaction(con, async () => {
-      for (const t of f.tables) await con.run(`DROP TABLE IF EXISTS ${this.alias}.${ident(f.prefix + t)}`)
+      for (const t of f.tables) {
+        await con.run(`DROP TABLE IF EXISTS ${this.alias}.${ident(f.prefix + t)}`)
+        await con.run(`DROP TABLE IF EXISTS ${this.alias}.${ident(f.prefix + t + BY_BLOCK_SUFFIX)}`)
+      }
       await con.run(`DELETE FROM ${this.alias}.forms WHERE key = ${lit(f.key)}`)
     })
     this.forms.delete(f.key)
