@@ -37,7 +37,9 @@ import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceCo
  *   3. the blocks to return with their estimated weight → read into JS (in a chunk that holds every
  *      block, from the temp tables alone);
  *   4. per slice of blocks, each row's JSON text built inside DuckDB, ordered by block, kind and
- *      key, streamed to JS as raw bytes.
+ *      key, streamed to JS as raw bytes. A kind read whole (a request without conditions) reads the
+ *      local form's block-ordered copy of its table; when every kind does, the slice has no
+ *      `ORDER BY` and JS places each kind's rows after their block's header (`orderedSlice`).
  */
 
 export interface SelectedBlock {
