@@ -5,7 +5,7 @@ import { ident, lit } from '../db.js'
 import { LazyConnection, type Sql } from './lazy-connection.js'
 import { ApiError, badRequest } from '../errors.js'
 import { tableOf } from '../families/declaration.js'
-import { ChunkRun, type SelectedBlock, type SliceRows } from './chunk-run.js'
+import { ChunkRun, type ChunkSource, type SelectedBlock, type SliceRows } from './chunk-run.js'
 import { planQuery, planTables, type QueryPlan } from './plan.js'
 import type { DatasetView, HeldChunk, QueryBudgets, QueryStream } from './types.js'
 import { INLINE_LIST_MAX } from './sql.js'
@@ -71,6 +71,11 @@ function contiguousRun(chunks: HeldChunk[], block: number): HeldChunk[] {
   return run
 }
 
+/** Where a chunk is read: its local form when it has one (acquired for the query now), else its Parquet files. */
+function sourceOf(view: DatasetView, chunk: HeldChunk): ChunkSource {
+  return chunk.local || !view.localForm ? chunk : { dir: chunk.dir, local: view.localForm(chunk) }
+}
+
 const noBlocks = (from: number, to: number | undefined) =>
   new ApiError(400, 'no-blocks-in-range', `the dataset has no block in [${from}, ${to ?? 'end'}]`)
 
@@ -101,12 +106,12 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   const con = new LazyConnection()
   try {
     const values = await createValueTables(con, plan)
-    const first = new ChunkRun(con, plan, chunks[0], Math.max(from, chunks[0].first), Math.min(to, chunks[0].last), values)
+    const first = new ChunkRun(con, plan, sourceOf(view, chunks[0]), Math.max(from, chunks[0].first), Math.min(to, chunks[0].last), values)
     const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, chunks[0].dir))
     if (firstBlocks.length === 0) throw noBlocks(from, query.toBlock)
     if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
     const stats = { chunksRead: 0, blocks: 0, bytes: 0, lastBlock: -1 }
-    const body = answer({ con, plan, chunks, from, to, budgets, stats, first, firstBlocks, values })
+    const body = answer({ con, plan, chunks, source: (c) => sourceOf(view, c), from, to, budgets, stats, first, firstBlocks, values })
     return { body, stats }
   } catch (e) {
     con.closeSync()
@@ -118,6 +123,8 @@ interface AnswerArgs {
   con: LazyConnection
   plan: QueryPlan
   chunks: HeldChunk[]
+  /** Where a chunk is read (`sourceOf`), asked when the chunk is opened. */
+  source: (chunk: HeldChunk) => ChunkSource
   from: number
   to: number
   budgets: QueryBudgets
@@ -154,7 +161,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const openChunk = async (ci: number, ruledOut: boolean): Promise<Prepared> => {
     const chunk = chunks[ci]
     const c = await connection(ci)
-    const run = new ChunkRun(c.con, plan, chunk, chunk.first, Math.min(a.to, chunk.last), c.values)
+    const run = new ChunkRun(c.con, plan, a.source(chunk), chunk.first, Math.min(a.to, chunk.last), c.values)
     return { ruledOut, run, blocks: await run.prepare(plan.query.includeAllBlocks, ruledOut) }
   }
   const prepareChunk = async (ci: number): Promise<Prepared> => {
