@@ -26,7 +26,7 @@ export interface HeldChunk extends ChunkRef {
 export interface DatasetView {
   name: string
   family: FamilyDecl
-  /** Held chunks, ascending by block. */
+  /** Held chunks, ascending by block, not overlapping (the engine finds a query's first chunk by binary search). */
   chunks: HeldChunk[]
   /** Last block of the whole dataset (not only of this worker); -1 when empty. */
   height: number
