@@ -5,7 +5,7 @@ import { ident, lit } from '../db.js'
 import { LazyConnection, type Sql } from './lazy-connection.js'
 import { ApiError, badRequest } from '../errors.js'
 import { tableOf } from '../families/declaration.js'
-import { ChunkRun, type SelectedBlock, type SliceRows } from './chunk-run.js'
+import { ChunkRun, type ChunkSource, type SelectedBlock, type SliceRows } from './chunk-run.js'
 import { planQuery, planTables, type QueryPlan } from './plan.js'
 import type { DatasetView, HeldChunk, QueryBudgets, QueryStream } from './types.js'
 import { INLINE_LIST_MAX } from './sql.js'
@@ -62,13 +62,41 @@ function missingTable(plan: QueryPlan, chunk: HeldChunk): string | undefined {
   return planTables(plan).find((t) => !hasTable(chunk, t))
 }
 
-/** Held chunks from the one answering for `block` on, as long as they follow each other in the dataset. */
-function contiguousRun(chunks: HeldChunk[], block: number): HeldChunk[] {
-  const start = chunks.findIndex((c) => c.coverFrom <= block && block <= c.last)
-  if (start < 0) return []
-  const run = [chunks[start]]
-  for (let i = start + 1; i < chunks.length && chunks[i].coverFrom === run[run.length - 1].last + 1; i++) run.push(chunks[i])
-  return run
+/**
+ * Index of the first chunk ending at or after `block` (`chunks.length` when none), by binary search:
+ * a view's chunks are ascending and do not overlap, and a worker may hold thousands.
+ */
+function endingFrom(chunks: HeldChunk[], block: number): number {
+  let lo = 0
+  let hi = chunks.length
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1
+    if (chunks[mid].last < block) lo = mid + 1
+    else hi = mid
+  }
+  return lo
+}
+
+/**
+ * The chunks a query reads: `chunks[start]` and those after it, as long as they follow each other
+ * in the dataset and begin by block `to`. `chunk(ci)` is the ci-th, undefined past the last; each is
+ * checked when the query first asks for it, so a query never walks chunks it does not reach.
+ */
+function runFrom(chunks: HeldChunk[], start: number, to: number): (ci: number) => HeldChunk | undefined {
+  let known = 0 // chunks[start ..= start + known] are in the run
+  return (ci) => {
+    while (known < ci) {
+      const next = chunks[start + known + 1]
+      if (!next || next.coverFrom !== chunks[start + known].last + 1 || next.first > to) return undefined
+      known++
+    }
+    return chunks[start + ci]
+  }
+}
+
+/** Where a chunk is read: its local form when it has one (acquired for the query now), else its Parquet files. */
+function sourceOf(view: DatasetView, chunk: HeldChunk): ChunkSource {
+  return chunk.local || !view.localForm ? chunk : { dir: chunk.dir, local: view.localForm(chunk) }
 }
 
 const noBlocks = (from: number, to: number | undefined) =>
@@ -81,32 +109,32 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   if (view.height < 0 || from > view.height) {
     throw badRequest('above-height', `block ${from} is above the height of dataset ${view.name} (${view.height})`)
   }
-  const run = contiguousRun(view.chunks, from)
-  if (run.length === 0) {
+  const start = endingFrom(view.chunks, from)
+  if (start === view.chunks.length || view.chunks[start].coverFrom > from) {
     // Below the height the block exists, so the router sent the client here just as the chunk moved
     // to another worker: a retryable answer makes the client ask the router again (a 400 would end
     // the real SDK's sync).
     throw new ApiError(503, 'not-available', `data for block ${from} of dataset ${view.name} is not on this worker (any more); ask the router again`, undefined, 1)
   }
-  const to = Math.min(query.toBlock ?? Infinity, run[run.length - 1].last)
-  const chunks = run.filter((c) => c.first <= to)
-  if (chunks.length === 0) throw noBlocks(from, query.toBlock)
-  const missing = missingTable(plan, chunks[0])
+  const to = query.toBlock ?? Infinity
+  const head = view.chunks[start]
+  if (head.first > to) throw noBlocks(from, query.toBlock)
+  const missing = missingTable(plan, head)
   if (missing) throw badRequest('table-not-available', `"${missing}" data is not available for block ${from} of dataset ${view.name}`)
 
-  if (chunks[0].intact && !(await chunks[0].intact())) {
+  if (head.intact && !(await head.intact())) {
     throw new ApiError(503, 'not-available', `data for block ${from} of dataset ${view.name} is being repaired on this worker; ask the router again`, undefined, 1)
   }
 
   const con = new LazyConnection()
   try {
     const values = await createValueTables(con, plan)
-    const first = new ChunkRun(con, plan, chunks[0], Math.max(from, chunks[0].first), Math.min(to, chunks[0].last), values)
-    const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, chunks[0].dir))
+    const first = new ChunkRun(con, plan, sourceOf(view, head), Math.max(from, head.first), Math.min(to, head.last), values)
+    const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, head.dir))
     if (firstBlocks.length === 0) throw noBlocks(from, query.toBlock)
     if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
     const stats = { chunksRead: 0, blocks: 0, bytes: 0, lastBlock: -1 }
-    const body = answer({ con, plan, chunks, from, to, budgets, stats, first, firstBlocks, values })
+    const body = answer({ con, plan, chunk: runFrom(view.chunks, start, to), source: (c) => sourceOf(view, c), from, to, budgets, stats, first, firstBlocks, values })
     return { body, stats }
   } catch (e) {
     con.closeSync()
@@ -117,8 +145,12 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
 interface AnswerArgs {
   con: LazyConnection
   plan: QueryPlan
-  chunks: HeldChunk[]
+  /** The query's ci-th chunk (`runFrom`); undefined past the last. */
+  chunk: (ci: number) => HeldChunk | undefined
+  /** Where a chunk is read (`sourceOf`), asked when the chunk is opened. */
+  source: (chunk: HeldChunk) => ChunkSource
   from: number
+  /** Last block asked for (Infinity: none). */
   to: number
   budgets: QueryBudgets
   stats: QueryStream['stats']
@@ -128,7 +160,7 @@ interface AnswerArgs {
 }
 
 async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
-  const { con, plan, chunks, budgets, stats } = a
+  const { con, plan, chunk: chunkAt, budgets, stats } = a
   const sliceBytes = budgets.sliceBytes ?? SLICE_BYTES
   const heavySliceBytes = budgets.heavySliceBytes ?? HEAVY_SLICE_BYTES
   const started = performance.now()
@@ -152,18 +184,18 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const connection = (ci: number): Promise<Connection> =>
     ci % 2 === 0 ? Promise.resolve({ con, values: a.values }) : (second ??= secondConnection(plan))
   const openChunk = async (ci: number, ruledOut: boolean): Promise<Prepared> => {
-    const chunk = chunks[ci]
+    const chunk = chunkAt(ci)!
     const c = await connection(ci)
-    const run = new ChunkRun(c.con, plan, chunk, chunk.first, Math.min(a.to, chunk.last), c.values)
+    const run = new ChunkRun(c.con, plan, a.source(chunk), chunk.first, Math.min(a.to, chunk.last), c.values)
     return { ruledOut, run, blocks: await run.prepare(plan.query.includeAllBlocks, ruledOut) }
   }
   const prepareChunk = async (ci: number): Promise<Prepared> => {
-    const chunk = chunks[ci]
+    const chunk = chunkAt(ci)!
     // A damaged cache copy ends the answer before it, like a chunk without the table (the client continues elsewhere).
     if (missingTable(plan, chunk) || (chunk.intact && !(await chunk.intact()))) return { missing: true }
     const ruledOut = await chunkCannotMatch((await connection(ci)).con, plan, chunk.dir)
     // A ruled-out chunk is passed over unless the answer ends in it; then only its last block is read.
-    if (ruledOut && ci < chunks.length - 1) return { ruledOut }
+    if (ruledOut && chunkAt(ci + 1)) return { ruledOut }
     return openChunk(ci, ruledOut)
   }
   let ahead: { ci: number; done: Promise<Prepared> } | undefined
@@ -172,7 +204,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
     ahead = undefined
   }
   try {
-    for (let ci = 0; ci < chunks.length; ci++) {
+    for (let ci = 0; chunkAt(ci); ci++) {
       let run: ChunkRun
       let blocks: SelectedBlock[]
       if (ci === 0) {
@@ -189,14 +221,14 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
         }
         // A later chunk without a table the query needs ends the answer; the next query starts there and gets the 400.
         if (pre.missing) break
-        if (pre.ruledOut && ci < chunks.length - 1 && !spent()) continue
+        if (pre.ruledOut && chunkAt(ci + 1) && !spent()) continue
         if (!pre.run) pre = await openChunk(ci, true)
         run = pre.run!
         blocks = pre.blocks!
       }
       // Prepare the next chunk meanwhile when this one is not expected to fill the size budget.
       const weight = blocks.reduce((sum, b) => sum + b.weight, 0)
-      if (ci + 1 < chunks.length && !ahead && stats.bytes + weight < budgets.sizeBytes) {
+      if (chunkAt(ci + 1) && !ahead && stats.bytes + weight < budgets.sizeBytes) {
         const next = ci + 1
         ahead = { ci: next, done: prepareChunk(next) }
         ahead.done.catch(() => undefined)
@@ -206,7 +238,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
       const wanted = blocks.filter((b, i) => b.items || (ci === 0 && i === 0))
       const tail = blocks[blocks.length - 1]
       const tailWanted = wanted.length > 0 && wanted[wanted.length - 1] === tail
-      const lastChunk = ci === chunks.length - 1
+      const lastChunk = !chunkAt(ci + 1)
       let stop = false
       let i = 0
       while (i < wanted.length && !stop) {
@@ -313,13 +345,15 @@ async function checkParent(con: Sql, view: DatasetView, from: number, expected: 
   const numberCol = ident(tableOf(view.family, header.table).blockColumn)
   const file = (c: HeldChunk) => `read_parquet(${lit(path.join(c.dir, `${header.table}.parquet`))})`
   let actual: string | undefined
-  const holder = view.chunks.find((c) => c.first <= parent && parent <= c.last)
+  const at = view.chunks[endingFrom(view.chunks, parent)]
+  const holder = at && at.first <= parent ? at : undefined
   if (holder) {
     const r = await con.runAndReadAll(`SELECT hash FROM ${file(holder)} WHERE ${numberCol} = ${parent}`)
     actual = r.getRows()[0]?.[0] as string | undefined
   } else {
     // The parent is the last block of a chunk held elsewhere: the first block of ours names it.
-    const next = view.chunks.find((c) => c.first === from && c.coverFrom === from)
+    // (No chunk holds the parent, so the first ending at or after it begins after it.)
+    const next = at && at.first === from && at.coverFrom === from ? at : undefined
     if (next) {
       const r = await con.runAndReadAll(`SELECT parent_hash FROM ${file(next)} WHERE ${numberCol} = ${from}`)
       actual = r.getRows()[0]?.[0] as string | undefined
@@ -327,8 +361,10 @@ async function checkParent(con: Sql, view: DatasetView, from: number, expected: 
   }
   if (actual === undefined || actual === expected) return
   const previous: { number: number; hash: string }[] = []
-  for (const c of [...view.chunks].reverse()) {
-    if (c.first > parent || previous.length >= FORK_BLOCKS) continue
+  // From the chunk of the parent backwards, until FORK_BLOCKS blocks are found.
+  for (let i = Math.min(endingFrom(view.chunks, parent), view.chunks.length - 1); i >= 0 && previous.length < FORK_BLOCKS; i--) {
+    const c = view.chunks[i]
+    if (c.first > parent) continue
     const r = await con.runAndReadAll(
       `SELECT ${numberCol}, hash FROM ${file(c)} WHERE ${numberCol} <= ${parent} ORDER BY ${numberCol} DESC LIMIT ${FORK_BLOCKS - previous.length}`,
     )

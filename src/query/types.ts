@@ -12,7 +12,11 @@ export interface HeldChunk extends ChunkRef {
   coverFrom: number
   /** Absolute folder of the chunk's Parquet files on this machine. */
   dir: string
-  /** SQL names of the chunk's tables in the worker's local form, when built (read instead of the Parquet files). */
+  /**
+   * SQL names of the chunk's tables in a local form, read instead of the Parquet files: for a view
+   * whose chunks all keep one form throughout (tests, benches). A worker's view leaves it out and
+   * gives each query the forms it reads through `DatasetView.localForm`.
+   */
   local?: LocalTables
   /** Whether the files are still as fetched (checked before the chunk is read; a cache copy may have been damaged). */
   intact?: () => Promise<boolean>
@@ -22,10 +26,16 @@ export interface HeldChunk extends ChunkRef {
 export interface DatasetView {
   name: string
   family: FamilyDecl
-  /** Held chunks, ascending by block. */
+  /** Held chunks, ascending by block, not overlapping (the engine finds a query's first chunk by binary search). */
   chunks: HeldChunk[]
   /** Last block of the whole dataset (not only of this worker); -1 when empty. */
   height: number
+  /**
+   * The local form of one of `chunks` for this query, when built: acquired at the first call (the
+   * engine calls it as it opens the chunk) and given back when the query's lease ends. Undefined:
+   * the chunk is read from its Parquet files.
+   */
+  localForm?(chunk: HeldChunk): LocalTables | undefined
 }
 
 export interface QueryBudgets {

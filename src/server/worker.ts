@@ -2,6 +2,7 @@ import type { ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
 import type { DatasetView, HeldChunk } from '../query/types.js'
+import type { LocalTables } from '../storage/local-forms.js'
 import type { Readiness } from './http.js'
 import { workerChunksHeld } from './metrics.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
@@ -11,8 +12,16 @@ import type { ChunkStorage } from './storage.js'
 /*
  * What a worker holds. With a router, the worker pings it with what it holds and gets back what it
  * should hold; it fetches missing chunks through the storage and gives back chunks it should no
- * longer hold once no query uses them and a grace period has passed (clients may have been sent here
- * just before the router changed its mind). Without a router it holds every chunk in storage.
+ * longer hold once a grace period has passed (clients may have been sent here just before the router
+ * changed its mind) and no query uses them. Without a router it holds every chunk in storage.
+ *
+ * Queries see a dataset through a view: its held chunks, sorted, built once and reused until the
+ * held set or the listing changes, so a lease costs the same however many chunks are held. Views are
+ * numbered (epochs) and the worker counts the running leases of each. A chunk past its grace period
+ * leaves the view first (retired at the current epoch: new queries no longer see it) and is deleted
+ * once no lease of that epoch or an older one is running, since only those may read it. Local forms
+ * are acquired per chunk as a query opens it (`DatasetView.localForm`) and released with the lease,
+ * so forms no query reads stay free to be dropped for room.
  */
 
 export interface WorkerNodeOptions {
@@ -34,11 +43,12 @@ export interface WorkerNodeOptions {
 interface Held {
   ref: ChunkRef
   dir: string
-  leases: number
   /** Its local form is built. */
   formed?: boolean
   /** When the chunk stopped being desired; undefined while desired. */
   undesiredSince?: number
+  /** Out of the view after the grace period, at this epoch: deleted once no lease of it or an older one runs. */
+  retiredAt?: number
 }
 
 interface DatasetHolding {
@@ -48,6 +58,12 @@ interface DatasetHolding {
   listing: ChunkRef[]
   held: Map<string, Held>
   desired: Range[]
+  /** What queries see (the held chunks not retired); undefined after a change, built again at the next lease. */
+  view?: { epoch: number; chunks: HeldChunk[]; height: number }
+  /** Epoch of the latest view built (0: none yet). */
+  epoch: number
+  /** Running leases per epoch of their view. */
+  leases: Map<number, number>
 }
 
 export interface Lease {
@@ -145,7 +161,7 @@ export class WorkerNode {
         for (const ds of this.datasets.values()) {
           for (const h of [...ds.held.values()]) {
             if (this.stopped) return
-            if (h.formed || ds.held.get(h.ref.path) !== h) continue
+            if (h.formed || h.retiredAt !== undefined || ds.held.get(h.ref.path) !== h) continue
             h.formed = await storage.buildLocalForm!(ds.name, h.ref, h.dir)
           }
         }
@@ -157,10 +173,10 @@ export class WorkerNode {
     })()
   }
 
-  /** Ranges of held chunks per dataset, as reported to the router. */
+  /** Ranges of served chunks (held, not retired) per dataset, as reported to the router. */
   state(): Record<string, Range[]> {
     const out: Record<string, Range[]> = {}
-    for (const ds of this.datasets.values()) out[ds.name] = mergeRanges([...ds.held.values()].map((h) => h.ref))
+    for (const ds of this.datasets.values()) out[ds.name] = mergeRanges(served(ds).map((h) => h.ref))
     return out
   }
 
@@ -169,36 +185,66 @@ export class WorkerNode {
   }
 
   /**
-   * A view of what this worker holds of `dataset`, with every held chunk leased until `release`
-   * (so none is dropped while a query reads it). Undefined for a dataset this worker does not know.
+   * A view of what this worker serves of `dataset` for one query: no chunk of it is deleted, and no
+   * local form the query acquires through `view.localForm` is dropped, until `release`. Costs the
+   * same however many chunks are held (the view is shared until the held set changes). Undefined
+   * for a dataset this worker does not know.
    */
   lease(dataset: string): Lease | undefined {
     const ds = this.datasets.get(dataset)
     if (!ds) return undefined
-    const held = [...ds.held.values()].sort((a, b) => a.ref.first - b.ref.first)
-    const index = new Map(ds.listing.map((c, i) => [c.path, i]))
+    const { epoch, chunks, height } = (ds.view ??= this.buildView(ds))
+    ds.leases.set(epoch, (ds.leases.get(epoch) ?? 0) + 1)
     const storage = this.opts.storage
+    const forms = new Map<HeldChunk, LocalTables | undefined>()
+    let released = false
+    const localForm = storage.localForm
+      ? (c: HeldChunk) => {
+          if (released) return undefined
+          if (!forms.has(c)) forms.set(c, storage.localForm!(ds.name, c))
+          return forms.get(c)
+        }
+      : undefined
+    return {
+      view: { name: ds.name, family: ds.family, chunks, height, localForm },
+      release: () => {
+        if (released) return
+        released = true
+        const left = ds.leases.get(epoch)! - 1
+        if (left > 0) ds.leases.set(epoch, left)
+        else ds.leases.delete(epoch)
+        for (const [c, local] of forms) if (local) storage.releaseLocalForm?.(ds.name, c)
+      },
+    }
+  }
+
+  /** Queries running with a lease (all datasets). */
+  activeLeases(): number {
+    let n = 0
+    for (const ds of this.datasets.values()) for (const count of ds.leases.values()) n += count
+    return n
+  }
+
+  /** The next epoch's view: served chunks ascending, each with the block it answers from (`coverFrom`, from the listing). */
+  private buildView(ds: DatasetHolding): NonNullable<DatasetHolding['view']> {
+    const held = served(ds).sort((a, b) => a.ref.first - b.ref.first)
+    const index = new Map(ds.listing.map((c, i) => [c.path, i]))
     const chunks: HeldChunk[] = held.map((h) => {
       const i = index.get(h.ref.path) ?? -1
       return {
         ...h.ref,
         dir: h.dir,
-        local: storage.localForm?.(ds.name, h.ref),
         coverFrom: i > 0 ? ds.listing[i - 1].last + 1 : i === 0 ? 0 : h.ref.first,
         intact: () => this.checkIntact(ds, h),
       }
     })
-    for (const h of held) h.leases++
-    let released = false
-    return {
-      view: { name: ds.name, family: ds.family, chunks, height: ds.listing.at(-1)?.last ?? -1 },
-      release: () => {
-        if (released) return
-        released = true
-        for (const h of held) h.leases--
-        held.forEach((h, n) => chunks[n].local && storage.releaseLocalForm?.(ds.name, h.ref))
-      },
-    }
+    return { epoch: ++ds.epoch, chunks, height: ds.listing.at(-1)?.last ?? -1 }
+  }
+
+  /** Whether a lease of a view of `epoch` or older is running (its query may read chunks retired since). */
+  private leasedUpTo(ds: DatasetHolding, epoch: number): boolean {
+    for (const e of ds.leases.keys()) if (e <= epoch) return true
+    return false
   }
 
   status() {
@@ -255,7 +301,7 @@ export class WorkerNode {
     const infos = await this.opts.storage.listDatasets()
     for (const info of infos) {
       const chunks = await this.opts.storage.listChunks(info.name)
-      this.holding(info.name, info.family).listing = chunks
+      setListing(this.holding(info.name, info.family), chunks)
       desired[info.name] = mergeRanges(chunks)
     }
     await this.applyDesired(desired)
@@ -264,7 +310,7 @@ export class WorkerNode {
   private holding(name: string, family: FamilyDecl): DatasetHolding {
     let ds = this.datasets.get(name)
     if (!ds) {
-      ds = { name, family, listing: [], held: new Map(), desired: [] }
+      ds = { name, family, listing: [], held: new Map(), desired: [], epoch: 0, leases: new Map() }
       this.datasets.set(name, ds)
     }
     return ds
@@ -282,13 +328,14 @@ export class WorkerNode {
       // The router knows chunks this worker has not listed yet (new ones at the end, or one put back
       // where a chunk was missing): the listed chunks do not cover the desired ranges. List again.
       const covered = mergeRanges(ds.listing.filter((c) => rangesContain(ds.desired, c.first, c.last)))
-      if (JSON.stringify(covered) !== JSON.stringify(ds.desired)) ds.listing = await this.opts.storage.listChunks(ds.name)
+      if (JSON.stringify(covered) !== JSON.stringify(ds.desired)) setListing(ds, await this.opts.storage.listChunks(ds.name))
     }
   }
 
   /**
-   * Fetch desired chunks not held yet (a few at a time); drop held chunks no longer desired (after
-   * the grace period, unleased) or no longer intact. Returns whether the held set changed.
+   * Fetch desired chunks not held yet (a few at a time); retire held chunks no longer desired after
+   * the grace period, and delete them once no lease that may read them runs; delete chunks no longer
+   * intact. Returns whether the served set changed.
    */
   private async reconcile(): Promise<boolean> {
     const now = Date.now()
@@ -303,7 +350,19 @@ export class WorkerNode {
         const wanted = rangesContain(ds.desired, h.ref.first, h.ref.last)
         if (wanted) h.undesiredSince = undefined
         else h.undesiredSince ??= now
-        if (h.undesiredSince !== undefined && h.leases === 0 && now - h.undesiredSince >= this.opts.dropGraceMs) {
+        if (wanted && h.retiredAt !== undefined) {
+          // Wanted again before it was deleted: served again as it is.
+          h.retiredAt = undefined
+          ds.view = undefined
+          changed = true
+        }
+        if (h.undesiredSince !== undefined && h.retiredAt === undefined && now - h.undesiredSince >= this.opts.dropGraceMs) {
+          // The latest view built (epoch `ds.epoch`) may hold it; the next one does not.
+          h.retiredAt = ds.epoch
+          ds.view = undefined
+          changed = true
+        }
+        if (h.retiredAt !== undefined && !this.leasedUpTo(ds, h.retiredAt)) {
           ds.held.delete(h.ref.path)
           changed = true
           await this.opts.storage.dropChunk(ds.name, h.ref)
@@ -317,7 +376,8 @@ export class WorkerNode {
           if (!rangesContain(ds.desired, ref.first, ref.last)) continue
           try {
             const dir = await this.opts.storage.fetchChunk(ds.name, ref)
-            ds.held.set(ref.path, { ref, dir, leases: 0 })
+            ds.held.set(ref.path, { ref, dir })
+            ds.view = undefined
             changed = true
             workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
           } catch (e) {
@@ -354,6 +414,7 @@ export class WorkerNode {
     if (await this.opts.storage.intact(ds.name, h.ref)) return true
     if (ds.held.get(h.ref.path) === h) {
       ds.held.delete(h.ref.path)
+      ds.view = undefined
       log.warn({ worker: this.opts.id, dataset: ds.name, chunk: h.ref.path }, 'worker: chunk changed on disk; not served, fetching it again')
       await this.opts.storage.dropChunk(ds.name, h.ref)
       if (!this.stopped) this.syncing ??= this.sync()
@@ -364,3 +425,12 @@ export class WorkerNode {
 
 /** Chunk downloads in flight per dataset. */
 const CHUNKS_FETCHED_AT_ONCE = 3
+
+/** Held chunks queries may be given (not retired). */
+const served = (ds: DatasetHolding): Held[] => [...ds.held.values()].filter((h) => h.retiredAt === undefined)
+
+/** A new listing of the dataset (the view's `coverFrom` and height come from it). */
+function setListing(ds: DatasetHolding, listing: ChunkRef[]): void {
+  ds.listing = listing
+  ds.view = undefined
+}

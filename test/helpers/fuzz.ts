@@ -508,12 +508,12 @@ export async function checkHealthy(t: FuzzTarget, cluster: Cluster, timeoutMs = 
   // The worker releases a query's slot and leases after its last byte, or once a query whose client
   // hung up has stopped: allow it some seconds.
   const w = cluster.workers[0]
-  const leases = () => [...((w.node as any)?.datasets?.values() ?? [])].flatMap((d: any) => [...d.held.values()]).reduce((n: number, h: any) => n + h.leases, 0)
+  const leases = () => w.node?.activeLeases() ?? 0
   for (let i = 0; ; i++) {
     const { active, queued } = w.limiter.stats
     const held = leases()
     if (active === 0 && queued === 0 && held === 0) return undefined
-    if (i >= 200) return `after the cases the worker still counts ${active} running and ${queued} queued queries, ${held} chunk leases`
+    if (i >= 200) return `after the cases the worker still counts ${active} running and ${queued} queued queries, ${held} leases`
     await new Promise((r) => setTimeout(r, 50))
   }
 }
