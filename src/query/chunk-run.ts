@@ -33,7 +33,8 @@ import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceCo
  * The temp-table plan, for the rest (a request without conditions, a bigger selection):
  *   1. rows matched by requests with relation flags → temp table m<scan>;
  *   2. per item kind, keys, output weight and Parquet row number of the selected rows → temp table
- *      sel_<kind> (or the m table of step 1 when that is all that selects the kind);
+ *      sel_<kind> (or the m table of step 1 when that is all that selects the kind; a kind that the
+ *      slices read again by its own filters needs it for step 3 only: a subquery there);
  *   3. the blocks to return with their estimated weight → read into JS (in a chunk that holds every
  *      block, from the temp tables alone);
  *   4. per slice of blocks, each row's JSON text built inside DuckDB, ordered by block, kind and
@@ -197,6 +198,12 @@ export class ChunkRun {
       this.selAlias.delete(kind)
       if (parts.length === 1 && only) {
         this.selAlias.set(kind, only)
+        continue
+      }
+      // A kind read again by its filters in the slices needs its selection for the block weights
+      // only: a subquery of that statement, no temp table.
+      if (this.readByFilter(kind)) {
+        this.selAlias.set(kind, `(${parts.join(' UNION ')})`)
         continue
       }
       await this.con.run(`CREATE OR REPLACE TEMP TABLE ${this.selName(kind)} AS ${parts.join(' UNION ')}`)
