@@ -137,12 +137,15 @@ const median = (xs: number[]) => {
  * flags, each in its own process. Blocks, transactions and logs only. `BENCH_INGEST_RUNS` runs
  * (default 3); with `BENCH_INGEST_BASELINE=<other build>/dist/src/cli.js` that build's replay
  * server + ingest run too, alternating with this one, so both see the same machine load;
- * `BENCH_INGEST_WORKERS0=1` adds this build with `--workers 0` (no fetch workers).
+ * `BENCH_INGEST_WORKERS0=1` adds this build with `--workers 0` (no fetch workers);
+ * `BENCH_INGEST_VARIANT="<ingest flags>"` adds this build with those flags.
  */
 async function replayIngest(blocks: number): Promise<void> {
   const runs = Math.max(1, Number(process.env.BENCH_INGEST_RUNS ?? 3))
   const builds: [string, string, string[]][] = [['this build', CLI, []]]
   if (process.env.BENCH_INGEST_WORKERS0) builds.unshift(['this build, --workers 0', CLI, ['--workers', '0']])
+  const variant = process.env.BENCH_INGEST_VARIANT?.split(' ').filter(Boolean)
+  if (variant?.length) builds.unshift([`this build, ${variant.join(' ')}`, CLI, variant])
   if (process.env.BENCH_INGEST_BASELINE) builds.unshift(['baseline', path.resolve(process.env.BENCH_INGEST_BASELINE), []])
   const results: E2eRun[] = []
   for (let r = 0; r < runs; r++) {

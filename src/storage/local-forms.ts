@@ -68,6 +68,9 @@ export const NARROW_FLAG = '__narrow_row'
  * ms; BENCHMARKS.md, step 34). It costs the form the size of those tables once more.
  */
 export const BY_BLOCK_SUFFIX = '__by_block'
+/** Bytes of rows sorted at once for a block-ordered copy, and a table's size in memory per byte of its Parquet file (an estimate). */
+const COPY_SORT_BYTES = 16 * MiB
+const UNCOMPRESSED = 5
 /** Rows of a DuckDB vector (rowid // VECTOR is a row's vector in a table). */
 const VECTOR = 2048
 
@@ -199,15 +202,25 @@ export class LocalForms {
       const prefix = `c${createHash('sha256').update(key).digest('hex').slice(0, 20)}_`
       const narrow: Record<string, string[]> = {}
       const ordered: string[] = []
-      await inTransaction(con, async () => {
-        for (const t of tables) {
-          await con.run(`CREATE TABLE ${this.alias}.${ident(prefix + t)} AS SELECT * FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))})`)
-          if (byBlock[t] && (await this.copyByBlock(con, prefix + t, byBlock[t]))) ordered.push(t)
-          narrow[t] = await this.splitWide(con, prefix + t)
-        }
-        await con.run(`DELETE FROM ${this.alias}.forms WHERE key = ${lit(key)}`)
-        await con.run(`INSERT INTO ${this.alias}.forms VALUES (${lit(key)}, ${lit(prefix)}, ${lit(JSON.stringify(tables))}, ${lit(source)}, 0)`)
-      })
+      const write = (copies: Record<string, string[]>) =>
+        inTransaction(con, async () => {
+          ordered.length = 0
+          for (const t of tables) {
+            await con.run(`CREATE TABLE ${this.alias}.${ident(prefix + t)} AS SELECT * FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))})`)
+            if (copies[t] && (await this.copyByBlock(con, prefix + t, copies[t], sizes[tables.indexOf(t)]))) ordered.push(t)
+            narrow[t] = await this.splitWide(con, prefix + t)
+          }
+          await con.run(`DELETE FROM ${this.alias}.forms WHERE key = ${lit(key)}`)
+          await con.run(`INSERT INTO ${this.alias}.forms VALUES (${lit(key)}, ${lit(prefix)}, ${lit(JSON.stringify(tables))}, ${lit(source)}, 0)`)
+        })
+      try {
+        await write(byBlock)
+      } catch (e) {
+        // A block too big to sort within DuckDB's memory limit, say: the form without the copies.
+        if (!wantsCopies) throw e
+        log.warn({ worker: this.opts.label, chunk: key, err: String(e) }, 'local forms: block-ordered copies failed; the form is built without them')
+        await write({})
+      }
       await this.checkpoint(con)
       // Without a checkpoint (another transaction was writing) the growth is not known yet: estimate it.
       const grown = (await this.usedBytes(con)) - before
@@ -299,18 +312,37 @@ export class LocalForms {
   }
 
   /**
-   * The block-ordered copy of a new table (see `BY_BLOCK_SUFFIX`), ordered by `order`; none (false)
-   * when the table lacks one of those columns (a chunk written before the column existed).
+   * The block-ordered copy of a new table (see `BY_BLOCK_SUFFIX`), ordered by `order` (its block
+   * column first); none (false) when the table lacks one of those columns (a chunk written before
+   * the column existed). Sorted and appended a few blocks at a time, about `COPY_SORT_BYTES` each
+   * (estimated from the Parquet file's `parquetBytes`): one sort of the whole table spilled to disk
+   * under a worker's DuckDB memory limit (160MB) and took minutes per chunk.
    */
-  private async copyByBlock(con: DuckDBConnection, table: string, order: string[]): Promise<boolean> {
+  private async copyByBlock(con: DuckDBConnection, table: string, order: string[], parquetBytes: number): Promise<boolean> {
     const columns = new Set(
       (await con.runAndReadAll(`SELECT column_name FROM duckdb_columns() WHERE database_name = ${lit(this.alias)} AND schema_name = 'main' AND table_name = ${lit(table)}`))
         .getRows()
         .map(([c]) => String(c)),
     )
     if (!order.every((c) => columns.has(c))) return false
-    await con.run(`CREATE TABLE ${this.alias}.${ident(table + BY_BLOCK_SUFFIX)} AS SELECT * FROM ${this.alias}.${ident(table)} ORDER BY ${order.map(ident).join(', ')}`)
-    return true
+    const name = `${this.alias}.${ident(table)}`
+    const copy = `${this.alias}.${ident(table + BY_BLOCK_SUFFIX)}`
+    const block = ident(order[0])
+    const perBlock = (await con.runAndReadAll(`SELECT ${block}, count(*) FROM ${name} GROUP BY 1 ORDER BY 1`)).getRows().map(([b, n]) => [Number(b), Number(n)])
+    const rows = perBlock.reduce((sum, [, n]) => sum + n, 0)
+    const batchRows = Math.max(1, Math.floor((rows * COPY_SORT_BYTES) / Math.max(1, parquetBytes * UNCOMPRESSED)))
+    await con.run(`CREATE TABLE ${copy} AS SELECT * FROM ${name} LIMIT 0`)
+    for (let i = 0; i < perBlock.length; ) {
+      let j = i
+      let n = 0
+      while (j < perBlock.length && (j === i || n + perBlock[j][1] <= batchRows)) n += perBlock[j++][1]
+      await con.run(`INSERT INTO ${copy} SELECT * FROM ${name} WHERE ${block} BETWEEN ${perBlock[i][0]} AND ${perBlock[j - 1][0]} ORDER BY ${order.map(ident).join(', ')}`)
+      i = j
+    }
+    // Rows without a block number (none expected) would be missing: then no copy.
+    if (Number((await con.runAndReadAll(`SELECT count(*) FROM ${copy}`)).getRows()[0][0]) === rows) return true
+    await con.run(`DROP TABLE ${copy}`)
+    return false
   }
 
   /** Names of the tables in the file that have a block-ordered copy (one catalog query). */
