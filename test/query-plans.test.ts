@@ -80,14 +80,21 @@ async function frequentValue(ds: Dataset, table: string, column: string): Promis
   }
 }
 
-/** Queries from the declaration: each request list by a frequent value of a filter column, with its relation flags. */
-async function queriesOf(ds: Dataset): Promise<Obj[]> {
+/** The whole dataset range with every field of every kind (and the family's query type). */
+function baseQuery(ds: Dataset): Obj {
   const { family } = ds
   const fields: Obj = {}
   for (const item of [family.header, ...family.items]) fields[item.selector] = Object.fromEntries(Object.keys(item.fields).map((f) => [f, true]))
   const base: Obj = { fromBlock: ds.view.chunks[0].first, toBlock: ds.view.height, fields }
   const type = family.queryTypes.find((t) => t !== undefined)
   if (type) base.type = type
+  return base
+}
+
+/** Queries from the declaration: each request list by a frequent value of a filter column, with its relation flags. */
+async function queriesOf(ds: Dataset): Promise<Obj[]> {
+  const { family } = ds
+  const base = baseQuery(ds)
   const out: Obj[] = []
   for (const item of family.items) {
     for (const req of item.requests) {
@@ -283,11 +290,7 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
  */
 async function wholeQueriesOf(ds: Dataset): Promise<Obj[]> {
   const { family } = ds
-  const fields: Obj = {}
-  for (const item of [family.header, ...family.items]) fields[item.selector] = Object.fromEntries(Object.keys(item.fields).map((f) => [f, true]))
-  const base: Obj = { fromBlock: ds.view.chunks[0].first, toBlock: ds.view.height, fields }
-  const type = family.queryTypes.find((t) => t !== undefined)
-  if (type) base.type = type
+  const base = baseQuery(ds)
   const out: Obj[] = []
   const filtered = (await queriesOf(ds)).filter((q) => !q.includeAllBlocks)
   const lists = family.items.flatMap((item) => item.requests.filter((r) => !r.where).map((r) => r.name))

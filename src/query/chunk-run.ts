@@ -1,4 +1,5 @@
 import path from 'node:path'
+import type { DuckDBDataChunk } from '@duckdb/node-api'
 import type { Sql } from './lazy-connection.js'
 import { ident, lit } from '../db.js'
 import type { ItemDecl } from '../families/declaration.js'
@@ -433,24 +434,14 @@ export class ChunkRun {
     // JS holds every row until they are ordered, so streaming saves DuckDB's copy only: a
     // materialised result up to 4 MiB (measured p10 14.9 against 15.7 ms streamed for logs+tx).
     const chunks = weight > 4 * SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
-    for await (const chunk of chunks) {
-      const block = bigintColumn(chunk, 0)
-      const kind = integerColumn(chunk, 1)
-      const r = bigintColumn(chunk, 2)
-      const json: Uint8Array[] = []
-      varcharBytes(chunk, 3, json)
-      for (let n = 0; n < kind.length; n++) {
-        if (kind[n] === 0) {
-          headerBlocks.push(block[n])
-          headers.push(json[n])
-          continue
-        }
-        const i = kind[n] - 1
-        const rank = rankOf(this.keyed![i], r[n])
-        if (rank < spans[i][0] || rank >= spans[i][1]) throw new Error(`row ${r[n]} of ${this.kinds[i].selector} was not selected for blocks ${lo}..${hi}`)
-        items[i][rank - spans[i][0]] = json[n]
-      }
-    }
+    await eachSliceRow(chunks, (block, json) => {
+      headerBlocks.push(block)
+      headers.push(json)
+    }, (i, _block, r, json) => {
+      const rank = rankOf(this.keyed![i], r)
+      if (rank < spans[i][0] || rank >= spans[i][1]) throw new Error(`row ${r} of ${this.kinds[i].selector} was not selected for blocks ${lo}..${hi}`)
+      items[i][rank - spans[i][0]] = json
+    })
     yield this.interleave(headerBlocks, headers, spans.map(([a, b], i) => ({ block: this.keyed![i].block.subarray(a, b), json: items[i] })), lo, hi)
   }
 
@@ -507,24 +498,14 @@ export class ChunkRun {
     const rows = this.kinds.map(() => ({ block: [] as number[], r: [] as number[], json: [] as Uint8Array[] }))
     const sql = parts.join(' UNION ALL ')
     const chunks = weight > SMALL_SLICE ? await this.con.stream(sql) : await (await this.con.run(sql)).fetchAllChunks()
-    for await (const chunk of chunks) {
-      const block = bigintColumn(chunk, 0)
-      const kind = integerColumn(chunk, 1)
-      const r = bigintColumn(chunk, 2)
-      const json: Uint8Array[] = []
-      varcharBytes(chunk, 3, json)
-      for (let n = 0; n < kind.length; n++) {
-        if (kind[n] === 0) {
-          headerBlocks.push(block[n])
-          headers.push(json[n])
-          continue
-        }
-        const to = rows[kind[n] - 1]
-        to.block.push(block[n])
-        to.r.push(r[n])
-        to.json.push(json[n])
-      }
-    }
+    await eachSliceRow(chunks, (block, json) => {
+      headerBlocks.push(block)
+      headers.push(json)
+    }, (i, block, r, json) => {
+      rows[i].block.push(block)
+      rows[i].r.push(r)
+      rows[i].json.push(json)
+    })
     yield this.interleave(headerBlocks, headers, rows.map(inCopyOrder), lo, hi)
   }
 
@@ -818,6 +799,25 @@ function concatTyped<T extends Float64Array | Int32Array>(parts: T[], make: (n: 
     at += p.length
   }
   return out
+}
+
+/** Each row of a slice statement's result (b, k, r, j): a header (k = 0), or an item row of kind index k − 1. */
+async function eachSliceRow(
+  chunks: AsyncIterable<DuckDBDataChunk> | Iterable<DuckDBDataChunk>,
+  header: (block: number, json: Uint8Array) => void,
+  item: (kindIndex: number, block: number, r: number, json: Uint8Array) => void,
+): Promise<void> {
+  for await (const chunk of chunks) {
+    const block = bigintColumn(chunk, 0)
+    const kind = integerColumn(chunk, 1)
+    const r = bigintColumn(chunk, 2)
+    const json: Uint8Array[] = []
+    varcharBytes(chunk, 3, json)
+    for (let n = 0; n < kind.length; n++) {
+      if (kind[n] === 0) header(block[n], json[n])
+      else item(kind[n] - 1, block[n], r[n], json[n])
+    }
+  }
 }
 
 /** A kind's rows of a slice from its block-ordered copy, in the copy's order (by rowid). */
