@@ -271,7 +271,8 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
             const copies = got.sql.filter((s) => s.includes(BY_BLOCK_SUFFIX))
             if (local === 'split') assert.deepEqual(copies, [], 'the split forms have no copies')
             // Every kind from a copy: no ORDER BY; else the copies' rows ordered with the others.
-            if (copies.some((s) => !s.startsWith('SELECT b, k, j FROM ('))) ordered++
+            // (A block bigger than a slice reads a copy too, row by row: `SELECT concat(…`, not counted.)
+            if (copies.some((s) => s.startsWith('SELECT src.'))) ordered++
             if (copies.some((s) => s.startsWith('SELECT b, k, j FROM ('))) mixed++
             compared++
           }

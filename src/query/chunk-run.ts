@@ -402,12 +402,7 @@ export class ChunkRun {
    * number, then put in order in JS: headers by block, items by their rank from `prepareKeyed`.
    */
   private async *keyedSlice(lo: number, hi: number, weight: number): AsyncGenerator<SliceRows> {
-    const header = this.plan.family.header
-    const blockCol = ident(this.blockCol)
-    const parts = [
-      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, 0::BIGINT AS r, ${this.headerText('src')} AS j ` +
-        `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi}${this.candidatesIn(`src.${blockCol}`, lo, hi)}`,
-    ]
+    const parts = [this.headerPart(lo, hi, '0::BIGINT AS r')]
     const spans = this.kinds.map((_, i) => this.rankSpan(i, lo, hi))
     this.kinds.forEach((kind, i) => {
       if (spans[i][0] === spans[i][1]) return
@@ -482,16 +477,10 @@ export class ChunkRun {
    * (`blockOrdered`): no `ORDER BY`. The rows of each kind come in the copy's order (checked by rowid,
    * put in order when a parallel scan mixed them) and JS places them after their block's header.
    */
-  private async *orderedSlice(lo: number, hi: number, weight: number, copies: string[]): AsyncGenerator<SliceRows> {
-    const header = this.plan.family.header
-    const blockCol = ident(this.blockCol)
-    const parts = [
-      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, 0::BIGINT AS r, ${this.headerText('src')} AS j ` +
-        `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi}${this.candidatesIn(`src.${blockCol}`, lo, hi)}`,
-    ]
+  private async *orderedSlice(lo: number, hi: number, weight: number): AsyncGenerator<SliceRows> {
+    const parts = [this.headerPart(lo, hi, '0::BIGINT AS r')]
     this.kinds.forEach((kind, i) => {
-      const block = `src.${ident(this.blockColumn(kind))}`
-      parts.push(`SELECT ${block}::BIGINT AS b, ${i + 1} AS k, src.rowid::BIGINT AS r, ${this.itemJson(kind)} AS j FROM ${copies[i]} src WHERE ${block} BETWEEN ${lo} AND ${hi}`)
+      parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, src.rowid::BIGINT AS r, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
     })
     const headerBlocks: number[] = []
     const headers: Uint8Array[] = []
@@ -574,23 +563,14 @@ export class ChunkRun {
       yield* this.keyedSlice(lo, hi, weight)
       return
     }
-    const copies = this.kinds.map((kind) => this.blockOrdered(kind))
-    if (this.kinds.length > 0 && copies.every((c) => c !== undefined)) {
-      yield* this.orderedSlice(lo, hi, weight, copies as string[])
+    if (this.kinds.length > 0 && this.kinds.every((kind) => this.blockOrdered(kind))) {
+      yield* this.orderedSlice(lo, hi, weight)
       return
     }
-    const header = this.plan.family.header
-    const blockCol = ident(this.blockCol)
     const order = this.orderColumns()
-    const parts = [
-      `SELECT src.${blockCol}::BIGINT AS b, 0 AS k, ${order.columns(-1)}, ${this.headerText('src')} AS j ` +
-        `FROM ${this.file(header.table)} src WHERE src.${blockCol} BETWEEN ${lo} AND ${hi}${this.candidatesIn(`src.${blockCol}`, lo, hi)}`,
-    ]
+    const parts = [this.headerPart(lo, hi, order.columns(-1))]
     if (!this.ruledOut) this.kinds.forEach((kind, i) => {
-      // A kind read whole reads its block-ordered copy where there is one: only the slice's vectors.
-      const block = `src.${ident(this.blockColumn(kind))}`
-      const source = copies[i] ? `${copies[i]} src WHERE ${block} BETWEEN ${lo} AND ${hi}` : this.source(kind, lo, hi)
-      parts.push(`SELECT ${block}::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${source}`)
+      parts.push(`SELECT src.${ident(this.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${this.itemJson(kind)} AS j FROM ${this.source(kind, lo, hi)}`)
     })
     const sql = `SELECT b, k, j FROM (${parts.join(' UNION ALL ')}) ORDER BY b, k${order.names.map((n) => `, ${n}`).join('')}`
     // A streaming result costs a few ms more than a materialised one; only big slices need it.
@@ -664,6 +644,15 @@ export class ChunkRun {
     return ` AND ${column} IN (${list.length ? list.join(', ') : 'NULL'})`
   }
 
+  /** A slice's header rows, `b, 0 AS k, <columns>, j`, of the candidate blocks in `lo..hi`. */
+  private headerPart(lo: number, hi: number, columns: string): string {
+    const blockCol = `src.${ident(this.blockCol)}`
+    return (
+      `SELECT ${blockCol}::BIGINT AS b, 0 AS k, ${columns}, ${this.headerText('src')} AS j ` +
+      `FROM ${this.file(this.plan.family.header.table)} src WHERE ${blockCol} BETWEEN ${lo} AND ${hi}${this.candidatesIn(blockCol, lo, hi)}`
+    )
+  }
+
   /** A header row's JSON text. */
   private headerText(alias: string): string {
     return itemJsonSql(this.plan.family.header, this.selected(this.plan.family.header), alias)
@@ -699,6 +688,9 @@ export class ChunkRun {
    */
   private source(kind: ItemDecl, lo: number, hi: number): string {
     const range = `src.${ident(this.blockColumn(kind))} BETWEEN ${lo} AND ${hi}`
+    // A kind read whole, from its block-ordered copy: only the slice's vectors, in the answer's order.
+    const copy = this.blockOrdered(kind)
+    if (copy) return `${copy} src WHERE ${range}`
     // Related rows are joined by row number, and the keyed plan places every row by it.
     const byFilter = this.readByFilter(kind)
     const from = this.file(kind.table, this.keyed !== undefined || !byFilter)

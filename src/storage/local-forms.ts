@@ -205,9 +205,9 @@ export class LocalForms {
       const write = (copies: Record<string, string[]>) =>
         inTransaction(con, async () => {
           ordered.length = 0
-          for (const t of tables) {
+          for (const [i, t] of tables.entries()) {
             await con.run(`CREATE TABLE ${this.alias}.${ident(prefix + t)} AS SELECT * FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))})`)
-            if (copies[t] && (await this.copyByBlock(con, prefix + t, copies[t], sizes[tables.indexOf(t)]))) ordered.push(t)
+            if (copies[t] && (await this.copyByBlock(con, prefix + t, copies[t], sizes[i]))) ordered.push(t)
             narrow[t] = await this.splitWide(con, prefix + t)
           }
           await con.run(`DELETE FROM ${this.alias}.forms WHERE key = ${lit(key)}`)
@@ -286,11 +286,7 @@ export class LocalForms {
    */
   private async splitWide(con: DuckDBConnection, table: string): Promise<string[]> {
     const name = `${this.alias}.${ident(table)}`
-    const varchar = (
-      await con.runAndReadAll(
-        `SELECT column_name FROM duckdb_columns() WHERE database_name = ${lit(this.alias)} AND schema_name = 'main' AND table_name = ${lit(table)} AND data_type = 'VARCHAR' ORDER BY column_index`,
-      )
-    ).getRows().map(([c]) => String(c))
+    const varchar = (await this.columnsOf(con, table)).filter((c) => c.type === 'VARCHAR').map((c) => c.name)
     if (varchar.length === 0) return []
     const { bytes, vectorBytes } = narrowCopies
     const wideBytes = (c: string) => `coalesce(sum(strlen(${ident(c)})) FILTER (strlen(${ident(c)}) >= ${bytes}), 0)`
@@ -319,11 +315,7 @@ export class LocalForms {
    * under a worker's DuckDB memory limit (160MB) and took minutes per chunk.
    */
   private async copyByBlock(con: DuckDBConnection, table: string, order: string[], parquetBytes: number): Promise<boolean> {
-    const columns = new Set(
-      (await con.runAndReadAll(`SELECT column_name FROM duckdb_columns() WHERE database_name = ${lit(this.alias)} AND schema_name = 'main' AND table_name = ${lit(table)}`))
-        .getRows()
-        .map(([c]) => String(c)),
-    )
+    const columns = new Set((await this.columnsOf(con, table)).map((c) => c.name))
     if (!order.every((c) => columns.has(c))) return false
     const name = `${this.alias}.${ident(table)}`
     const copy = `${this.alias}.${ident(table + BY_BLOCK_SUFFIX)}`
@@ -343,6 +335,14 @@ export class LocalForms {
     if (Number((await con.runAndReadAll(`SELECT count(*) FROM ${copy}`)).getRows()[0][0]) === rows) return true
     await con.run(`DROP TABLE ${copy}`)
     return false
+  }
+
+  /** A table's columns in the file, in order, with their DuckDB types. */
+  private async columnsOf(con: DuckDBConnection, table: string): Promise<{ name: string; type: string }[]> {
+    const r = await con.runAndReadAll(
+      `SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = ${lit(this.alias)} AND schema_name = 'main' AND table_name = ${lit(table)} ORDER BY column_index`,
+    )
+    return r.getRows().map(([name, type]) => ({ name: String(name), type: String(type) }))
   }
 
   /** Names of the tables in the file that have a block-ordered copy (one catalog query). */
