@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'
 import { cpus, loadavg } from 'node:os'
-import { cpuSeconds } from './lib/procs.js'
+import { cpuSeconds, rss } from './lib/procs.js'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import path from 'node:path'
@@ -119,6 +119,8 @@ interface E2eRun {
   /** CPU seconds (user + system, all threads) of the ingest process and of the replay server. */
   ingestCpuS?: number
   serverCpuS?: number
+  /** Peak resident set of the ingest process (its VmHWM, read every 100 ms until it exits). */
+  peakRss?: number
   /** The ingest's `ingest stages` log record (builds that have it). */
   stages?: Record<string, number>
 }
@@ -154,9 +156,10 @@ async function replayIngest(blocks: number): Promise<void> {
   const fmt = (x: number | undefined, d = 1) => (x == null ? '—' : x.toFixed(d))
   const total = (x: E2eRun) => Object.values(x.rows).reduce((a, b) => a + b, 0)
   printTable(`end to end: replay-rpc → block-archive ingest (default flags: batch 20, concurrency 4, chunks of ≤ 10,000 blocks / 256 MiB of RPC answers on the spooled path, of rows otherwise), ${blocks} mainnet blocks (18000000/18500000 alternating), each run`,
-    ['build', 'wall', 'blocks/s', 'rows/s', 'ingest CPU s', 'replay server CPU s', 'CPU ms per block (both)'],
+    ['build', 'wall', 'blocks/s', 'rows/s', 'ingest CPU s', 'replay server CPU s', 'CPU ms per block (both)', 'ingest peak RSS'],
     results.map((x) => [x.build, `${(x.wallMs / 1000).toFixed(2)} s`, fmtRate(x.blocks, x.wallMs), fmtRate(total(x), x.wallMs),
-      fmt(x.ingestCpuS), fmt(x.serverCpuS), x.ingestCpuS == null ? '—' : ((1000 * (x.ingestCpuS + (x.serverCpuS ?? 0))) / x.blocks).toFixed(1)]))
+      fmt(x.ingestCpuS), fmt(x.serverCpuS), x.ingestCpuS == null ? '—' : ((1000 * (x.ingestCpuS + (x.serverCpuS ?? 0))) / x.blocks).toFixed(1),
+      x.peakRss == null ? "—" : `${mb(x.peakRss)} MB`]))
   printTable(`medians of ${runs} runs (target ≥ ${TARGET.toLocaleString('en-US')} blocks/s)`, ['build', 'blocks/s', 'rows/s', 'of target', 'CPU ms per block (ingest + server)'],
     builds.map(([build]) => {
       const xs = results.filter((x) => x.build === build)
@@ -231,11 +234,17 @@ async function replayIngestOnce(build: string, cli: string, args: string[], bloc
     const server0 = cpuSeconds(rpc.pid) ?? 0
     const t0 = performance.now()
     let ingestCpuS: number | undefined
+    let peakRss: number | undefined
     let stages: Record<string, number> | undefined
     await new Promise<void>((resolve, reject) => {
       const child = spawn(process.execPath, [cli, 'ingest', '--rpc', url, '--dataset', 'replay', '--out', out, '--from', '0', '--to', String(blocks - 1),
         '--progress', 'none', ...args], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } })
-      const poll = setInterval(() => (ingestCpuS = cpuSeconds(child.pid) ?? ingestCpuS), 100)
+      const poll = setInterval(() => {
+        ingestCpuS = cpuSeconds(child.pid) ?? ingestCpuS
+        try {
+          peakRss = rss(child.pid!).peak
+        } catch {} // exited between two polls
+      }, 100)
       let err = ''
       createInterface({ input: child.stderr! }).on('line', (line) => {
         err = (err + line + '\n').slice(-3000)
@@ -259,7 +268,7 @@ async function replayIngestOnce(build: string, cli: string, args: string[], bloc
       for (const [k, v] of Object.entries(meta.rows)) rows[k] = (rows[k] ?? 0) + v
     }
     console.log(`${build} run ${run + 1}: ${blocks} blocks in ${(wallMs / 1000).toFixed(2)} s = ${(blocks / (wallMs / 1000)).toFixed(1)} blocks/s`)
-    return { build, wallMs, blocks, rows, ingestCpuS, serverCpuS: serverCpuS == null ? undefined : serverCpuS - server0, stages }
+    return { build, wallMs, blocks, rows, ingestCpuS, peakRss, serverCpuS: serverCpuS == null ? undefined : serverCpuS - server0, stages }
   } finally {
     rpc.kill('SIGTERM')
     await rm(out, { recursive: true, force: true })

@@ -59,15 +59,18 @@ describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 240_00
     })
   }
 
-  it('anvil dev chain: 128 consecutive blocks, chunks of 7, batches of 5 (files shared by two chunks), fetch workers and none', async () => {
+  it('anvil dev chain: 128 consecutive blocks, chunks of 7, batches of 5 (files shared by two chunks), fetch workers and none, 1 and 4 chunks closing at once', async () => {
     const chain: RecordedBlock[] = (await anvilRecords()).map((r) => ({ number: r.number, block: r.block, receipts: r.receipts }))
     const s = new ReplayServer(chain)
     await s.start()
     try {
       const last = chain[chain.length - 1].number
-      for (const workers of [0, 1]) {
-        const { sql } = await same((out, normalizer) => runIngest({ rpc: s.url, dataset: 'anvil', out, from: chain[0].number, to: last, chunkBlocks: 7, batchSize: 5, workers, normalizer, progress: 'none' }))
+      for (const [workers, closes] of [[0, 1], [1, 4]]) {
+        const { sql } = await same((out, normalizer) => runIngest({ rpc: s.url, dataset: 'anvil', out, from: chain[0].number, to: last, chunkBlocks: 7, batchSize: 5, workers, closes, normalizer, progress: 'none' }))
         assert.equal(sql.blocks, chain.length)
+        // placed in block order, one after another, whatever order their writes ended in
+        assert.deepEqual(sql.chunks.map((c) => c.first), sql.chunks.map((_, i) => (i === 0 ? chain[0].number : sql.chunks[i - 1].last + 1)))
+        assert.equal(sql.chunks.at(-1)!.last, last)
         assert.ok(sql.rows.transactions > 100 && sql.rows.logs > 100, JSON.stringify(sql.rows))
       }
       const [[creations]] = await rows(tmp.dir, `sql${n}`, 'transactions', 'count(*) FILTER (contract_address IS NOT NULL)')

@@ -158,7 +158,7 @@ export async function exists(p: string): Promise<boolean> {
 }
 
 /** Where the next chunk goes: stay in the last top folder until it holds `topDirSize` chunks. */
-export function nextTop(existing: ChunkRef[], first: number, topDirSize: number): number {
+export function nextTop(existing: Pick<ChunkRef, 'top'>[], first: number, topDirSize: number): number {
   const last = existing[existing.length - 1]
   if (!last) return first
   const inTop = existing.filter((c) => c.top === last.top).length

@@ -154,18 +154,22 @@ export class ChunkBuilder {
     }
   }
 
-  /** Write the Parquet files and move the chunk into `{top}/{first}-{last}-{hash}`. */
-  async finish(top: number): Promise<ChunkRef> {
+  /**
+   * Write the Parquet files and move the chunk into `{top}/{first}-{last}-{hash}`. `inOrder`: awaited
+   * just before the move (the previous chunk being in place, when chunks close side by side); if
+   * it fails, this chunk is dropped and its error thrown.
+   */
+  async finish(top: number, inOrder?: () => Promise<unknown>): Promise<ChunkRef> {
     if (this.blockCount === 0) throw new Error('cannot write an empty chunk')
     try {
-      return await this.write(top)
+      return await this.write(top, inOrder)
     } catch (e) {
       await this.abort() // nothing of a chunk that cannot be written stays (malformed answers found at its close)
       throw e
     }
   }
 
-  private async write(top: number): Promise<ChunkRef> {
+  private async write(top: number, inOrder?: () => Promise<unknown>): Promise<ChunkRef> {
     await this.ready
     for (const s of this.streams.values()) await new Promise<void>((resolve, reject) => s.end((e?: Error | null) => (e ? reject(e) : resolve())))
     const con = await connect()
@@ -209,6 +213,7 @@ export class ChunkBuilder {
     await writeFile(path.join(this.tmpDir, 'meta.json'), JSON.stringify(meta, null, 2))
     const rel = chunkPath(top, this.first, this.last, shortHash(this.lastHash))
     const dest = path.join(this.root, rel)
+    await inOrder?.()
     await mkdir(path.dirname(dest), { recursive: true })
     await rename(this.tmpDir, dest)
     return parseChunkPath(rel)!

@@ -63,6 +63,11 @@ export interface IngestOptions {
   /** Fetches (and HTTP requests) in flight, default 4. */
   concurrency?: number
   /**
+   * Chunks that may close (be written) at once while the next one fills; default `defaultCloses()`.
+   * They are moved into place in block order whatever order their writes end in.
+   */
+  closes?: number
+  /**
    * Worker threads that fetch, parse and normalise blocks; 0: the loop's own thread does it. Default:
    * one per core beyond the first, at most 4 (at least 1). The `concurrency` fetches are spread over them.
    */
@@ -140,6 +145,15 @@ export function defaultWorkers(): number {
   return Math.min(4, Math.max(1, availableParallelism() - 1))
 }
 
+/**
+ * Chunks closing at once by default: 2 with 2 cores or more. A close runs on one DuckDB thread
+ * (`--db-threads` default); a second one uses the core the fetch worker leaves idle once it is ahead:
+ * 197.7 → 221–232 blocks/s on 2 cores, ingest peak RSS 548 → 560–695 MB (BENCHMARKS.md, step 36).
+ */
+export function defaultCloses(): number {
+  return Math.min(2, availableParallelism())
+}
+
 /** The chain does not continue where we are: a reorg deeper than the confirmation depth, or a wrong dataset. */
 export class ReorgError extends Error {}
 
@@ -164,6 +178,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const batchSize = Math.max(1, o.batchSize ?? 20)
   const concurrency = Math.max(1, o.concurrency ?? 4)
   const workers = Math.max(0, o.workers ?? defaultWorkers())
+  const closes = Math.max(1, o.closes ?? defaultCloses())
   if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new Error('a block list cannot be combined with --from, --to or --follow')
   if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
 
@@ -218,7 +233,12 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     /** Last block of the latest chunk (written or being written): the next chunk's `previousLast`, which lets the router tell a missing chunk from a deliberate jump. */
     let chunkEnd = written.at(-1)?.last ?? -1
     let openedAt = 0
-    let pending: Promise<void> | undefined
+    /** Chunks closing now (at most `closes`), oldest first; each settles once its chunk is in place. */
+    const closing: Promise<void>[] = []
+    /** The latest chunk to close: the next one is moved into place after it, so chunks appear in order. */
+    let placed: Promise<void> = Promise.resolve()
+    /** Top folder of every chunk written or closing (where the next chunk goes). */
+    const tops = written.map((c) => ({ top: c.top }))
     /** A chunk that failed to be written or published: the loop stops at the next batch instead of at the next flush. */
     let pendingError: unknown
 
@@ -228,15 +248,19 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       builder = undefined
       chunkEnd = b.last
       const t0 = performance.now()
-      // one chunk encodes while the next one fills; if that one failed, this one is dropped too
-      if (pending) await pending.catch(async (e) => {
+      // chunks close while the next ones fill, `closes` at most; if one failed, this one is dropped too
+      try {
+        while (closing.length >= closes) await closing[0]
+        if (pendingError) throw pendingError
+      } catch (e) {
         await b.abort()
         throw e
-      })
+      }
       stages.finishWaitMs += performance.now() - t0
-      const top = nextTop(written, b.first, topDirSize)
-      // finish and publish run while the next chunk fills; the next flush waits for them, so chunks appear in order
-      pending = b.finish(top).then((ref) => target.publish(ref)).then(async (ref) => {
+      const top = nextTop(tops, b.first, topDirSize)
+      tops.push({ top })
+      const previous = placed
+      const done = b.finish(top, () => previous).then((ref) => target.publish(ref)).then(async (ref) => {
         await spool?.consumed(ref.last)
         stages.sortMs += b.times.sortMs
         stages.appendMs += b.times.appendMs
@@ -246,9 +270,11 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
         log.info({ chunk: ref.path, blocks: b.blockCount }, 'chunk written')
         o.onChunk?.(ref)
       })
-      pending.catch((e) => {
+      placed = done
+      closing.push(done)
+      done.catch((e) => {
         pendingError ??= e
-      })
+      }).finally(() => closing.splice(closing.indexOf(done), 1))
     }
 
     const continuing = (f: { number: number; hash: string; parentHash: string }) => {
@@ -315,10 +341,10 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
         await pool?.close()
       }
       await flush()
-      await pending
+      await placed
     } catch (e) {
       await builder?.abort()
-      await pending?.catch(() => undefined) // a chunk that was complete before the error stays
+      await Promise.allSettled([...closing]) // a chunk that was complete before the error stays
       throw e
     } finally {
       progress.stop()
