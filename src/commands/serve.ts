@@ -166,11 +166,12 @@ interface WorkerFlags {
  * DuckDB's memory limit of a process whose workers keep local forms. DuckDB keeps the pages of the
  * forms it wrote or read in its buffer pool up to its limit, by default 80 % of the machine's RAM
  * (peak RSS 1.3 GB under `bench memory`); pages evicted under a lower limit are read again from the
- * file, from the OS page cache, at a cost in MB/s served. Under `bench memory` the worker's peak RSS
- * was 481–580 MB with 160MB, 499–583 with 192MB, 568–681 with 256MB; 128MB was no lower and cut some
- * answers off (docs/serving.md, "Local forms", "Memory").
+ * file, from the OS page cache. Under `bench memory` (16 clients of 20 MiB answers) the worker's
+ * peak RSS was 517–525 MB with 160MB and 491–499 MB with 128MB, for as many answers (165–204 in
+ * 20 s either way); forms build 18 % slower (10 bench chunks: 67 → 79 s). Before the block-ordered
+ * copies and the bounded copy sorts, 128MB cut some answers off (docs/serving.md, "Local forms", "Memory").
  */
-export const FORMS_DB_MEMORY = '160MB'
+export const FORMS_DB_MEMORY = '128MB'
 const DEFAULT_DB_SPILL = '4GB'
 
 /** DuckDB's resources for the workers of this process, from the flags and where they keep their cache. */

@@ -312,7 +312,7 @@ export class LocalForms {
    * column first); none (false) when the table lacks one of those columns (a chunk written before
    * the column existed). Sorted and appended a few blocks at a time, about `COPY_SORT_BYTES` each
    * (estimated from the Parquet file's `parquetBytes`): one sort of the whole table spilled to disk
-   * under a worker's DuckDB memory limit (160MB) and took minutes per chunk.
+   * under a worker's DuckDB memory limit (160MB then, 128MB now) and took minutes per chunk.
    */
   private async copyByBlock(con: DuckDBConnection, table: string, order: string[], parquetBytes: number): Promise<boolean> {
     const columns = new Set((await this.columnsOf(con, table)).map((c) => c.name))
