@@ -71,11 +71,15 @@ function reportSyncTargets(o: SyncBenchOptions, figures: SyncFigure[]): void {
     return xs.length ? Math.max(...xs) : undefined
   }
   const report = (n: number, measure: string, shape: string, sdk: boolean, key: 'blocksPerS' | 'itemsPerS', unit: string, goal: number) => {
-    const now = best(shape, 'local forms', sdk, key)
+    const local = best(shape, 'local forms', sdk, key)
+    const parquet = best(shape, 'Parquet', sdk, key)
+    // A no-match answer reads no chunk: a run over Parquet alone (a dataset too big for the forms
+    // of every chunk) measures the same code, and is reported without a baseline.
+    const now = local ?? (n === 4 ? parquet : undefined)
     if (now === undefined) return
-    const base = best(shape, 'Parquet', sdk, key)
+    const base = local === undefined ? undefined : parquet
     const fmt = (x: number) => `${Math.round(x).toLocaleString('en-US')} ${unit}`
-    reportTarget({ n, measure, now: `${fmt(now)} (local forms)`, value: now, baseline: base === undefined ? undefined : `${fmt(base)} (Parquet)`, baselineValue: base,
+    reportTarget({ n, measure, now: `${fmt(now)} (${local === undefined ? 'Parquet' : 'local forms'})`, value: now, baseline: base === undefined ? undefined : `${fmt(base)} (Parquet)`, baselineValue: base,
       goal: `≥ ${goal.toLocaleString('en-US')} ${unit}`, atLeast: goal })
   }
   report(3, `all tx+logs full sync, router + ${o.workers} workers, our client`, 'all tx+logs', false, 'itemsPerS', 'items/s', 200_000)
@@ -124,10 +128,12 @@ async function syncAll(o: SyncBenchOptions, d: Deployment, dir: string, storage:
         if (label) rows.push([`${name}`, from, runs > 1 ? `${label} (mean of ${runs})` : label, String(answers), String(blocks), String(items), `${(wall / 1000).toFixed(3)} s`,
           fmtRate(height + 1, wall), fmtRate(items, wall), cpu])
       }
-      if (o.sdk) {
+      // The SDK starts a process per run: 3 runs of a pass under a second (its start dominates), else 1.
+      for (let run = 0, runs = 1; o.sdk && run < runs; run++) {
         const r = await sdkSync(base, height, name)
+        if (r.ms < 1000) runs = 3
         figures.push({ shape: name, from, sdk: true, blocksPerS: (height + 1) / (r.ms / 1000), itemsPerS: r.items / (r.ms / 1000) })
-        rows.push([name, from, '@subsquid/evm-processor 1.27.3', '', String(r.blocks), String(r.items), `${(r.ms / 1000).toFixed(2)} s`,
+        rows.push([name, from, `@subsquid/evm-processor 1.27.3${runs > 1 ? `, run ${run + 1}` : ''}`, '', String(r.blocks), String(r.items), `${(r.ms / 1000).toFixed(3)} s`,
           fmtRate(height + 1, r.ms), fmtRate(r.items, r.ms), ''])
       }
     }

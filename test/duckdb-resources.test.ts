@@ -77,7 +77,7 @@ describe('DuckDB resources of a worker', { timeout: 90_000 }, () => {
 
     const forms = await worker('--cache', cache)
     const s = await forms.status()
-    assert.deepEqual({ ...s.duckdb, threads: 0 }, { memory_limit: '152.5 MiB', threads: 0, temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
+    assert.deepEqual({ ...s.duckdb, threads: 0 }, { memory_limit: '122.0 MiB', threads: 0, temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
     assert.ok(!existsSync(path.join(cache, `.duckdb-spill-${GONE}`)), 'the spill folder of a process no longer running is removed at start')
     // It serves from its cache folder as before (the spill folder is not taken for a dataset).
     await until('forms built', async () => ((await forms.status()).local_forms?.built === 2 ? true : undefined), 30_000)
@@ -88,7 +88,7 @@ describe('DuckDB resources of a worker', { timeout: 90_000 }, () => {
 
     // Without a cache folder there are no forms: DuckDB's own limit (80 % of RAM) and spill folder.
     const plain = (await (await worker()).status()).duckdb
-    assert.notEqual(plain.memory_limit, '152.5 MiB')
+    assert.notEqual(plain.memory_limit, '122.0 MiB')
     assert.equal(plain.temp_directory, '.tmp')
     assert.equal(plain.max_temp_directory_size, '3.7 GiB')
 
