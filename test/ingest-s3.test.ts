@@ -162,7 +162,7 @@ describe('ingest into object storage (s3rver)', { timeout: 120_000 }, () => {
     const file = path.join(tmp.dir, 'big.bin')
     await writeFile(file, randomBytes(12 * 1024 * 1024))
     const commands: string[] = []
-    s3Client().middlewareStack.add((next, context) => (args) => {
+    ;(await s3Client()).middlewareStack.add((next, context) => (args) => {
       commands.push(context.commandName ?? '?')
       return next(args)
     }, { step: 'initialize', name: 'recordCommands' })
@@ -170,7 +170,7 @@ describe('ingest into object storage (s3rver)', { timeout: 120_000 }, () => {
     try {
       assert.equal(await uploadFile(BUCKET, 'multi/big.bin', file), 12 * 1024 * 1024)
     } finally {
-      s3Client().middlewareStack.remove('recordCommands')
+      ;(await s3Client()).middlewareStack.remove('recordCommands')
     }
     const ms = performance.now() - t0
     t.diagnostic(`12 MiB in 5 MiB parts: ${ms.toFixed(0)} ms (${(12.58 / (ms / 1000)).toFixed(1)} MB/s)`)

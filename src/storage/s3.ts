@@ -3,18 +3,7 @@ import { createWriteStream } from 'node:fs'
 import { open, readFile, stat } from 'node:fs/promises'
 import { Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import {
-  AbortMultipartUploadCommand,
-  CompleteMultipartUploadCommand,
-  CreateMultipartUploadCommand,
-  DeleteObjectsCommand,
-  GetObjectCommand,
-  ListMultipartUploadsCommand,
-  ListObjectsV2Command,
-  PutObjectCommand,
-  S3Client,
-  UploadPartCommand,
-} from '@aws-sdk/client-s3'
+import type { S3Client } from '@aws-sdk/client-s3'
 import { log } from '../log.js'
 
 /*
@@ -50,6 +39,18 @@ export function joinKey(...parts: string[]): string {
 }
 
 let shared: S3Client | undefined
+/**
+ * The SDK, loaded on first use: it is 4.8 MB of a worker's 21 MB live JS heap, which the garbage
+ * collector marks again after every few answers (BENCHMARKS.md, step 36), in processes that
+ * mostly never touch object storage.
+ */
+let sdk: typeof import('@aws-sdk/client-s3') | undefined
+const loadSdk = async () => (sdk ??= await import('@aws-sdk/client-s3'))
+/** The SDK's command classes, once `s3Client()` loaded them (a request's client is awaited before its command is built). */
+function cmd(): typeof import('@aws-sdk/client-s3') {
+  if (!sdk) throw new Error('the S3 SDK is not loaded yet: await s3Client() first')
+  return sdk
+}
 
 /**
  * Time limits and tries of S3 requests. Without time limits a server that stops answering (or
@@ -79,7 +80,9 @@ export function s3Settings(): S3Settings {
 }
 
 /** The process's S3 client (created on first use, so that tests can set the variables first). */
-export function s3Client(): S3Client {
+export async function s3Client(): Promise<S3Client> {
+  if (shared) return shared
+  const { S3Client } = await loadSdk()
   if (shared) return shared
   // The SDK version the lock file pins runs on Node 20; its notice about later versions is not for our users.
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true'
@@ -113,7 +116,7 @@ export async function listObjects(bucket: string, prefix: string, startAfter?: s
   const out: ObjectInfo[] = []
   let token: string | undefined
   do {
-    const r = await s3Client().send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token, StartAfter: token ? undefined : startAfter }))
+    const r = await (await s3Client()).send(new (cmd().ListObjectsV2Command)({ Bucket: bucket, Prefix: prefix, ContinuationToken: token, StartAfter: token ? undefined : startAfter }))
     for (const o of r.Contents ?? []) if (o.Key) out.push({ key: o.Key, size: Number(o.Size ?? 0) })
     token = r.IsTruncated ? r.NextContinuationToken : undefined
   } while (token)
@@ -125,7 +128,7 @@ export async function listFolders(bucket: string, prefix: string): Promise<strin
   const out: string[] = []
   let token: string | undefined
   do {
-    const r = await s3Client().send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, Delimiter: '/', ContinuationToken: token }))
+    const r = await (await s3Client()).send(new (cmd().ListObjectsV2Command)({ Bucket: bucket, Prefix: prefix, Delimiter: '/', ContinuationToken: token }))
     for (const p of r.CommonPrefixes ?? []) if (p.Prefix) out.push(p.Prefix.slice(prefix.length).replace(/\/$/, ''))
     token = r.IsTruncated ? r.NextContinuationToken : undefined
   } while (token)
@@ -144,7 +147,7 @@ function isMissing(e: any): boolean {
 async function getObject<T>(bucket: string, key: string, signal: AbortSignal | undefined, read: (body: Readable, length: number | undefined) => Promise<T>): Promise<T> {
   const { attempts } = s3Settings()
   for (let attempt = 1; ; attempt++) {
-    const r = await s3Client().send(new GetObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal })
+    const r = await (await s3Client()).send(new (cmd().GetObjectCommand)({ Bucket: bucket, Key: key }), { abortSignal: signal })
     const body = r.Body as Readable
     let broken: unknown
     body.once('error', (e) => (broken ??= e))
@@ -211,7 +214,7 @@ export async function downloadObject(bucket: string, key: string, dest: string, 
 }
 
 export async function putText(bucket: string, key: string, text: string, signal?: AbortSignal): Promise<void> {
-  await s3Client().send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: text, ContentType: 'application/json' }), { abortSignal: signal })
+  await (await s3Client()).send(new (cmd().PutObjectCommand)({ Bucket: bucket, Key: key, Body: text, ContentType: 'application/json' }), { abortSignal: signal })
 }
 
 /** Files above this size are uploaded in parts (env BLOCK_ARCHIVE_S3_PART_MB sets the part size). */
@@ -237,22 +240,22 @@ export async function uploadFile(bucket: string, key: string, file: string, part
 async function upload(bucket: string, key: string, file: string, part: number): Promise<number> {
   const { size } = await stat(file)
   if (size <= part) {
-    await s3Client().send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: await readFile(file), ContentLength: size }))
+    await (await s3Client()).send(new (cmd().PutObjectCommand)({ Bucket: bucket, Key: key, Body: await readFile(file), ContentLength: size }))
     return size
   }
-  const { UploadId } = await s3Client().send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }))
+  const { UploadId } = await (await s3Client()).send(new (cmd().CreateMultipartUploadCommand)({ Bucket: bucket, Key: key }))
   const parts: { ETag: string; PartNumber: number }[] = []
   const fh = await open(file, 'r')
   try {
     for (let offset = 0, n = 1; offset < size; offset += part, n++) {
       const buf = Buffer.alloc(Math.min(part, size - offset))
       await fh.read(buf, 0, buf.length, offset)
-      const r = await s3Client().send(new UploadPartCommand({ Bucket: bucket, Key: key, UploadId, PartNumber: n, Body: buf, ContentLength: buf.length }))
+      const r = await (await s3Client()).send(new (cmd().UploadPartCommand)({ Bucket: bucket, Key: key, UploadId, PartNumber: n, Body: buf, ContentLength: buf.length }))
       parts.push({ ETag: r.ETag!, PartNumber: n })
     }
-    await s3Client().send(new CompleteMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId, MultipartUpload: { Parts: parts } }))
+    await (await s3Client()).send(new (cmd().CompleteMultipartUploadCommand)({ Bucket: bucket, Key: key, UploadId, MultipartUpload: { Parts: parts } }))
   } catch (e) {
-    await s3Client().send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: key, UploadId })).catch(() => undefined)
+    await (await s3Client()).send(new (cmd().AbortMultipartUploadCommand)({ Bucket: bucket, Key: key, UploadId })).catch(() => undefined)
     throw e
   } finally {
     await fh.close()
@@ -263,7 +266,7 @@ async function upload(bucket: string, key: string, file: string, part: number): 
 export async function deleteObjects(bucket: string, keys: string[]): Promise<void> {
   for (let i = 0; i < keys.length; i += 1000) {
     const batch = keys.slice(i, i + 1000)
-    await s3Client().send(new DeleteObjectsCommand({ Bucket: bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }))
+    await (await s3Client()).send(new (cmd().DeleteObjectsCommand)({ Bucket: bucket, Delete: { Objects: batch.map((Key) => ({ Key })), Quiet: true } }))
   }
 }
 
@@ -279,14 +282,14 @@ export async function abortMultipartUploads(bucket: string, prefix: string): Pro
   for (;;) {
     let r
     try {
-      r = await s3Client().send(new ListMultipartUploadsCommand({ Bucket: bucket, Prefix: prefix, KeyMarker: keyMarker, UploadIdMarker: uploadIdMarker }))
+      r = await (await s3Client()).send(new (cmd().ListMultipartUploadsCommand)({ Bucket: bucket, Prefix: prefix, KeyMarker: keyMarker, UploadIdMarker: uploadIdMarker }))
     } catch (e: any) {
       if (e?.name === 'NotImplemented' || e?.$metadata?.httpStatusCode === 501) return undefined
       throw e
     }
     for (const u of r.Uploads ?? []) {
       if (!u.Key || !u.UploadId) continue
-      await s3Client().send(new AbortMultipartUploadCommand({ Bucket: bucket, Key: u.Key, UploadId: u.UploadId }))
+      await (await s3Client()).send(new (cmd().AbortMultipartUploadCommand)({ Bucket: bucket, Key: u.Key, UploadId: u.UploadId }))
       aborted++
     }
     if (!r.IsTruncated) return aborted
