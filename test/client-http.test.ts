@@ -13,6 +13,7 @@ import { httpRequest } from '../src/client/http-request.js'
 
 const BLOCKS = [{ header: { number: 5, hash: '0x05' } }, { header: { number: 6, hash: '0x06' } }]
 const TEXT = JSON.stringify(BLOCKS)
+const UNICODE = JSON.stringify([{ header: { number: 7 }, events: [{ name: 'Café €5', args: ['Ωmega', '0xff'] }] }])
 
 describe('client HTTP requests', { timeout: 30_000 }, () => {
   let server: http.Server
@@ -37,6 +38,14 @@ describe('client HTTP requests', { timeout: 30_000 }, () => {
             res.write(packed.subarray(0, 7))
             res.end(packed.subarray(7))
             return
+          }
+          case '/utf8': {
+            // A multi-byte character split between two writes (Substrate names, say), and plain ASCII.
+            const bytes = Buffer.from(UNICODE)
+            const at = bytes.indexOf(0xe2) + 1
+            res.writeHead(200, json)
+            res.write(bytes.subarray(0, at))
+            return void setTimeout(() => res.end(bytes.subarray(at)), 20)
           }
           case '/moved':
             res.writeHead(307, { location: '/gzip' })
@@ -79,6 +88,13 @@ describe('client HTTP requests', { timeout: 30_000 }, () => {
       assert.equal(seen.at(-1)!.body, '{"x":1}')
     })
   }
+
+  it('decodes UTF-8 answers, a character split between pieces included, and ASCII ones', async () => {
+    const res = await httpRequest(`${base}/utf8`, { method: 'POST', body: '{}', timeoutMs: 5_000 })
+    assert.equal(res.text, UNICODE)
+    assert.deepEqual(JSON.parse(res.text)[0].events[0].name, 'Café €5')
+    assert.equal((await httpRequest(`${base}/gzip`, { method: 'POST', body: '{}', timeoutMs: 5_000 })).text, TEXT)
+  })
 
   it('follows a redirect with the method and body of the request', async () => {
     const res = await httpRequest(`${base}/moved`, { method: 'POST', body: '{"y":2}', timeoutMs: 5_000 })
