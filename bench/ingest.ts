@@ -211,7 +211,7 @@ async function replayIngest(blocks: number): Promise<void> {
     printTable(`stages of the median run of this build (ingest wall ${(wall / 1000).toFixed(2)} s; ${spooled ? 'spooled path; ' : ''}stages run in parallel threads and overlap)`, ['stage', 'time', 'share of wall', ''], [
       row('main thread: waiting for fetched blocks', s.fetchWaitMs, `fetch workers: HTTP, ${spooled ? 'key scan, spool files' : 'parse, normalise'}`),
       ...own,
-      row('main thread: waiting for the previous chunk before closing the next', s.finishWaitMs),
+      row('main thread: waiting for a close to end before closing the next (--closes at once)', s.finishWaitMs),
       row('ingest process CPU (all threads)', s.cpuMs),
     ])
   }

@@ -75,7 +75,7 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--max-backoff-ms <ms>', 'longest retry delay', 'BLOCK_ARCHIVE_RPC_MAX_BACKOFF_MS', int(0), 10_000))
     .addOption(opt('--timeout-ms <ms>', 'time limit per RPC request', 'BLOCK_ARCHIVE_RPC_TIMEOUT_MS', int(1), 60_000))
     .addOption(choice('--progress <how>', 'auto: a progress bar on a terminal, log lines otherwise', 'BLOCK_ARCHIVE_PROGRESS', ['auto', 'bar', 'log', 'none'], 'auto'))
-    .addOption(opt('--closes <n>', 'chunks written at once while the next one fills (each on its own DuckDB connection; they appear in block order; default: 2 with 2 cores or more)', 'BLOCK_ARCHIVE_INGEST_CLOSES', int(1)))
+    .addOption(opt('--closes <n>', 'chunks written at once while the next one fills (each on its own DuckDB connection; they appear in block order; default: 2 with 2 cores or more on the spooled path, where the rows wait on disk, else 1)', 'BLOCK_ARCHIVE_INGEST_CLOSES', int(1)))
     .addOption(opt('--db-threads <n>', 'DuckDB threads for writing the chunks (default: the cores the fetch workers leave, at least 1)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
     .addOption(opt('--db-memory <size>', 'DuckDB memory limit, e.g. 2GB', 'BLOCK_ARCHIVE_DB_MEMORY'))
     .action(async (o) => {

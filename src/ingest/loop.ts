@@ -63,8 +63,9 @@ export interface IngestOptions {
   /** Fetches (and HTTP requests) in flight, default 4. */
   concurrency?: number
   /**
-   * Chunks that may close (be written) at once while the next one fills; default `defaultCloses()`.
-   * They are moved into place in block order whatever order their writes end in.
+   * Chunks that may close (be written) at once while the next one fills; default `defaultCloses()`
+   * on the spooled path, else 1. They are moved into place in block order whatever order their
+   * writes end in.
    */
   closes?: number
   /**
@@ -124,7 +125,7 @@ export interface IngestStages {
   normalizeMs: number
   /** Rows into the open chunk (`ChunkBuilder.addBlock`). */
   addBlockMs: number
-  /** The loop waiting for the previous chunk's encoding before starting another. */
+  /** The loop waiting for a chunk's encoding to end before starting another (`closes` at once). */
   finishWaitMs: number
   /** Inside the chunks' `finish`: sorting in JS, handing rows to DuckDB, DuckDB writing Parquet. */
   sortMs: number
@@ -146,9 +147,12 @@ export function defaultWorkers(): number {
 }
 
 /**
- * Chunks closing at once by default: 2 with 2 cores or more. A close runs on one DuckDB thread
- * (`--db-threads` default); a second one uses the core the fetch worker leaves idle once it is ahead:
- * 197.7 → 221–232 blocks/s on 2 cores, ingest peak RSS 548 → 560–695 MB (BENCHMARKS.md, step 36).
+ * Chunks closing at once by default on the spooled path (the raw answers wait on disk, not in
+ * memory): 2 with 2 cores or more. A close runs on one DuckDB thread (`--db-threads` default); a
+ * second one uses the core the fetch worker leaves idle once it is ahead: 197.7 → 221–232 blocks/s
+ * on 2 cores, ingest peak RSS 548 → 560–695 MB (BENCHMARKS.md, step 36). Chunks whose rows are
+ * held in memory (traces, state diffs, other families) close one at a time unless `--closes` says
+ * otherwise: each one more would hold another chunk of rows.
  */
 export function defaultCloses(): number {
   return Math.min(2, availableParallelism())
@@ -178,7 +182,6 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const batchSize = Math.max(1, o.batchSize ?? 20)
   const concurrency = Math.max(1, o.concurrency ?? 4)
   const workers = Math.max(0, o.workers ?? defaultWorkers())
-  const closes = Math.max(1, o.closes ?? defaultCloses())
   if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new Error('a block list cannot be combined with --from, --to or --follow')
   if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
 
@@ -190,6 +193,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const spool = spec.family === 'evm' && (o.normalizer ?? 'sql') === 'sql' && (o.traces ?? 'none') === 'none' && (o.stateDiffs ?? 'none') === 'none'
     ? new Spool(path.join(target.buildRoot, `.tmp-${process.pid}-spool-${randomBytes(4).toString('hex')}`))
     : undefined
+  const closes = Math.max(1, o.closes ?? (spool ? defaultCloses() : 1))
   try {
     if (spool) {
       await mkdir(spool.dir, { recursive: true })
