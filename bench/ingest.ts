@@ -159,7 +159,7 @@ async function replayIngest(blocks: number): Promise<void> {
     ['build', 'wall', 'blocks/s', 'rows/s', 'ingest CPU s', 'replay server CPU s', 'CPU ms per block (both)', 'ingest peak RSS'],
     results.map((x) => [x.build, `${(x.wallMs / 1000).toFixed(2)} s`, fmtRate(x.blocks, x.wallMs), fmtRate(total(x), x.wallMs),
       fmt(x.ingestCpuS), fmt(x.serverCpuS), x.ingestCpuS == null ? '—' : ((1000 * (x.ingestCpuS + (x.serverCpuS ?? 0))) / x.blocks).toFixed(1),
-      x.peakRss == null ? "—" : `${mb(x.peakRss)} MB`]))
+      x.peakRss == null ? '—' : `${mb(x.peakRss)} MB`]))
   printTable(`medians of ${runs} runs (target ≥ ${TARGET.toLocaleString('en-US')} blocks/s)`, ['build', 'blocks/s', 'rows/s', 'of target', 'CPU ms per block (ingest + server)'],
     builds.map(([build]) => {
       const xs = results.filter((x) => x.build === build)
@@ -192,7 +192,7 @@ async function replayIngest(blocks: number): Promise<void> {
     const row = (stage: string, v: number | undefined, note = '') => [stage, v == null ? '—' : `${(v / 1000).toFixed(2)} s`, v == null ? '' : `${((100 * v) / wall).toFixed(0)} %`, note]
     // the spooled path (EVM default) has stages of its own: no parsing or rows in JS, the chunk close in SQL
     const spooled = (s.spooledBlocks ?? 0) > 0
-    // Both paths wait for fetched blocks and for the previous chunk; what lies between is their own.
+    // Both paths wait for fetched blocks and for a close to end; what lies between is their own.
     const own = spooled
       ? [
         row('JSON.parse of answers the key scan could not vouch for', s.parseMs, 'fetch workers (summed)'),

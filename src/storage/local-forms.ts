@@ -86,6 +86,13 @@ export interface LocalTables {
   byBlock(table: string): string | undefined
 }
 
+/** A column of a table in the forms file. */
+interface TableColumn {
+  name: string
+  /** DuckDB type, e.g. VARCHAR. */
+  type: string
+}
+
 interface Form {
   key: string
   prefix: string
@@ -207,8 +214,9 @@ export class LocalForms {
           ordered.length = 0
           for (const [i, t] of tables.entries()) {
             await con.run(`CREATE TABLE ${this.alias}.${ident(prefix + t)} AS SELECT * FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))})`)
-            if (copies[t] && (await this.copyByBlock(con, prefix + t, copies[t], sizes[i]))) ordered.push(t)
-            narrow[t] = await this.splitWide(con, prefix + t)
+            const columns = await this.columnsOf(con, prefix + t)
+            if (copies[t] && (await this.copyByBlock(con, prefix + t, columns, copies[t], sizes[i]))) ordered.push(t)
+            narrow[t] = await this.splitWide(con, prefix + t, columns)
           }
           await con.run(`DELETE FROM ${this.alias}.forms WHERE key = ${lit(key)}`)
           await con.run(`INSERT INTO ${this.alias}.forms VALUES (${lit(key)}, ${lit(prefix)}, ${lit(JSON.stringify(tables))}, ${lit(source)}, 0)`)
@@ -281,12 +289,12 @@ export class LocalForms {
   }
 
   /**
-   * Narrow copies of a new table's wide columns (see `narrowCopies`); returns the columns copied.
+   * Narrow copies of a new table's wide columns (see `narrowCopies`; `columns`: the table's, from `columnsOf`); returns the columns copied.
    * Rows keep their order (an UPDATE in place).
    */
-  private async splitWide(con: DuckDBConnection, table: string): Promise<string[]> {
+  private async splitWide(con: DuckDBConnection, table: string, columns: TableColumn[]): Promise<string[]> {
     const name = `${this.alias}.${ident(table)}`
-    const varchar = (await this.columnsOf(con, table)).filter((c) => c.type === 'VARCHAR').map((c) => c.name)
+    const varchar = columns.filter((c) => c.type === 'VARCHAR').map((c) => c.name)
     if (varchar.length === 0) return []
     const { bytes, vectorBytes } = narrowCopies
     const wideBytes = (c: string) => `coalesce(sum(strlen(${ident(c)})) FILTER (strlen(${ident(c)}) >= ${bytes}), 0)`
@@ -314,9 +322,8 @@ export class LocalForms {
    * (estimated from the Parquet file's `parquetBytes`): one sort of the whole table spilled to disk
    * under a worker's DuckDB memory limit (160MB then, 128MB now) and took minutes per chunk.
    */
-  private async copyByBlock(con: DuckDBConnection, table: string, order: string[], parquetBytes: number): Promise<boolean> {
-    const columns = new Set((await this.columnsOf(con, table)).map((c) => c.name))
-    if (!order.every((c) => columns.has(c))) return false
+  private async copyByBlock(con: DuckDBConnection, table: string, columns: TableColumn[], order: string[], parquetBytes: number): Promise<boolean> {
+    if (!order.every((o) => columns.some((c) => c.name === o))) return false
     const name = `${this.alias}.${ident(table)}`
     const copy = `${this.alias}.${ident(table + BY_BLOCK_SUFFIX)}`
     const block = ident(order[0])
@@ -338,7 +345,7 @@ export class LocalForms {
   }
 
   /** A table's columns in the file, in order, with their DuckDB types. */
-  private async columnsOf(con: DuckDBConnection, table: string): Promise<{ name: string; type: string }[]> {
+  private async columnsOf(con: DuckDBConnection, table: string): Promise<TableColumn[]> {
     const r = await con.runAndReadAll(
       `SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = ${lit(this.alias)} AND schema_name = 'main' AND table_name = ${lit(table)} ORDER BY column_index`,
     )
