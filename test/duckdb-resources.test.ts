@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict'
 import { existsSync } from 'node:fs'
+import { availableParallelism } from 'node:os'
 import { mkdir, readdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { configureDb, connect, dbSettings } from '../src/db.js'
+import { workerDbThreads } from '../src/commands/serve.js'
 import { spillFolder } from '../src/storage/chunk-cache.js'
 import { killChildren, runCli, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
@@ -77,13 +79,16 @@ describe('DuckDB resources of a worker', { timeout: 90_000 }, () => {
 
     const forms = await worker('--cache', cache)
     const s = await forms.status()
-    assert.deepEqual({ ...s.duckdb, threads: 0 }, { memory_limit: '122.0 MiB', threads: 0, temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
+    // DuckDB threads: the cores left beside the worker's 2 queries at once (its default --concurrency), at least 1.
+    assert.equal(workerDbThreads(2), Math.max(1, availableParallelism() - 1))
+    assert.deepEqual(s.duckdb, { memory_limit: '122.0 MiB', threads: workerDbThreads(2), temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
     assert.ok(!existsSync(path.join(cache, `.duckdb-spill-${GONE}`)), 'the spill folder of a process no longer running is removed at start')
     // It serves from its cache folder as before (the spill folder is not taken for a dataset).
     await until('forms built', async () => ((await forms.status()).local_forms?.built === 2 ? true : undefined), 30_000)
 
-    const set = await worker('--cache', path.join(tmp.dir, 'cache-2'), '--db-memory', '300MB', '--db-spill', '1GB')
+    const set = await worker('--cache', path.join(tmp.dir, 'cache-2'), '--db-memory', '300MB', '--db-spill', '1GB', '--db-threads', '3')
     assert.equal((await set.status()).duckdb.memory_limit, '286.1 MiB')
+    assert.equal((await set.status()).duckdb.threads, 3)
     assert.equal((await set.status()).duckdb.max_temp_directory_size, '953.6 MiB')
 
     // Without a cache folder there are no forms: DuckDB's own limit (80 % of RAM) and spill folder.

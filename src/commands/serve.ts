@@ -139,7 +139,7 @@ function workerOptions(cmd: Command): Command {
       opt('--compression <mode>', 'answer compression (gzip/br as the client accepts): auto = not for clients on this machine (loopback, not forwarded by a proxy), always, never', 'BLOCK_ARCHIVE_COMPRESSION', undefined, 'auto')
         .choices(COMPRESSION_MODES),
     )
-    .addOption(opt('--db-threads <n>', 'DuckDB threads (default: all cores)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
+    .addOption(opt('--db-threads <n>', 'DuckDB threads (default: the cores left beside the queries that run at once, at least 1)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
     .addOption(opt('--db-memory <size>', `DuckDB memory limit, e.g. 2GB (default: ${FORMS_DB_MEMORY} with local forms, else 80% of RAM)`, 'BLOCK_ARCHIVE_DB_MEMORY', duckdbSize))
     .addOption(opt('--db-spill <size>', 'most DuckDB may write into its spill folder (.duckdb-spill-<pid> in the cache folder, else .tmp in the working folder) when what it works on does not fit in --db-memory', 'BLOCK_ARCHIVE_DB_SPILL', duckdbSize, DEFAULT_DB_SPILL))
 }
@@ -174,10 +174,22 @@ interface WorkerFlags {
 export const FORMS_DB_MEMORY = '128MB'
 const DEFAULT_DB_SPILL = '4GB'
 
+/**
+ * DuckDB threads of a process whose workers run `statementsAtOnce` statements at once (their
+ * `--concurrency` together). Each statement runs on its calling thread, and DuckDB's other threads
+ * only help on cores that no caller occupies; a caller polls for work while those threads run its
+ * statement's last task, and that polling burns a core. On 2 cores, 2 workers at the default
+ * concurrency, an all tx+logs sync took 8.7–9.1 CPU s of the workers per pass with 2 DuckDB threads
+ * and 7.0–7.2 with 1, at 134 k → 147 k items/s (BENCHMARKS.md, step 37).
+ */
+export function workerDbThreads(statementsAtOnce: number): number {
+  return Math.max(1, os.availableParallelism() - statementsAtOnce + 1)
+}
+
 /** DuckDB's resources for the workers of this process, from the flags and where they keep their cache. */
-function workerSettings(o: WorkerFlags) {
+function workerSettings(o: WorkerFlags, workers = 1) {
   configureDb({
-    threads: o.dbThreads,
+    threads: o.dbThreads ?? workerDbThreads(o.concurrency * workers),
     memoryLimit: o.dbMemory ?? (o.cache && o.localForms === 'duckdb' ? FORMS_DB_MEMORY : undefined),
     spillFolder: o.cache ? spillFolder(o.cache) : undefined,
     spillLimit: o.dbSpill,
@@ -238,7 +250,7 @@ export function registerServe(program: Command): void {
       heartbeatMs: o.heartbeatMs,
       missedHeartbeats: o.missedHeartbeats,
       relistMs: o.relistMs,
-      ...workerSettings(o),
+      ...workerSettings(o, o.workers),
       access,
     })
     console.log(`router: ${cluster.router.url}`)
