@@ -174,7 +174,9 @@ const ALL: string[][] = [
   ['sql'],
   ['stringify'],
   ['worker'],
-  ['sync', '--blocks', '2000', '--sdk'],
+  // 4 in flight beside 1 and 2: with the workers' DuckDB at 1 thread, 4 in flight kept both cores
+  // busier (140–144 k items/s at 2, 149–170 k at 4; BENCHMARKS.md, step 37).
+  ['sync', '--blocks', '2000', '--sdk', '--parallel', '1', '2', '4'],
   // Target 4 over a longer range: the SDK's own start (≈ 20 ms before its first request, then cold
   // requests) is most of a 2,000-block no-match sync (BENCHMARKS.md, step 36).
   ['sync', '--blocks', '10000', '--sdk', '--shape', 'logs, no match', '--storage', 'parquet'],

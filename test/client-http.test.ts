@@ -3,7 +3,7 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import zlib from 'node:zlib'
 import { after, before, describe, it } from 'node:test'
-import { ArchiveClient, ConnectionError } from '../src/client/archive-client.js'
+import { ArchiveClient, ConnectionError, lastBlockOfText, ProtocolError } from '../src/client/archive-client.js'
 import { httpRequest } from '../src/client/http-request.js'
 
 /*
@@ -135,5 +135,69 @@ describe('client HTTP requests', { timeout: 30_000 }, () => {
     await new Promise((r) => closed.close(r))
     const client = new ArchiveClient(`http://127.0.0.1:${port}/ds`)
     await assert.rejects(client.getHeight(), (e: unknown) => e instanceof ConnectionError && e.code === 'ECONNREFUSED' && /connection refused/.test(e.message))
+  })
+})
+
+/*
+ * Parallel segments hand on answers unparsed when the last block's number can be read from the end
+ * of the text (`lastBlockOfText`), and parse them when the reader takes them. Against servers that
+ * write the header's fields in another order (the text read finds nothing: parsed at once), and
+ * one whose last block carries a nested `{"header":{"number":…` object (the text read is wrong:
+ * the parse says so instead of continuing from the wrong block).
+ */
+describe('client: answers parsed when read in parallel mode', { timeout: 30_000 }, () => {
+  let server: http.Server
+  let base: string
+  const block = (mode: string, n: number, last: boolean) => {
+    const header = mode === 'hash-first' ? `{"hash":"0x${n}","number":${n}}` : `{"number":${n},"hash":"0x${n}"}`
+    const events = mode === 'nested' && last ? `,"events":[{"header":{"number":${n + 50},"x":1}}]` : ',"events":[]'
+    return `{"header":${header}${events}}`
+  }
+
+  before(async () => {
+    server = http.createServer((req, res) => {
+      let body = ''
+      req.on('data', (d) => (body += d))
+      req.on('end', () => {
+        const [, mode, rest] = /^\/(\w[\w-]*)\/(.*)$/.exec(req.url!)!
+        if (rest === 'height') return res.end('9')
+        if (rest.endsWith('/worker')) return res.end(`${base}/${mode}/query`)
+        const q = JSON.parse(body)
+        const to = Math.min(q.fromBlock + 1, q.toBlock ?? 9)
+        const blocks = []
+        for (let n = q.fromBlock; n <= to; n++) blocks.push(block(mode, n, n === to))
+        res.writeHead(200, { 'content-type': 'application/json' })
+        res.end(`[${blocks.join(',')}]`)
+      })
+    })
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  })
+
+  after(async () => {
+    server.closeAllConnections()
+    await new Promise((r) => server.close(r))
+  })
+
+  it('reads the last block from the text where it can, and parses at once where it cannot', async () => {
+    assert.equal(lastBlockOfText(`[${block('number-first', 3, false)},${block('number-first', 4, true)}]`), 4)
+    assert.equal(lastBlockOfText(`[${block('hash-first', 3, false)},${block('hash-first', 4, true)}]`), undefined)
+    for (const mode of ['number-first', 'hash-first']) {
+      const client = new ArchiveClient(`${base}/${mode}`, { maxAttempts: 1 })
+      const got = []
+      for await (const b of client.blocks({}, { fromBlock: 0, toBlock: 9, parallel: 2, segmentBlocks: 4 })) got.push(b.header.number)
+      assert.deepEqual(got, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], mode)
+    }
+  })
+
+  it('fails when the text read and the parsed answer disagree', async () => {
+    const client = new ArchiveClient(`${base}/nested`, { maxAttempts: 1 })
+    await assert.rejects(async () => {
+      for await (const _ of client.blocks({}, { fromBlock: 0, toBlock: 9, parallel: 2, segmentBlocks: 4 }));
+    }, (e: unknown) => e instanceof ProtocolError && /ends at block 1, not at 51/.test(e.message))
+    // Sequentially nothing is read from the text: the same server's answers are fine.
+    const got = []
+    for await (const b of client.blocks({}, { fromBlock: 0, toBlock: 9 })) got.push(b.header.number)
+    assert.equal(got.length, 10)
   })
 })

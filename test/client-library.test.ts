@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { ArchiveClient, HttpError, type Batch, type Block } from '../src/client/archive-client.js'
+import { ArchiveClient, HttpError, lastBlockOfText, type Batch, type Block } from '../src/client/archive-client.js'
 import type { ChunkRef } from '../src/chunks/layout.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
@@ -141,6 +141,10 @@ describe('client library over router + 2 workers', { timeout: 90_000 }, () => {
     })(base, FAST_RETRY)
     assert.deepEqual(await collect(counting.blocks(query, { fromBlock: 0, toBlock: 127, parallel: 3, segmentBlocks: 10 })), sequential)
     assert.equal(heightCalls, 1)
+    // The workers' answers let parallel segments read the last block from the text (and defer the parse).
+    const worker = (await (await fetch(`${base}/0/worker`)).text()).trim()
+    const text = await (await fetch(worker, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...query, fromBlock: 0, toBlock: 127 }) })).text()
+    assert.equal(lastBlockOfText(text), JSON.parse(text).at(-1).header.number)
     // Stopping early does not hang and leaves nothing running.
     let n = 0
     for await (const _ of client.blocks(query, { fromBlock: 0, toBlock: 127, parallel: 4, segmentBlocks: 5 })) if (++n === 7) break

@@ -306,7 +306,9 @@ describe('query --out, --format, --resume and progress', { timeout: 300_000 }, (
       const env = { ...process.env }
       delete env.CI
       // Not spawnSync: the cluster runs in this process.
-      const child = spawn('script', ['-qfec', cmd, '/dev/null'], { env, stdio: ['ignore', 'pipe', 'pipe'] })
+      // A wide terminal: cli-progress cuts the line at the terminal's width (80 under `script`), and
+      // a fast run's rates have digits enough to cut off the items/s the test looks for.
+      const child = spawn('script', ['-qfec', `stty cols 200; ${cmd}`, '/dev/null'], { env, stdio: ['ignore', 'pipe', 'pipe'] })
       children.add(child)
       let output = ''
       child.stdout.on('data', (d) => (output += d))

@@ -169,6 +169,11 @@ export class ArchiveClient {
    * once instead of waited out.
    */
   async query(query: ArchiveQuery & { fromBlock: number; toBlock?: number }, signal?: AbortSignal, aboveHeight: 'wait' | 'throw' = 'wait'): Promise<Block[]> {
+    return JSON.parse(await this.queryText(query, signal, aboveHeight))
+  }
+
+  /** `query`'s answer as its JSON text. */
+  private async queryText(query: ArchiveQuery & { fromBlock: number; toBlock?: number }, signal?: AbortSignal, aboveHeight: 'wait' | 'throw' = 'wait'): Promise<string> {
     return this.retry(async () => {
       const worker = (await this.get(`${this.baseUrl}/${query.fromBlock}/worker`, signal)).trim()
       return this.post(worker, query, signal)
@@ -207,6 +212,15 @@ export class ArchiveClient {
    * trip less per range (BENCHMARKS.md, step 31).
    */
   private async *sequentialBatches(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions, knownHeight?: number): AsyncGenerator<Batch> {
+    for await (const answer of this.answers(query, from, to, range, knownHeight, false)) yield parsed(answer)
+  }
+
+  /**
+   * The range loop. With `deferParse`, an answer whose last block number can be read from the end
+   * of its text is handed on unparsed (the next request goes out at once); the segments of a
+   * parallel range buffer answers this way, parsed only when the reader takes them.
+   */
+  private async *answers(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions, knownHeight: number | undefined, deferParse: boolean): AsyncGenerator<Answer> {
     let beg = from
     const lazy = knownHeight === undefined && to !== undefined && !range.follow
     let height = knownHeight ?? (lazy ? Infinity : await this.getHeight(range.signal))
@@ -218,9 +232,9 @@ export class ArchiveClient {
         height = await this.getHeight(range.signal)
       }
       const toBlock = Number.isFinite(end) ? end : undefined
-      let blocks: Block[]
+      let text: string
       try {
-        blocks = await this.query({ ...query, fromBlock: beg, ...(toBlock === undefined ? {} : { toBlock }) }, range.signal, lazy ? 'throw' : 'wait')
+        text = await this.queryText({ ...query, fromBlock: beg, ...(toBlock === undefined ? {} : { toBlock }) }, range.signal, lazy ? 'throw' : 'wait')
       } catch (e) {
         // The rest of the range lies in a gap of a sparse dataset (docs/protocol.md §3.5): nothing more to get.
         if (toBlock !== undefined && isNoBlocksInRange(e)) return
@@ -231,10 +245,16 @@ export class ArchiveClient {
         }
         throw e
       }
-      checkAnswer(blocks, beg, toBlock)
-      const last = blocks[blocks.length - 1].header.number
-      yield { from: beg, last, blocks }
-      beg = last + 1
+      const tail = deferParse ? lastBlockOfText(text) : undefined
+      const answer: Answer = { from: beg, to: toBlock, text, last: tail }
+      if (tail === undefined) {
+        const batch = parsed(answer)
+        answer.text = ''
+        answer.last = batch.last
+        answer.blocks = batch.blocks
+      }
+      yield answer
+      beg = answer.last! + 1
     }
   }
 
@@ -263,7 +283,7 @@ export class ArchiveClient {
     }
     const segments: [number, number][] = []
     for (let a = from; a <= end; a += size) segments.push([a, Math.min(end, a + size - 1)])
-    const channels = segments.map(() => new Channel<Batch>(2))
+    const channels = segments.map(() => new Channel<Answer>(2))
     let next = 0
     let failed: unknown
     const runSegment = async (): Promise<void> => {
@@ -271,7 +291,7 @@ export class ArchiveClient {
         const i = next++
         const [a, b] = segments[i]
         try {
-          for await (const batch of this.sequentialBatches(query, a, b, { ...range, follow: false }, height)) await channels[i].push(batch)
+          for await (const answer of this.answers(query, a, b, { ...range, follow: false }, height, true)) await channels[i].push(answer)
           channels[i].close()
         } catch (e) {
           if (!channels[i].isClosed) failed ??= e
@@ -283,7 +303,7 @@ export class ArchiveClient {
     }
     const runners = Array.from({ length: Math.min(parallel, segments.length) }, runSegment)
     try {
-      for (const c of channels) yield* c
+      for (const c of channels) for await (const answer of c) yield parsed(answer)
     } finally {
       for (const c of channels) c.close()
       await Promise.allSettled(runners)
@@ -320,7 +340,7 @@ export class ArchiveClient {
     return res.text
   }
 
-  private async post(url: string, body: unknown, signal?: AbortSignal): Promise<Block[]> {
+  private async post(url: string, body: unknown, signal?: AbortSignal): Promise<string> {
     const res = await requestOrExplain(url, {
       method: 'POST',
       headers: { ...this.opts.headers, 'content-type': 'application/json', 'accept-encoding': 'gzip, br' },
@@ -333,7 +353,7 @@ export class ArchiveClient {
     if (!/^application\/json\b/.test(type ?? '')) {
       throw new ProtocolError(`${url} answered with content-type ${type ?? null}, expected application/json`)
     }
-    return JSON.parse(res.text)
+    return res.text
   }
 }
 
@@ -353,6 +373,43 @@ function errorCode(e: unknown, status: number): string | undefined {
   } catch {
     return undefined
   }
+}
+
+/** A worker answer: its text, parsed (`blocks`) or not yet; `last` once known. */
+interface Answer {
+  from: number
+  /** `toBlock` of the request. */
+  to: number | undefined
+  text: string
+  last?: number
+  blocks?: Block[]
+}
+
+/** The answer parsed and checked; a `last` read from its text before must be its last block. */
+function parsed(answer: Answer): Batch {
+  if (answer.blocks) return { from: answer.from, last: answer.last!, blocks: answer.blocks }
+  const blocks: unknown = JSON.parse(answer.text)
+  checkAnswer(blocks, answer.from, answer.to)
+  const last = blocks[blocks.length - 1].header.number
+  if (answer.last !== undefined && answer.last !== last) {
+    throw new ProtocolError(`the answer for fromBlock ${answer.from} ends at block ${last}, not at ${answer.last} as its text's end read`)
+  }
+  return { from: answer.from, last, blocks }
+}
+
+const LAST_HEADER = '{"header":{"number":'
+
+/**
+ * The number of the answer's last block, read from the end of its text when the last block begins
+ * `{"header":{"number":N` (as this archive writes it; these characters cannot occur inside a JSON
+ * string, where quotes are escaped); undefined otherwise. Parsing checks it.
+ */
+export function lastBlockOfText(text: string): number | undefined {
+  const at = text.lastIndexOf(LAST_HEADER)
+  if (at < 0) return undefined
+  const m = /^(\d{1,16})[,}]/.exec(text.slice(at + LAST_HEADER.length, at + LAST_HEADER.length + 18))
+  const n = m ? Number(m[1]) : NaN
+  return Number.isSafeInteger(n) ? n : undefined
 }
 
 /** The checks the SDK makes on an answer (docs/protocol.md §1), plus order and range. */
