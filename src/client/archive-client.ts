@@ -245,14 +245,8 @@ export class ArchiveClient {
         }
         throw e
       }
-      const tail = deferParse ? lastBlockOfText(text) : undefined
-      const answer: Answer = { from: beg, to: toBlock, text, last: tail }
-      if (tail === undefined) {
-        const batch = parsed(answer)
-        answer.text = ''
-        answer.last = batch.last
-        answer.blocks = batch.blocks
-      }
+      const last = deferParse ? lastBlockOfText(text) : undefined
+      const answer: Answer = last === undefined ? { to: toBlock, ...parsed({ from: beg, to: toBlock, text }) } : { from: beg, to: toBlock, text, last }
       yield answer
       beg = answer.last! + 1
     }
@@ -375,12 +369,12 @@ function errorCode(e: unknown, status: number): string | undefined {
   }
 }
 
-/** A worker answer: its text, parsed (`blocks`) or not yet; `last` once known. */
+/** A worker answer: parsed (`blocks`), or its text not parsed yet; `last` once known. */
 interface Answer {
   from: number
   /** `toBlock` of the request. */
   to: number | undefined
-  text: string
+  text?: string
   last?: number
   blocks?: Block[]
 }
@@ -388,7 +382,7 @@ interface Answer {
 /** The answer parsed and checked; a `last` read from its text before must be its last block. */
 function parsed(answer: Answer): Batch {
   if (answer.blocks) return { from: answer.from, last: answer.last!, blocks: answer.blocks }
-  const blocks: unknown = JSON.parse(answer.text)
+  const blocks: unknown = JSON.parse(answer.text!)
   checkAnswer(blocks, answer.from, answer.to)
   const last = blocks[blocks.length - 1].header.number
   if (answer.last !== undefined && answer.last !== last) {
