@@ -13,6 +13,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
 import { choice, int, opt } from './options.js'
+import { onSignal } from './serving-thread.js'
 
 /*
  * `serve` (router + workers in one process), `router`, `worker` (separate processes) and `query`
@@ -129,7 +130,7 @@ function workerOptions(cmd: Command): Command {
   return cmd
     .addOption(opt('--max-response-bytes <n>', 'stop an answer at a block boundary after this much JSON (default 20 MiB)', 'BLOCK_ARCHIVE_MAX_RESPONSE_BYTES', int(1)))
     .addOption(opt('--max-response-ms <ms>', 'stop an answer at a block boundary this long after the first chunk (default 2000)', 'BLOCK_ARCHIVE_MAX_RESPONSE_MS', int(1)))
-    .addOption(opt('--slice-mb <n>', 'largest estimated JSON read in one DuckDB statement: bigger re-reads chunks less for big answers, smaller bounds DuckDB sort memory per query (default 16)', 'BLOCK_ARCHIVE_SLICE_MB', int(1)))
+    .addOption(opt('--slice-mb <n>', 'largest estimated JSON read in one DuckDB statement: bigger re-reads chunks less for big answers, smaller bounds the memory per query (default 24)', 'BLOCK_ARCHIVE_SLICE_MB', int(1)))
     .addOption(opt('--heavy-slice-mb <n>', 'slices estimated above this are read one at a time per worker process, bounding DuckDB memory under concurrent heavy queries (default 4)', 'BLOCK_ARCHIVE_HEAVY_SLICE_MB', int(0)))
     .addOption(opt('--body-limit <bytes>', 'largest accepted query body', 'BLOCK_ARCHIVE_BODY_LIMIT', int(1), DEFAULT_WORKER_LIMITS.bodyLimit))
     .addOption(opt('--concurrency <n>', 'queries executed at once per worker', 'BLOCK_ARCHIVE_CONCURRENCY', int(1), DEFAULT_WORKER_LIMITS.concurrency))
@@ -217,8 +218,7 @@ export function onShutdown(stop: () => Promise<void>): void {
       },
     )
   }
-  process.once('SIGINT', handler)
-  process.once('SIGTERM', handler)
+  onSignal(handler)
 }
 
 export function registerServe(program: Command): void {

@@ -24,11 +24,12 @@ import { Mutex } from './mutex.js'
 export const DEFAULT_BUDGETS: QueryBudgets = { sizeBytes: 20 * 1024 * 1024, timeMs: 2000 }
 
 /**
- * Default of `QueryBudgets.sliceBytes`: largest estimated JSON read in one statement. DuckDB sorts a
- * slice's rows before they stream out, so this bounds its sort memory per query; each slice reads
- * the chunk's files again (they are sorted by filter keys, not by block).
+ * Default of `QueryBudgets.sliceBytes`: largest estimated JSON read in one statement. A slice's rows
+ * are held until it is read, so this bounds the memory per query; each slice is a statement that
+ * reads the chunk's files again. 24 MiB: a 20 MiB answer is mostly one statement (the serving
+ * commands' small young generation keeps the peak where 16 MiB had it; BENCHMARKS.md, step 38).
  */
-export const SLICE_BYTES = 16 * 1024 * 1024
+export const SLICE_BYTES = 24 * 1024 * 1024
 /** A slice reads blocks estimated up to this factor of the remaining size budget (estimates run 0.8–1.3× the JSON). */
 const BUDGET_REACH = 1.25
 /**

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
+import { isMainThread, resourceLimits } from 'node:worker_threads'
 import { dbSettings } from '../db.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
@@ -99,7 +100,7 @@ export class WorkerServer {
   }
 
   private routes(): void {
-    this.app.get('/status', async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret, duckdb: await dbSettings() }))
+    this.app.get('/status', async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret, duckdb: await dbSettings(), node: nodeSettings() }))
     const secret = this.opts.ticketSecret
     this.app.post<{ Params: { name: string }; Querystring: { ticket?: unknown } }>('/datasets/:name/query', {
       // Checked before the body is read: without a valid ticket nothing else happens.
@@ -224,4 +225,9 @@ export async function startWorker(opts: WorkerServerOptions, host = '127.0.0.1',
   const w = new WorkerServer(opts)
   await w.start(host, port)
   return w
+}
+
+/** Where the worker's JS runs: the serving thread and its V8 young generation (src/commands/serving-thread.ts), or the main thread. */
+function nodeSettings(): { thread: 'serving' | 'main'; young_generation_mb: number | null } {
+  return isMainThread ? { thread: 'main', young_generation_mb: null } : { thread: 'serving', young_generation_mb: resourceLimits.maxYoungGenerationSizeMb ?? null }
 }

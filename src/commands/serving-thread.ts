@@ -1,0 +1,59 @@
+import { isMainThread, parentPort, Worker } from 'node:worker_threads'
+
+/*
+ * The commands that answer queries (`worker`, `serve`, `demo`) run in a worker thread whose V8
+ * young generation is 12 MB instead of Node's 48. V8 sizes it only when an isolate starts, so a
+ * process cannot change its own; a thread gets its own through `resourceLimits`, in the same
+ * process (a signal or a kill reaches everything, nothing is left behind). With the smaller young
+ * generation the workers read 24 MiB slices (one statement per 20 MiB answer) within the memory
+ * that 16 MiB slices took: an all tx+logs sync 15 % less worker CPU, the peak under 16 clients no
+ * higher (BENCHMARKS.md, step 38). `BLOCK_ARCHIVE_SERVE_THREAD=off` runs them in the main thread.
+ */
+
+const SERVING_COMMANDS = new Set(['worker', 'serve', 'demo'])
+const YOUNG_GENERATION_MB = 12
+
+/**
+ * In the main thread, for a serving command: runs this CLI again in a worker thread with the same
+ * arguments, forwards Ctrl-C / SIGTERM to it and exits with its exit code. Returns false when the
+ * command runs here (another command, `--help`, a thread already, or turned off).
+ */
+export function startServingThread(cliUrl: URL, argv: string[]): boolean {
+  const args = argv.slice(2)
+  const off = ['off', '0', 'false'].includes((process.env.BLOCK_ARCHIVE_SERVE_THREAD ?? '').trim().toLowerCase())
+  if (!isMainThread || off || !SERVING_COMMANDS.has(commandOf(args))) return false
+  if (args.some((a) => a === '--help' || a === '-h')) return false
+  const thread = new Worker(cliUrl, { argv: args, resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB } })
+  const forward = (signal: NodeJS.Signals) => thread.postMessage({ signal })
+  process.on('SIGINT', forward)
+  process.on('SIGTERM', forward)
+  thread.on('error', (e) => {
+    console.error(e instanceof Error ? (e.stack ?? e.message) : e)
+    process.exitCode = 1
+  })
+  thread.on('exit', (code) => process.exit(process.exitCode || code))
+  return true
+}
+
+/** The subcommand's name: the first word that is not an option (nor the global `--log-format`'s value). */
+function commandOf(args: string[]): string {
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--log-format') i++
+    else if (!args[i].startsWith('-')) return args[i]
+  }
+  return ''
+}
+
+/** Calls `handler` on Ctrl-C / SIGTERM, in the main thread or (forwarded) in the serving thread. */
+export function onSignal(handler: (signal: string) => void): void {
+  if (isMainThread) {
+    process.on('SIGINT', handler)
+    process.on('SIGTERM', handler)
+  } else {
+    parentPort?.on('message', (m: { signal?: string }) => {
+      if (m?.signal) handler(m.signal)
+    })
+    // Listening for signals does not keep the thread alive by itself, as in the main thread.
+    parentPort?.unref()
+  }
+}

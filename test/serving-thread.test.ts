@@ -1,0 +1,84 @@
+import assert from 'node:assert/strict'
+import type { ChildProcess } from 'node:child_process'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { killChildren, runCli, startCli, until } from './helpers/cli.js'
+import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+
+/*
+ * `worker` (like `serve` and `demo`) runs in a worker thread with a 12 MB V8 young generation
+ * (src/commands/serving-thread.ts): read back from the worker's `/status` (`node`), serving real
+ * anvil blocks from there, and stopping on SIGTERM / Ctrl-C forwarded by the main thread with exit
+ * code 0. `BLOCK_ARCHIVE_SERVE_THREAD=off` runs it in the main thread.
+ */
+
+const exited = (child: ChildProcess) => new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
+
+describe('the serving thread', { timeout: 90_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let routerUrl: string
+
+  before(async () => {
+    tmp = await tempDir('ba-serving-thread-')
+    await writeDataset(path.join(tmp.dir, 'data', 'anvil'), 'anvil', (await anvilRecords()).slice(0, 32), 16)
+    const router = await startCli(['router', '--data', path.join(tmp.dir, 'data'), '--port', '0', '--heartbeat-ms', '200'], ['router'])
+    routerUrl = router.lines.get('router')![0]
+  })
+
+  after(async () => {
+    killChildren()
+    await tmp?.cleanup()
+  })
+
+  const worker = async (env: Record<string, string> = {}, global: string[] = []) => {
+    const w = await startCli([...global, 'worker', '--router', routerUrl, '--port', '0', '--heartbeat-ms', '200'], ['worker'], env)
+    const url = w.lines.get('worker')![0]
+    return { child: w.child, url, status: async () => (await (await fetch(`${url}/status`)).json()) as any }
+  }
+
+  it('a worker serves from a thread with the small young generation and stops cleanly on SIGTERM and SIGINT', async () => {
+    const w = await worker()
+    assert.deepEqual((await w.status()).node, { thread: 'serving', young_generation_mb: 12 })
+    const base = `${routerUrl}/datasets/anvil`
+    const target = await until('the worker holds block 0', async () => {
+      const r = await fetch(`${base}/0/worker`)
+      return r.ok ? (await r.text()).trim() : undefined
+    })
+    assert.ok(target.startsWith(w.url))
+    const res = await fetch(target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"fromBlock":0,"toBlock":31,"includeAllBlocks":true}' })
+    assert.equal(res.status, 200)
+    const blocks = (await res.json()) as { header: { number: number } }[]
+    assert.deepEqual(blocks.map((b) => b.header.number), Array.from({ length: 32 }, (_, i) => i))
+
+    const code = exited(w.child)
+    w.child.kill('SIGTERM')
+    assert.equal(await code, 0)
+
+    const again = await worker()
+    const code2 = exited(again.child)
+    again.child.kill('SIGINT')
+    assert.equal(await code2, 0)
+  })
+
+  it('runs in the main thread with BLOCK_ARCHIVE_SERVE_THREAD=off; --help and bad options answer from the main thread as before', async () => {
+    const w = await worker({ BLOCK_ARCHIVE_SERVE_THREAD: 'off' })
+    assert.deepEqual((await w.status()).node, { thread: 'main', young_generation_mb: null })
+    const code = exited(w.child)
+    w.child.kill('SIGTERM')
+    assert.equal(await code, 0)
+
+    // A global option before the command does not hide it.
+    const json = await worker({}, ['--log-format', 'json'])
+    assert.deepEqual((await json.status()).node, { thread: 'serving', young_generation_mb: 12 })
+    const code3 = exited(json.child)
+    json.child.kill('SIGTERM')
+    assert.equal(await code3, 0)
+
+    const help = await runCli(['worker', '--help'])
+    assert.equal(help.code, 0)
+    assert.match(help.stdout, /Usage: block-archive worker/)
+    const bad = await runCli(['worker', '--router', routerUrl, '--concurrency', 'none'])
+    assert.notEqual(bad.code, 0)
+    assert.match(bad.stderr, /--concurrency/)
+  })
+})
