@@ -130,14 +130,17 @@ export function parseKeys(text: string): Map<string, KeyEntry> {
 export class KeyStore {
   private keys: Map<string, KeyEntry>
   private stamp: string
-  /** Stamp of the empty file seen by the last check (applied if the next check sees the same). */
+  /** Stamp of the empty file seen by the last check, and when it was first seen so. */
   private emptyStamp?: string
+  private emptySince = 0
   private timer?: NodeJS.Timeout
 
   /** Reads the file now: a missing or invalid file throws (the server does not start). */
   constructor(
     readonly file: string,
     private readonly reloadMs = 1000,
+    /** How long a file must stay empty before it replaces the keys (a rewrite truncates it first). */
+    private readonly emptySettleMs = 1000,
   ) {
     this.stamp = this.fileStamp()
     this.keys = parseKeys(readFileSync(file, 'utf8'))
@@ -176,12 +179,18 @@ export class KeyStore {
     this.stamp = stamp
     try {
       const text = readFileSync(this.file, 'utf8')
-      // A file rewritten in place is empty for a moment (truncated, then written): an empty file
-      // replaces the loaded keys only when the next check still finds it unchanged.
-      if (text.trim() === '' && this.keys.size > 0 && this.emptyStamp !== stamp) {
-        this.emptyStamp = stamp
-        this.stamp = 'empty'
-        return false
+      // A file rewritten in place is empty for a moment (truncated, then written; under load the
+      // writer can stall in between for longer than a check interval): an empty file replaces the
+      // loaded keys only once it has stayed unchanged for `emptySettleMs`.
+      if (text.trim() === '' && this.keys.size > 0) {
+        if (this.emptyStamp !== stamp) {
+          this.emptyStamp = stamp
+          this.emptySince = Date.now()
+        }
+        if (Date.now() - this.emptySince < this.emptySettleMs) {
+          this.stamp = 'empty'
+          return false
+        }
       }
       this.keys = parseKeys(text)
     } catch (e) {
