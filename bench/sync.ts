@@ -27,11 +27,13 @@ interface SyncFigure {
   shape: string
   from: string
   sdk: boolean
+  /** Our client's reading: whole answers (`batches()`) or a stream of blocks (`blocks()`). */
+  api?: 'batches' | 'blocks'
   blocksPerS: number
   itemsPerS: number
 }
 
-const itemCount = (block: Record<string, unknown>) =>
+const itemCount = (block: object) =>
   Object.entries(block).reduce((n, [k, v]) => (k !== 'header' && Array.isArray(v) ? n + v.length : n), 0)
 
 /**
@@ -66,13 +68,13 @@ export async function runSync(o: SyncBenchOptions): Promise<void> {
 
 /** Targets 3 and 4 (BENCHMARKS.md): the best timed pass over local forms, against the same over Parquet. */
 function reportSyncTargets(o: SyncBenchOptions, figures: SyncFigure[]): void {
-  const best = (shape: string, from: string, sdk: boolean, key: 'blocksPerS' | 'itemsPerS') => {
-    const xs = figures.filter((f) => f.shape === shape && f.from === from && f.sdk === sdk).map((f) => f[key])
+  const best = (shape: string, from: string, sdk: boolean, key: 'blocksPerS' | 'itemsPerS', api?: string) => {
+    const xs = figures.filter((f) => f.shape === shape && f.from === from && f.sdk === sdk && (api === undefined || f.api === api)).map((f) => f[key])
     return xs.length ? Math.max(...xs) : undefined
   }
-  const report = (n: number, measure: string, shape: string, sdk: boolean, key: 'blocksPerS' | 'itemsPerS', unit: string, goal: number) => {
-    const local = best(shape, 'local forms', sdk, key)
-    const parquet = best(shape, 'Parquet', sdk, key)
+  const report = (n: number, measure: string, shape: string, sdk: boolean, key: 'blocksPerS' | 'itemsPerS', unit: string, goal: number, api?: string) => {
+    const local = best(shape, 'local forms', sdk, key, api)
+    const parquet = best(shape, 'Parquet', sdk, key, api)
     // A no-match answer reads no chunk: a run over Parquet alone (a dataset too big for the forms
     // of every chunk) measures the same code, and is reported without a baseline.
     const now = local ?? (n === 4 ? parquet : undefined)
@@ -82,8 +84,9 @@ function reportSyncTargets(o: SyncBenchOptions, figures: SyncFigure[]): void {
     reportTarget({ n, measure, now: `${fmt(now)} (${local === undefined ? 'Parquet' : 'local forms'})`, value: now, baseline: base === undefined ? undefined : `${fmt(base)} (Parquet)`, baselineValue: base,
       goal: `≥ ${goal.toLocaleString('en-US')} ${unit}`, atLeast: goal })
   }
-  report(3, `all tx+logs full sync, router + ${o.workers} workers, our client`, 'all tx+logs', false, 'itemsPerS', 'items/s', 200_000)
-  report(4, `a query matching nothing, ${o.blocks.toLocaleString('en-US')} blocks, our client (warm)`, 'logs, no match', false, 'blocksPerS', 'blocks/s', 1_000_000)
+  report(3, `all tx+logs full sync, router + ${o.workers} workers, our client (blocks() stream)`, 'all tx+logs', false, 'itemsPerS', 'items/s', 200_000, 'blocks')
+  report(3, `all tx+logs full sync, router + ${o.workers} workers, our client (batches())`, 'all tx+logs', false, 'itemsPerS', 'items/s', 200_000, 'batches')
+  report(4, `a query matching nothing, ${o.blocks.toLocaleString('en-US')} blocks, our client (warm)`, 'logs, no match', false, 'blocksPerS', 'blocks/s', 1_000_000, 'batches')
   report(4, `a query matching nothing, ${o.blocks.toLocaleString('en-US')} blocks, @subsquid/evm-processor`, 'logs, no match', true, 'blocksPerS', 'blocks/s', 100_000)
 }
 
@@ -103,8 +106,11 @@ async function syncAll(o: SyncBenchOptions, d: Deployment, dir: string, storage:
       // The router spreads the passes over the workers, so there is one first pass per worker; the
       // first of them is reported.
       const firsts = Array.from({ length: o.workers }, (_, i) => ({ parallel: 1, label: i === 0 ? 'our client, first pass' : undefined, repeat: false }))
-      const passes = [...firsts, ...o.parallel.map((p) => ({ parallel: p, label: `our client, ${p} in flight`, repeat: true }))]
-      for (const { parallel, label, repeat } of passes) {
+      // Each setting twice: `batches()` (the reader holds a whole answer) and `blocks()` (a stream
+      // that lets each block go before taking the next, as `block-archive query` does).
+      const timed = o.parallel.flatMap((p) => (['batches', 'blocks'] as const).map((api) => ({ parallel: p, api, label: `our client, ${api}(), ${p} in flight`, repeat: true })))
+      const passes = [...firsts.map((f) => ({ ...f, api: 'batches' as const })), ...timed]
+      for (const { parallel, api, label, repeat } of passes) {
         // Passes shorter than a second are repeated (up to 1 s in all) and averaged: one pass of a
         // no-match query takes a few ms, within the noise of this VM.
         let blocks = 0
@@ -115,17 +121,25 @@ async function syncAll(o: SyncBenchOptions, d: Deployment, dir: string, storage:
         const t0 = performance.now()
         do {
           blocks = items = answers = 0
-          for await (const batch of client.batches(query, { fromBlock: 0, toBlock: height, parallel })) {
-            answers++
-            blocks += batch.blocks.length
-            for (const b of batch.blocks) items += itemCount(b as any)
+          const range = { fromBlock: 0, toBlock: height, parallel }
+          if (api === 'blocks') {
+            for await (const b of client.blocks(query, range)) {
+              blocks++
+              items += itemCount(b)
+            }
+          } else {
+            for await (const batch of client.batches(query, range)) {
+              answers++
+              blocks += batch.blocks.length
+              for (const b of batch.blocks) items += itemCount(b)
+            }
           }
           runs++
         } while (repeat && performance.now() - t0 < 1000 && runs < 50)
         const wall = (performance.now() - t0) / runs
         const cpu = cpuSpent(cpu0, cpuNow(d), runs)
-        if (repeat) figures.push({ shape: name, from, sdk: false, blocksPerS: (height + 1) / (wall / 1000), itemsPerS: items / (wall / 1000) })
-        if (label) rows.push([`${name}`, from, runs > 1 ? `${label} (mean of ${runs})` : label, String(answers), String(blocks), String(items), `${(wall / 1000).toFixed(3)} s`,
+        if (repeat) figures.push({ shape: name, from, sdk: false, api, blocksPerS: (height + 1) / (wall / 1000), itemsPerS: items / (wall / 1000) })
+        if (label) rows.push([`${name}`, from, runs > 1 ? `${label} (mean of ${runs})` : label, api === 'blocks' ? '' : String(answers), String(blocks), String(items), `${(wall / 1000).toFixed(3)} s`,
           fmtRate(height + 1, wall), fmtRate(items, wall), cpu])
       }
       // The SDK starts a process per run: 3 runs of a pass under a second (its start dominates), else 1.

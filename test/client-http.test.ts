@@ -3,7 +3,7 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import zlib from 'node:zlib'
 import { after, before, describe, it } from 'node:test'
-import { ArchiveClient, ConnectionError, lastBlockOfText, ProtocolError } from '../src/client/archive-client.js'
+import { ArchiveClient, ConnectionError, lastBlockOfText, ProtocolError, type Block } from '../src/client/archive-client.js'
 import { httpRequest } from '../src/client/http-request.js'
 
 /*
@@ -150,7 +150,10 @@ describe('client: answers parsed when read in parallel mode', { timeout: 30_000 
   let base: string
   const block = (mode: string, n: number, last: boolean) => {
     const header = mode === 'hash-first' ? `{"hash":"0x${n}","number":${n}}` : `{"number":${n},"hash":"0x${n}"}`
-    const events = mode === 'nested' && last ? `,"events":[{"header":{"number":${n + 50},"x":1}}]` : ',"events":[]'
+    const events = mode === 'nested' && last ? `,"events":[{"header":{"number":${n + 50},"x":1}}]`
+      // Odd blocks hold the characters that begin a block after an item: a false cut.
+      : mode === 'nested-cut' && n % 2 === 1 ? `,"events":[{"x":1},{"header":{"number":${n + 50},"x":1}}]`
+      : ',"events":[]'
     return `{"header":${header}${events}}`
   }
 
@@ -199,5 +202,17 @@ describe('client: answers parsed when read in parallel mode', { timeout: 30_000 
     const got = []
     for await (const b of client.blocks({}, { fromBlock: 0, toBlock: 9 })) got.push(b.header.number)
     assert.equal(got.length, 10)
+  })
+
+  it('streams blocks one by one from answers whose values hold the characters that begin a block', async () => {
+    const client = new ArchiveClient(`${base}/nested-cut`, { maxAttempts: 1 })
+    const streamed: Block[] = []
+    for await (const b of client.blocks({}, { fromBlock: 0, toBlock: 9 })) streamed.push(b)
+    assert.deepEqual(streamed.map((b) => b.header.number), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert.deepEqual(streamed[3].events, [{ x: 1 }, { header: { number: 53, x: 1 } }])
+    assert.deepEqual(streamed[4].events, [])
+    const batches: Block[] = []
+    for await (const batch of client.batches({}, { fromBlock: 0, toBlock: 9 })) batches.push(...batch.blocks)
+    assert.deepEqual(streamed, batches)
   })
 })

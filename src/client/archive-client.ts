@@ -182,20 +182,25 @@ export class ArchiveClient {
 
   /** The blocks of `[fromBlock, toBlock]` that the query selects, in order, each exactly once. */
   async *blocks(query: ArchiveQuery, range: RangeOptions): AsyncGenerator<Block> {
-    for await (const batch of this.batches(query, range)) yield* batch.blocks
+    for await (const answer of this.answerStream(query, range)) yield* blocksOf(answer)
   }
 
   /** The same, one worker answer at a time. */
   async *batches(query: ArchiveQuery, range: RangeOptions): AsyncGenerator<Batch> {
+    for await (const answer of this.answerStream(query, range)) yield parsed(answer)
+  }
+
+  /** The worker answers of the range, in order, each parsed or as its text. */
+  private async *answerStream(query: ArchiveQuery, range: RangeOptions): AsyncGenerator<Answer> {
     if (!Number.isSafeInteger(range.fromBlock) || range.fromBlock < 0) throw new RangeError('fromBlock must be an integer ≥ 0')
     if (range.toBlock !== undefined && !(Number.isSafeInteger(range.toBlock) && range.toBlock >= range.fromBlock)) {
       throw new RangeError('toBlock must be an integer ≥ fromBlock')
     }
     const parallel = range.parallel ?? 1
     if (parallel > 1 && !range.follow) {
-      yield* this.parallelBatches(query, range, parallel)
+      yield* this.parallelAnswers(query, range, parallel)
     } else {
-      yield* this.sequentialBatches(query, range.fromBlock, range.toBlock, range)
+      yield* this.answers(query, range.fromBlock, range.toBlock, range)
     }
   }
 
@@ -206,21 +211,18 @@ export class ArchiveClient {
   }
 
   /**
+   * The range loop. Answers are handed on unparsed, parsed when the reader takes them; the loop
+   * goes on from the last block the reader found. With `readAhead`, the next request goes out at
+   * once (the segments of a parallel range buffer answers this way): the last block number is read
+   * from the end of the text (the answer is parsed at once where it cannot be), and checked when
+   * the reader parses the answer.
+   *
    * `knownHeight`: a height just read (the segments of a parallel range need not ask again). With a
    * `toBlock` and without `follow`, the height is read only once the range reaches past it (the
    * router answers that the block is above the height): a range below the height takes one round
    * trip less per range (BENCHMARKS.md, step 31).
    */
-  private async *sequentialBatches(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions, knownHeight?: number): AsyncGenerator<Batch> {
-    for await (const answer of this.answers(query, from, to, range, knownHeight, false)) yield parsed(answer)
-  }
-
-  /**
-   * The range loop. With `deferParse`, an answer whose last block number can be read from the end
-   * of its text is handed on unparsed (the next request goes out at once); the segments of a
-   * parallel range buffer answers this way, parsed only when the reader takes them.
-   */
-  private async *answers(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions, knownHeight: number | undefined, deferParse: boolean): AsyncGenerator<Answer> {
+  private async *answers(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions, knownHeight?: number, readAhead = false): AsyncGenerator<Answer> {
     let beg = from
     const lazy = knownHeight === undefined && to !== undefined && !range.follow
     let height = knownHeight ?? (lazy ? Infinity : await this.getHeight(range.signal))
@@ -245,10 +247,14 @@ export class ArchiveClient {
         }
         throw e
       }
-      const last = deferParse ? lastBlockOfText(text) : undefined
-      const answer: Answer = last === undefined ? { to: toBlock, ...parsed({ from: beg, to: toBlock, text }) } : { from: beg, to: toBlock, text, last }
+      const answer: Answer = { from: beg, to: toBlock, text }
+      if (readAhead) {
+        answer.last = lastBlockOfText(text)
+        if (answer.last === undefined) parse(answer)
+      }
       yield answer
-      beg = answer.last! + 1
+      // Read on (the reader has parsed the answer, which sets `last`).
+      beg = (answer.last ?? parsed(answer).last) + 1
     }
   }
 
@@ -256,7 +262,7 @@ export class ArchiveClient {
    * Split the range into segments, run up to `parallel` segment loops at once, and hand out their
    * answers in range order. Each segment buffers at most two answers ahead of the reader.
    */
-  private async *parallelBatches(query: ArchiveQuery, range: RangeOptions, parallel: number): AsyncGenerator<Batch> {
+  private async *parallelAnswers(query: ArchiveQuery, range: RangeOptions, parallel: number): AsyncGenerator<Answer> {
     const { end, height } = await this.rangeEnd(range)
     let from = range.fromBlock
     if (end < from) return
@@ -265,14 +271,15 @@ export class ArchiveClient {
       // The first answer, alone, shows how many blocks one answer covers. Segments shorter than two
       // such answers would make several requests read the same chunks (measured on short ranges:
       // 2 in flight slower than 1), and a range that one answer covers is not split at all.
-      const probe = this.sequentialBatches(query, from, end, { ...range, follow: false }, height)
+      const probe = this.answers(query, from, end, { ...range, follow: false }, height)
       const first = await probe.next()
       await probe.return(undefined)
       if (first.done) return
       yield first.value
-      if (first.value.last >= end) return
-      const span = first.value.last - from + 1
-      from = first.value.last + 1
+      const last = first.value.last ?? parsed(first.value).last
+      if (last >= end) return
+      const span = last - from + 1
+      from = last + 1
       size = Math.max(2 * span, Math.ceil((end - from + 1) / (parallel * 4)))
     }
     const segments: [number, number][] = []
@@ -297,7 +304,7 @@ export class ArchiveClient {
     }
     const runners = Array.from({ length: Math.min(parallel, segments.length) }, runSegment)
     try {
-      for (const c of channels) for await (const answer of c) yield parsed(answer)
+      for (const c of channels) yield* c
     } finally {
       for (const c of channels) c.close()
       await Promise.allSettled(runners)
@@ -381,17 +388,67 @@ interface Answer {
 
 /** The answer parsed and checked; a `last` read from its text before must be its last block. */
 function parsed(answer: Answer): Batch {
-  if (answer.blocks) return { from: answer.from, last: answer.last!, blocks: answer.blocks }
+  if (!answer.blocks) parse(answer)
+  return { from: answer.from, last: answer.last!, blocks: answer.blocks! }
+}
+
+/** Parses and checks the answer's text: sets `blocks` and `last` (a `last` read before must match). */
+function parse(answer: Answer): void {
   const blocks: unknown = JSON.parse(answer.text!)
   checkAnswer(blocks, answer.from, answer.to)
   const last = blocks[blocks.length - 1].header.number
   if (answer.last !== undefined && answer.last !== last) {
     throw new ProtocolError(`the answer for fromBlock ${answer.from} ends at block ${last}, not at ${answer.last} as its text's end read`)
   }
-  return { from: answer.from, last, blocks }
+  answer.blocks = blocks
+  answer.last = last
+  answer.text = undefined
 }
 
 const LAST_HEADER = '{"header":{"number":'
+const FIRST_BLOCK = '[{"header":{"number":'
+const NEXT_BLOCK = '},{"header":{"number":'
+
+/**
+ * The answer's blocks, each parsed when the reader takes it. A reader that lets each block go
+ * before taking the next leaves V8 only short-lived objects: parsing a 21 MB answer block by block
+ * took 31 instead of 58 CPU ms (BENCHMARKS.md, step 39). The text is cut where a block ends and the
+ * next begins `{"header":{"number":` (as this archive writes answers); those characters can also
+ * occur inside a block's values (a nested object with these keys), but then the piece before the
+ * cut is not a whole JSON value and fails to parse, so the rest of the answer is parsed whole from
+ * the last true cut. Blocks are checked as `checkAnswer` checks them, one by one.
+ */
+function* blocksOf(answer: Answer): Generator<Block> {
+  const text = answer.text
+  if (text === undefined || !text.startsWith(FIRST_BLOCK)) {
+    yield* parsed(answer).blocks
+    return
+  }
+  let prev = answer.from - 1
+  const check = (b: unknown): Block => {
+    prev = checkBlock(b, prev, answer.from, answer.to)
+    return b as Block
+  }
+  for (let at = 1; ;) {
+    const cut = text.indexOf(NEXT_BLOCK, at)
+    let block: unknown
+    try {
+      block = JSON.parse(text.slice(at, cut < 0 ? text.length - 1 : cut + 1))
+    } catch {
+      const rest: unknown = JSON.parse('[' + text.slice(at))
+      if (!Array.isArray(rest)) throw new ProtocolError('the answer is not a JSON array')
+      for (const b of rest) yield check(b)
+      break
+    }
+    yield check(block)
+    if (cut < 0) break
+    at = cut + 2
+  }
+  if (answer.last !== undefined && answer.last !== prev) {
+    throw new ProtocolError(`the answer for fromBlock ${answer.from} ends at block ${prev}, not at ${answer.last} as its text's end read`)
+  }
+  answer.last = prev
+}
 
 /**
  * The number of the answer's last block, read from the end of its text when the last block begins
@@ -411,13 +468,16 @@ export function checkAnswer(blocks: unknown, from: number, to: number | undefine
   if (!Array.isArray(blocks)) throw new ProtocolError('the answer is not a JSON array')
   if (blocks.length === 0) throw new ProtocolError(`empty answer for fromBlock ${from}: boundary blocks are expected`)
   let prev = from - 1
-  for (const b of blocks) {
-    const n = b?.header?.number
-    if (!Number.isSafeInteger(n)) throw new ProtocolError('a block without an integer header.number')
-    if (n <= prev) throw new ProtocolError(`block ${n} is not above ${prev} (answer for fromBlock ${from})`)
-    if (to !== undefined && n > to) throw new ProtocolError(`block ${n} is above toBlock ${to}`)
-    prev = n
-  }
+  for (const b of blocks) prev = checkBlock(b, prev, from, to)
+}
+
+/** One block of an answer after block `prev`: its number, checked. */
+function checkBlock(b: any, prev: number, from: number, to: number | undefined): number {
+  const n = b?.header?.number
+  if (!Number.isSafeInteger(n)) throw new ProtocolError('a block without an integer header.number')
+  if (n <= prev) throw new ProtocolError(`block ${n} is not above ${prev} (answer for fromBlock ${from})`)
+  if (to !== undefined && n > to) throw new ProtocolError(`block ${n} is above toBlock ${to}`)
+  return n
 }
 
 function ok(res: HttpAnswer): boolean {
