@@ -107,7 +107,7 @@ async function syncAll(o: SyncBenchOptions, d: Deployment, dir: string, storage:
       // first of them is reported.
       const firsts = Array.from({ length: o.workers }, (_, i) => ({ parallel: 1, label: i === 0 ? 'our client, first pass' : undefined, repeat: false }))
       // Each setting twice: `batches()` (the reader holds a whole answer) and `blocks()` (a stream
-      // that lets each block go before taking the next, as `block-archive query` does).
+      // that lets each block go before taking the next).
       const timed = o.parallel.flatMap((p) => (['batches', 'blocks'] as const).map((api) => ({ parallel: p, api, label: `our client, ${api}(), ${p} in flight`, repeat: true })))
       const passes = [...firsts.map((f) => ({ ...f, api: 'batches' as const })), ...timed]
       for (const { parallel, api, label, repeat } of passes) {

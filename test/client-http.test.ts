@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net'
 import zlib from 'node:zlib'
 import { after, before, describe, it } from 'node:test'
 import { ArchiveClient, ConnectionError, lastBlockOfText, ProtocolError, type Block } from '../src/client/archive-client.js'
-import { httpRequest } from '../src/client/http-request.js'
+import { httpRequest, textOf } from '../src/client/http-request.js'
 
 /*
  * The client's HTTP layer (src/client/http-request.ts) against a node:http server that answers
@@ -94,6 +94,21 @@ describe('client HTTP requests', { timeout: 30_000 }, () => {
     assert.equal(res.text, UNICODE)
     assert.deepEqual(JSON.parse(res.text)[0].events[0].name, 'Café €5')
     assert.equal((await httpRequest(`${base}/gzip`, { method: 'POST', body: '{}', timeoutMs: 5_000 })).text, TEXT)
+  })
+
+  it('joins big answers in kept buffers: ASCII, UTF-8 split between parts, and a shorter answer after a longer one', () => {
+    const pieces = (text: string, at: number[]) => {
+      const bytes = Buffer.from(text)
+      return [0, ...at].map((a, i) => bytes.subarray(a, [...at, bytes.length][i]))
+    }
+    const ascii = JSON.stringify(Array.from({ length: 60_000 }, (_, i) => ({ n: i, hash: `0x${i.toString(16).padStart(64, '0')}` })))
+    assert.ok(ascii.length > 3 << 20)
+    assert.equal(textOf(pieces(ascii, [65_536, 1 << 20, ascii.length - 10])), ascii)
+    const unicode = ascii.slice(0, 2 << 20) + 'Café €5' + ascii.slice(0, 1 << 20)
+    const split = Buffer.from(unicode).indexOf(0xe2) + 1
+    assert.equal(textOf(pieces(unicode, [1000, split, split + 1])), unicode)
+    const shorter = ascii.slice(0, (1 << 20) + 5)
+    assert.equal(textOf(pieces(shorter, [7, 1 << 19])), shorter)
   })
 
   it('follows a redirect with the method and body of the request', async () => {
