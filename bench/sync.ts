@@ -68,11 +68,11 @@ export async function runSync(o: SyncBenchOptions): Promise<void> {
 
 /** Targets 3 and 4 (BENCHMARKS.md): the best timed pass over local forms, against the same over Parquet. */
 function reportSyncTargets(o: SyncBenchOptions, figures: SyncFigure[]): void {
-  const best = (shape: string, from: string, sdk: boolean, key: 'blocksPerS' | 'itemsPerS', api?: string) => {
+  const best = (shape: string, from: string, sdk: boolean, key: 'blocksPerS' | 'itemsPerS', api?: SyncFigure['api']) => {
     const xs = figures.filter((f) => f.shape === shape && f.from === from && f.sdk === sdk && (api === undefined || f.api === api)).map((f) => f[key])
     return xs.length ? Math.max(...xs) : undefined
   }
-  const report = (n: number, measure: string, shape: string, sdk: boolean, key: 'blocksPerS' | 'itemsPerS', unit: string, goal: number, api?: string) => {
+  const report = (n: number, measure: string, shape: string, sdk: boolean, key: 'blocksPerS' | 'itemsPerS', unit: string, goal: number, api?: SyncFigure['api']) => {
     const local = best(shape, 'local forms', sdk, key, api)
     const parquet = best(shape, 'Parquet', sdk, key, api)
     // A no-match answer reads no chunk: a run over Parquet alone (a dataset too big for the forms

@@ -396,13 +396,17 @@ function parsed(answer: Answer): Batch {
 function parse(answer: Answer): void {
   const blocks: unknown = JSON.parse(answer.text!)
   checkAnswer(blocks, answer.from, answer.to)
-  const last = blocks[blocks.length - 1].header.number
+  settleLast(answer, blocks[blocks.length - 1].header.number)
+  answer.blocks = blocks
+  answer.text = undefined
+}
+
+/** Sets the answer's last block, parsed: a number read from the end of its text before must be the same. */
+function settleLast(answer: Answer, last: number): void {
   if (answer.last !== undefined && answer.last !== last) {
     throw new ProtocolError(`the answer for fromBlock ${answer.from} ends at block ${last}, not at ${answer.last} as its text's end read`)
   }
-  answer.blocks = blocks
   answer.last = last
-  answer.text = undefined
 }
 
 const LAST_HEADER = '{"header":{"number":'
@@ -444,10 +448,7 @@ function* blocksOf(answer: Answer): Generator<Block> {
     if (cut < 0) break
     at = cut + 2
   }
-  if (answer.last !== undefined && answer.last !== prev) {
-    throw new ProtocolError(`the answer for fromBlock ${answer.from} ends at block ${prev}, not at ${answer.last} as its text's end read`)
-  }
-  answer.last = prev
+  settleLast(answer, prev)
 }
 
 /**

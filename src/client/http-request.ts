@@ -1,7 +1,7 @@
-import { isAscii } from 'node:buffer'
 import http from 'node:http'
 import https from 'node:https'
 import zlib from 'node:zlib'
+import { BodyBuffers, decodeText } from '../body-buffers.js'
 
 /*
  * The client's HTTP requests, on node:http(s) with kept-alive connections. Measured against the
@@ -117,43 +117,28 @@ function single(v: string | string[] | undefined): string | undefined {
 
 /**
  * The text of an answer's bytes. A big answer's parts are joined in a kept buffer instead of fresh
- * memory, and text that is all ASCII (hex and numbers: nearly every answer) is read as Latin-1, the
- * same characters without UTF-8 decoding: a full sync of 1.35 GB of answers took the client 4.1–4.5
- * instead of 4.6–4.8 CPU s (BENCHMARKS.md, step 39).
+ * memory (at most 2, of at most 32 MB each, dropped 5 s after the last use), and ASCII text is read
+ * without UTF-8 decoding: a full sync of 1.35 GB of answers took the client 4.21–4.35 instead of
+ * 4.73–4.93 CPU s (BENCHMARKS.md, step 39).
  */
 export function textOf(parts: Buffer[]): string {
-  if (parts.length === 1) return decode(parts[0])
+  if (parts.length === 1) return decodeText(parts[0])
   let n = 0
   for (const p of parts) n += p.length
-  if (n < KEPT_FROM) return decode(Buffer.concat(parts, n))
-  const i = kept.findIndex((b) => b.length >= n)
-  const joined = i >= 0 ? kept.splice(i, 1)[0] : Buffer.allocUnsafeSlow(Math.ceil((n * 1.25) / KEPT_FROM) * KEPT_FROM)
+  if (n < KEPT_FROM) return decodeText(Buffer.concat(parts, n))
+  const joined = kept.take(n)
   let at = 0
   for (const p of parts) {
     joined.set(p, at)
     at += p.length
   }
   try {
-    return decode(joined.subarray(0, n))
+    return decodeText(joined.subarray(0, n))
   } finally {
-    keep(joined)
+    kept.give(joined, n)
   }
 }
 
-const decode = (b: Buffer): string => (isAscii(b) ? b.toString('latin1') : b.toString('utf8'))
-
-/** Answers from this size on are joined in kept buffers; at most `KEPT_BYTES` are kept, for `KEPT_MS` after their last use. */
+/** Answers from this size on are joined in kept buffers. */
 const KEPT_FROM = 1 << 20
-const KEPT_BYTES = 64 << 20
-const KEPT_MS = 5000
-let kept: Buffer[] = []
-let keptTimer: NodeJS.Timeout | undefined
-
-function keep(b: Buffer): void {
-  if (b.length > KEPT_BYTES) return
-  kept.push(b)
-  let total = kept.reduce((sum, k) => sum + k.length, 0)
-  while (total > KEPT_BYTES) total -= kept.shift()!.length
-  clearTimeout(keptTimer)
-  keptTimer = setTimeout(() => (kept = []), KEPT_MS).unref()
-}
+const kept = new BodyBuffers(2, { largest: 32 << 20, idleMs: 5000 })

@@ -1,4 +1,5 @@
 import { isAscii } from 'node:buffer'
+import { BodyBuffers, decodeText } from '../body-buffers.js'
 import http from 'node:http'
 import https from 'node:https'
 import { log } from '../log.js'
@@ -79,39 +80,6 @@ export function isTransientRpcError(code: number, message: string): boolean {
 }
 
 class Retryable extends Error {}
-
-/**
- * Buffers that HTTP bodies are received into, kept for the next bodies once their reader gives them
- * back (`RpcClient.releaseBody`): a body of many MB is then no fresh allocation, which V8 counts as
- * external memory (its growth brings on full garbage collections) and the system maps in page by page.
- */
-class BodyBuffers {
-  private readonly free: Buffer[] = []
-  private readonly ours = new WeakSet<ArrayBufferLike>()
-  private last = 1 << 20
-
-  constructor(private readonly keep: number) {}
-
-  /** A buffer of at least `size` bytes (the largest kept one, else a new one a little larger than the last body). */
-  take(size: number): Buffer {
-    let best = -1
-    for (let i = 0; i < this.free.length; i++) if (best < 0 || this.free[i].length > this.free[best].length) best = i
-    if (best >= 0 && this.free[best].length >= size) return this.free.splice(best, 1)[0]
-    const b = Buffer.allocUnsafeSlow(Math.max(size, Math.ceil(this.last * 1.25)))
-    this.ours.add(b.buffer)
-    return b
-  }
-
-  /** `body` (a view of a buffer of `take`) is no longer read; its buffer serves again. */
-  give(body: Buffer, size: number): void {
-    this.last = size
-    if (!this.ours.has(body.buffer)) return
-    const whole = Buffer.from(body.buffer)
-    if (this.free.some((b) => b.buffer === body.buffer)) return
-    this.free.push(whole)
-    if (this.free.length > this.keep) this.free.splice(this.free.reduce((m, b, i) => (b.length < this.free[m].length ? i : m), 0), 1)
-  }
-}
 
 export class RpcClient {
   readonly url: string
@@ -218,10 +186,9 @@ export class RpcClient {
     } catch (e: any) {
       throw new Retryable(e?.cause?.message ?? e?.message ?? String(e))
     }
-    // JSON from nodes is ASCII nearly always: its length in characters is its length in bytes, and
-    // latin1 decoding is a plain copy
+    // JSON from nodes is ASCII nearly always: its length in characters is its length in bytes
     const ascii = isAscii(raw)
-    const text = () => (ascii ? raw.toString('latin1') : raw.toString('utf8'))
+    const text = () => decodeText(raw, ascii)
     if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text().slice(0, 200)}`)
     if (scan && ascii && status === 200 && looksComplete(raw, calls.length > 1) && !hasErrorMember(raw)) {
       // scanned in place: a string of the body would be one more copy of it, and garbage to collect
