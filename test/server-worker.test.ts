@@ -7,6 +7,7 @@ import type { ChunkRef } from '../src/chunks/layout.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { compressFor } from '../src/server/encoding.js'
 import { WorkerServer } from '../src/server/worker-http.js'
+import { arenaAvailable, arenaStats } from '../src/query/row-arena.js'
 import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import { postAndHangUp, postJson, request } from './helpers/http.js'
 
@@ -119,6 +120,31 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
       assert.ok(res.raw.length < plain.raw.length / 2, `${accept}: ${res.raw.length} of ${plain.raw.length} bytes`)
       assert.deepEqual(JSON.parse(res.text), JSON.parse(plain.text), accept)
     }
+  })
+
+  it('answers stay byte for byte the same when several run at once, slow readers among them, reusing each other\'s row memory', async () => {
+    // Each answer's rows lie in slabs that the next answers reuse once it is on the socket
+    // (src/query/row-arena.ts): one reused too early would show here as other blocks' bytes.
+    const queries = [0, 7, 21, 40].flatMap((fromBlock) => [
+      { ...BIG_QUERY, fromBlock },
+      { fromBlock, includeAllBlocks: true, transactions: [{}], logs: [{}], fields: { transaction: { input: true, hash: true }, log: { data: true } } },
+    ])
+    // One at a time: nothing else writes into a slab meanwhile.
+    const expected: string[] = []
+    for (const q of queries) expected.push((await postJson(queryUrl, q)).text)
+    assert.ok(expected.every((t) => t.length > 64 * 1024), 'streamed answers (more than one piece)')
+    const reused = arenaStats.slabsReused
+    // Six at a time (2 running, 4 queued), a third of them compressed (a proxy's client), a third read slowly.
+    for (let round = 0; round < 4; round++) {
+      const picked = Array.from({ length: 6 }, (_, i) => (round * 6 + i) % queries.length)
+      const answers = await Promise.all(picked.map((q, i) =>
+        postJson(queryUrl, queries[q], i % 3 === 1 ? { 'accept-encoding': 'gzip', 'x-forwarded-for': '203.0.113.7' } : {}, i % 3 === 2 ? 150 : undefined)))
+      answers.forEach((a, i) => {
+        assert.equal(a.status, 200, a.text)
+        assert.ok(a.text === expected[picked[i]], `round ${round}, query ${picked[i]}: ${a.text.length} bytes against ${expected[picked[i]].length}`)
+      })
+    }
+    if (arenaAvailable) assert.ok(arenaStats.slabsReused > reused, 'answers wrote into slabs of answers before them')
   })
 
   it('compresses for clients on this machine with --compression always', async () => {

@@ -1,5 +1,6 @@
 import type { DuckDBDataChunk } from '@duckdb/node-api'
 import bindings from '@duckdb/node-bindings'
+import type { RowArena } from './row-arena.js'
 
 /*
  * Reads result columns straight from DuckDB's vectors. `@duckdb/node-api`'s value conversion
@@ -12,19 +13,26 @@ import bindings from '@duckdb/node-bindings'
  * back to back in DuckDB's string heap (measured: 42,640 rows in about 200 runs), so each run is
  * copied out with one call and the rows are views into it; a native call per row cost about 2 µs.
  */
-export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8Array[]): void {
+export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8Array[], arena?: RowArena): void {
+  if (arena) return arena.copyColumn(chunk, column, out)
   const rows = chunk.rowCount
   const vector = bindings.data_chunk_get_vector(chunk.chunk, column)
-  const data = bindings.vector_get_data(vector, rows * 16)
-  const view = new DataView(data.buffer, data.byteOffset, data.byteLength)
+  copyRuns(bindings.vector_get_data(vector, rows * 16), bindings.vector_get_validity(vector, Math.ceil(rows / 64) * 8), rows, 0, out)
+}
+
+/**
+ * Rows `first`… of a VARCHAR vector, given its `duckdb_string_t` array (`strings`, 16 bytes a row)
+ * and validity mask, each run of heap strings copied out with one call.
+ */
+export function copyRuns(strings: Uint8Array, validity: Uint8Array | null, rows: number, first: number, out: Uint8Array[]): void {
+  const view = new DataView(strings.buffer, strings.byteOffset, strings.byteLength)
   // Validity: one bit per row (absent when every row is valid); a NULL row's string_t is garbage.
-  const validity = bindings.vector_get_validity(vector, Math.ceil(rows / 64) * 8)
   const valid = (i: number) => !validity || ((validity[i >> 3] >> (i & 7)) & 1) === 1
   // duckdb_string_t: u32 length, then up to 12 inline bytes, or a 4-byte prefix and a pointer.
   const length = (i: number) => view.getUint32(i * 16, true)
   // x86-64 and arm64 pointers stay below 2^48: exact as doubles.
   const pointer = (i: number) => view.getUint32(i * 16 + 8, true) + view.getUint32(i * 16 + 12, true) * 2 ** 32
-  let i = 0
+  let i = first
   while (i < rows) {
     if (!valid(i)) {
       out.push(EMPTY)
@@ -33,7 +41,7 @@ export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8A
     }
     const len = length(i)
     if (len <= 12) {
-      out.push(data.slice(i * 16 + 4, i * 16 + 4 + len))
+      out.push(strings.slice(i * 16 + 4, i * 16 + 4 + len))
       i++
       continue
     }
@@ -47,7 +55,7 @@ export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8A
       end += l
       j++
     }
-    const run = bindings.get_data_from_pointer(data.buffer as ArrayBuffer, data.byteOffset + i * 16 + 8, end - start)
+    const run = bindings.get_data_from_pointer(strings.buffer as ArrayBuffer, strings.byteOffset + i * 16 + 8, end - start)
     for (let at = 0; i < j; i++) {
       const l = length(i)
       out.push(run.subarray(at, at + l))

@@ -61,4 +61,10 @@ export interface QueryStream {
   body: AsyncIterable<Uint8Array>
   /** Filled in while streaming. */
   stats: { chunksRead: number; blocks: number; bytes: number; lastBlock: number }
+  /**
+   * The reader is done with every piece of `body` (they are on the socket): the memory under them
+   * may be reused by later answers (src/query/row-arena.ts). A reader that keeps pieces, or stops
+   * on an error, does not call it.
+   */
+  recycle?(): void
 }

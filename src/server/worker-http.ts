@@ -6,6 +6,7 @@ import { dbSettings } from '../db.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { DEFAULT_BUDGETS, prepareQuery } from '../query/engine.js'
+import { arenaAvailable } from '../query/row-arena.js'
 import type { QueryBudgets, QueryStream } from '../query/types.js'
 import { accessDenied, checkTicketBlock, verifyTicket, workerToken, WORKER_TOKEN_HEADER, type Ticket } from './auth.js'
 import { compressFor, compressor, negotiateEncoding, type CompressionMode } from './encoding.js'
@@ -167,7 +168,8 @@ export class WorkerServer {
       if (second.done && encoding === 'identity') {
         const whole = first.done ? Buffer.alloc(0) : first.value
         res.writeHead(200, { ...json, 'content-length': whole.length, 'x-num-read-chunks': String(stream.stats.chunksRead) })
-        res.end(whole)
+        // Once the last byte is with the socket, the answer's row memory can serve the next ones.
+        res.end(whole, () => stream.recycle?.())
         this.answered(req, dataset, stream.stats, started, gone.signal.aborted)
         return
       }
@@ -191,6 +193,7 @@ export class WorkerServer {
         // If the client goes away, pipeline destroys the source, which ends the engine's iterator.
         if (zip) await pipeline(Readable.from(body()), zip, res)
         else await pipeline(Readable.from(body()), res)
+        stream.recycle?.()
       } catch (e) {
         if (gone.signal.aborted) log.info({ dataset, blocks: stream.stats.blocks }, 'worker: client went away mid-stream')
         else log.error({ err: e, dataset }, 'worker: query failed mid-stream; connection closed')
@@ -227,7 +230,11 @@ export async function startWorker(opts: WorkerServerOptions, host = '127.0.0.1',
   return w
 }
 
-/** Where the worker's JS runs: the serving thread and its V8 young generation (src/commands/serving-thread.ts), or the main thread. */
-function nodeSettings(): { thread: 'serving' | 'main'; young_generation_mb: number | null } {
-  return isMainThread ? { thread: 'main', young_generation_mb: null } : { thread: 'serving', young_generation_mb: resourceLimits.maxYoungGenerationSizeMb ?? null }
+/**
+ * Where the worker's JS runs: the serving thread and its V8 young generation (src/commands/serving-thread.ts),
+ * or the main thread; and whether answer rows are copied into reused slabs (src/query/row-arena.ts).
+ */
+function nodeSettings(): { thread: 'serving' | 'main'; young_generation_mb: number | null; native_row_copy: boolean } {
+  const thread = isMainThread ? { thread: 'main' as const, young_generation_mb: null } : { thread: 'serving' as const, young_generation_mb: resourceLimits.maxYoungGenerationSizeMb ?? null }
+  return { ...thread, native_row_copy: arenaAvailable }
 }

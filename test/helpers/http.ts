@@ -16,13 +16,21 @@ export interface RawRequest {
   method?: string
   headers?: Record<string, string>
   body?: string | Buffer
+  /** A slow reader: stop reading for this long after the first bytes (the server's writes back up). */
+  pauseMs?: number
 }
 
 export function request(url: string, opts: RawRequest = {}): Promise<RawAnswer> {
   return new Promise((resolve, reject) => {
     const req = http.request(url, { method: opts.method ?? 'GET', headers: opts.headers, agent: false }, (res) => {
       const parts: Buffer[] = []
-      res.on('data', (d: Buffer) => parts.push(d))
+      res.on('data', (d: Buffer) => {
+        if (parts.length === 0 && opts.pauseMs) {
+          res.pause()
+          setTimeout(() => res.resume(), opts.pauseMs)
+        }
+        parts.push(d)
+      })
       res.on('error', reject)
       res.on('end', () => {
         const raw = Buffer.concat(parts)
@@ -49,9 +57,10 @@ export function decode(raw: Buffer, encoding: string | undefined): string {
 }
 
 /** POST a JSON query (or any body) with `content-type: application/json` unless told otherwise. */
-export function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<RawAnswer> {
+export function postJson(url: string, body: unknown, headers: Record<string, string> = {}, pauseMs?: number): Promise<RawAnswer> {
   return request(url, {
     method: 'POST',
+    pauseMs,
     headers: { 'content-type': 'application/json', ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body),
   })
