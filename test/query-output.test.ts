@@ -4,7 +4,7 @@ import { DuckDBInstance } from '@duckdb/node-api'
 import { JsonOut } from '../src/query/json-out.js'
 import { Mutex } from '../src/query/mutex.js'
 import { bigintNumbers, integerNumbers, varcharBytes } from '../src/query/raw-rows.js'
-import { arenaStats, nativeCopyBuilt, RowArena } from '../src/query/row-arena.js'
+import { arenaStats, RowTexts, slabsEnabled } from '../src/query/row-arena.js'
 
 /*
  * The engine's output plumbing on its own: bytes read straight from DuckDB vectors, the answer's
@@ -42,47 +42,68 @@ describe('raw rows from DuckDB vectors', () => {
   })
 })
 
-describe('raw rows through an answer\'s slabs (native/string-copy.c)', { skip: !nativeCopyBuilt && 'the native string copy is not built here (no C compiler)' }, () => {
-  it('give the same bytes as the plain copy, across slab ends, with rows bigger than a slab, and slabs reused only after recycle()', async () => {
+describe('an answer\'s row texts (src/query/row-arena.ts)', () => {
+  // Rows of 0–40 bytes, UTF-8, NULLs, and rows of 1,000+ bytes, over more than two DuckDB chunks.
+  const sql =
+    `SELECT CASE WHEN i % 11 = 0 THEN NULL WHEN i % 5 = 0 THEN repeat('é', i % 9) || i::VARCHAR ` +
+    `WHEN i % 3 = 0 THEN repeat('x', 1000 + i % 17) ELSE repeat(chr((97 + i % 26)::INTEGER), i % 41) END AS s FROM range(5000) t(i)`
+  const text = (texts: RowTexts, rows: number[]) => rows.map((r) => Buffer.from(texts.view(r)).toString('utf8'))
+
+  async function withDb(f: (read: (texts: RowTexts) => Promise<number[]>, expected: string[]) => Promise<void>): Promise<void> {
     const db = await DuckDBInstance.create(':memory:')
     const con = await db.connect()
     try {
-      // Tiny slabs (100 bytes): rows of 0–40 bytes fill them often; rows of 1,000+ bytes exceed one.
-      const sql =
-        `SELECT CASE WHEN i % 11 = 0 THEN NULL WHEN i % 5 = 0 THEN repeat('é', i % 9) || i::VARCHAR ` +
-        `WHEN i % 3 = 0 THEN repeat('x', 1000 + i % 17) ELSE repeat(chr((97 + i % 26)::INTEGER), i % 41) END AS s FROM range(5000) t(i)`
-      const read = async (arena?: RowArena) => {
-        const rows: Uint8Array[] = []
-        for await (const chunk of await con.stream(sql)) varcharBytes(chunk, 0, rows, arena)
+      const plain: Uint8Array[] = []
+      for await (const chunk of await con.stream(sql)) varcharBytes(chunk, 0, plain)
+      const read = async (texts: RowTexts) => {
+        const rows: number[] = []
+        for await (const chunk of await con.stream(sql)) texts.copyColumn(chunk, 0, rows)
         return rows
       }
-      const plain = await read()
-      const text = (rows: Uint8Array[]) => rows.map((r) => Buffer.from(r).toString('utf8'))
-      const expected = text(plain)
-      const first = new RowArena(100)
-      const made = arenaStats.slabsMade
-      const rows = await read(first)
-      assert.deepEqual(text(rows), expected)
-      assert.ok(arenaStats.slabsMade - made > 100, 'rows went through many slabs')
-      // Rows lie back to back in a slab: most of them share their neighbour's memory.
-      const shared = rows.filter((r, i) => i > 0 && r.length > 0 && r.buffer === rows[i - 1].buffer).length
-      assert.ok(shared > 1000, `${shared} rows share a slab with the row before`)
-
-      // A second answer while the first is held takes fresh slabs: the first's bytes stay as they are.
-      const reused = arenaStats.slabsReused
-      const second = new RowArena(100)
-      assert.deepEqual(text(await read(second)), expected)
-      assert.equal(arenaStats.slabsReused, reused, 'no slab of an answer still held was taken')
-      assert.deepEqual(text(rows), expected)
-      // Once recycled, the next answer writes into the first one's slabs.
-      first.recycle()
-      const third = new RowArena(100)
-      assert.deepEqual(text(await read(third)), expected)
-      assert.ok(arenaStats.slabsReused > reused, 'the recycled slabs were taken again')
-      await assert.rejects(read(first), /after recycle/)
+      await f(read, plain.map((r) => Buffer.from(r).toString('utf8')))
     } finally {
       con.closeSync()
     }
+  }
+
+  it('without slabs: each row byte for byte as the plain copy, and written through JsonOut as one text', async () => {
+    await withDb(async (read, expected) => {
+      const texts = new RowTexts(0)
+      const rows = await read(texts)
+      assert.deepEqual(text(texts, rows), expected)
+      const out = new JsonOut(1 << 30)
+      for (const r of rows) texts.put(out, r)
+      assert.equal(Buffer.concat(out.take()).toString('utf8'), expected.join(''))
+    })
+  })
+
+  it('through slabs (native/string-copy.c): the same bytes across slab ends and rows bigger than a slab; slabs reused only after recycle()', { skip: !slabsEnabled && 'the native string copy is not built here (no C compiler)' }, async () => {
+    await withDb(async (read, expected) => {
+      // Tiny slabs (100 bytes): rows fill them often; rows of 1,000+ bytes are bigger than one.
+      const first = new RowTexts(100)
+      const made = arenaStats.slabsMade
+      const rows = await read(first)
+      assert.deepEqual(text(first, rows), expected)
+      assert.ok(arenaStats.slabsMade - made > 100, 'rows went through many slabs')
+      // Rows back to back in a slab come out as one part: far fewer parts than rows.
+      const out = new JsonOut(1 << 30)
+      for (const r of rows) first.put(out, r, first.length(r) > 0 ? 1 : 0)
+      const parts = out.take()
+      assert.equal(Buffer.concat(parts).toString('utf8'), rows.map((r) => Buffer.from(first.view(r).subarray(first.length(r) > 0 ? 1 : 0)).toString('utf8')).join(''))
+
+      // A second answer while the first is held takes fresh slabs: the first's bytes stay as they are.
+      const reused = arenaStats.slabsReused
+      const second = new RowTexts(100)
+      assert.deepEqual(text(second, await read(second)), expected)
+      assert.equal(arenaStats.slabsReused, reused, 'no slab of an answer still held was taken')
+      assert.deepEqual(text(first, rows), expected)
+      // Once recycled, the next answer writes into the first one's slabs.
+      first.recycle()
+      const third = new RowTexts(100)
+      assert.deepEqual(text(third, await read(third)), expected)
+      assert.ok(arenaStats.slabsReused > reused, 'the recycled slabs were taken again')
+      await assert.rejects(read(first), /after recycle/)
+    })
   })
 })
 

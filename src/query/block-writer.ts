@@ -1,5 +1,6 @@
 import type { SliceRows } from './chunk-run.js'
 import { JsonOut } from './json-out.js'
+import type { RowTexts } from './row-arena.js'
 import type { QueryStream } from './types.js'
 
 /*
@@ -11,7 +12,7 @@ export class BlockWriter {
   /** `,"<output>":[` per item kind. */
   private readonly opens: string[]
 
-  constructor(outputs: string[], private readonly stats: QueryStream['stats'], pieceBytes: number) {
+  constructor(outputs: string[], private readonly stats: QueryStream['stats'], pieceBytes: number, private readonly texts: RowTexts) {
     this.opens = outputs.map((k) => `,"${k}":[`)
     this.out = new JsonOut(pieceBytes)
     this.out.put('[')
@@ -94,7 +95,7 @@ export class BlockWriter {
           open = k
           first = true
         }
-        this.out.putFrom(r.json[n], first ? 1 : 0)
+        this.texts.put(this.out, r.json[n], first ? 1 : 0)
         first = false
       }
       if (stream && this.out.full) yield* this.out.take()
@@ -106,11 +107,12 @@ export class BlockWriter {
     return false
   }
 
-  /** Returns the output size before the block. */
-  private startBlock(header: string | Uint8Array): number {
+  /** Returns the output size before the block. `header`: its JSON, or a row of the answer's texts. */
+  private startBlock(header: string | Uint8Array | number): number {
     const before = this.out.total
     this.out.put(this.stats.blocks > 0 ? ',{"header":' : '{"header":')
-    this.out.put(header)
+    if (typeof header === 'number') this.texts.put(this.out, header)
+    else this.out.put(header)
     return before
   }
 

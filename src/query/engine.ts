@@ -13,7 +13,7 @@ import { validateQuery } from './validate.js'
 import { chunkCannotMatch } from './summary.js'
 import { BlockWriter } from './block-writer.js'
 import { Mutex } from './mutex.js'
-import { arenaAvailable, RowArena } from './row-arena.js'
+import { RowTexts } from './row-arena.js'
 
 /*
  * The generic query engine: validate a query against the dataset's family declaration, find the
@@ -129,16 +129,16 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   }
 
   const con = new LazyConnection()
-  const arena = arenaAvailable ? new RowArena() : undefined
+  const texts = new RowTexts()
   try {
     const values = await createValueTables(con, plan)
-    const first = new ChunkRun(con, plan, sourceOf(view, head), Math.max(from, head.first), Math.min(to, head.last), values, arena)
+    const first = new ChunkRun(con, plan, sourceOf(view, head), Math.max(from, head.first), Math.min(to, head.last), values, texts)
     const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, head.dir))
     if (firstBlocks.length === 0) throw noBlocks(from, query.toBlock)
     if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
     const stats = { chunksRead: 0, blocks: 0, bytes: 0, lastBlock: -1 }
-    const body = answer({ con, plan, chunk: runFrom(view.chunks, start, to), source: (c) => sourceOf(view, c), from, to, budgets, stats, first, firstBlocks, values, arena })
-    return { body, stats, recycle: () => arena?.recycle() }
+    const body = answer({ con, plan, chunk: runFrom(view.chunks, start, to), source: (c) => sourceOf(view, c), from, to, budgets, stats, first, firstBlocks, values, texts })
+    return { body, stats, recycle: () => texts.recycle() }
   } catch (e) {
     con.closeSync()
     throw e
@@ -160,7 +160,8 @@ interface AnswerArgs {
   first: ChunkRun
   firstBlocks: SelectedBlock[]
   values: (values: unknown[]) => string
-  arena?: RowArena
+  /** The answer's row texts (`row-arena.ts`). */
+  texts: RowTexts
 }
 
 async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
@@ -168,7 +169,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const sliceBytes = budgets.sliceBytes ?? SLICE_BYTES
   const heavySliceBytes = budgets.heavySliceBytes ?? HEAVY_SLICE_BYTES
   const started = performance.now()
-  const writer = new BlockWriter(plan.kinds.map((k) => k.output), stats, PIECE_BYTES)
+  const writer = new BlockWriter(plan.kinds.map((k) => k.output), stats, PIECE_BYTES, a.texts)
   const sizeSpent = () => stats.bytes >= budgets.sizeBytes
   const spent = () => sizeSpent() || performance.now() - started >= budgets.timeMs
   /** Writes a slice (a heavy one under the process's heavy-slice lock, handing nothing on until its rows are read). */
@@ -190,7 +191,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const openChunk = async (ci: number, ruledOut: boolean): Promise<Prepared> => {
     const chunk = chunkAt(ci)!
     const c = await connection(ci)
-    const run = new ChunkRun(c.con, plan, a.source(chunk), chunk.first, Math.min(a.to, chunk.last), c.values, a.arena)
+    const run = new ChunkRun(c.con, plan, a.source(chunk), chunk.first, Math.min(a.to, chunk.last), c.values, a.texts)
     return { ruledOut, run, blocks: await run.prepare(plan.query.includeAllBlocks, ruledOut) }
   }
   const prepareChunk = async (ci: number): Promise<Prepared> => {

@@ -52,6 +52,13 @@ export class JsonOut {
     this.extend(skip === 0 ? view : undefined, view.byteOffset + skip, n, view)
   }
 
+  /** Bytes `[start, end)` of `owner` (a row of the answer's texts: no view per row). */
+  putSlice(owner: Uint8Array, start: number, end: number): void {
+    const n = end - start
+    if (n <= 0) return
+    this.extend(undefined, owner.byteOffset + start, n, owner)
+  }
+
   /** At least `pieceBytes` are waiting. */
   get full(): boolean {
     return this.pending >= this.pieceBytes

@@ -1,6 +1,5 @@
 import type { DuckDBDataChunk } from '@duckdb/node-api'
 import bindings from '@duckdb/node-bindings'
-import type { RowArena } from './row-arena.js'
 
 /*
  * Reads result columns straight from DuckDB's vectors. `@duckdb/node-api`'s value conversion
@@ -13,8 +12,7 @@ import type { RowArena } from './row-arena.js'
  * back to back in DuckDB's string heap (measured: 42,640 rows in about 200 runs), so each run is
  * copied out with one call and the rows are views into it; a native call per row cost about 2 µs.
  */
-export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8Array[], arena?: RowArena): void {
-  if (arena) return arena.copyColumn(chunk, column, out)
+export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8Array[]): void {
   const rows = chunk.rowCount
   const vector = bindings.data_chunk_get_vector(chunk.chunk, column)
   copyRuns(bindings.vector_get_data(vector, rows * 16), bindings.vector_get_validity(vector, Math.ceil(rows / 64) * 8), rows, 0, out)

@@ -1,20 +1,23 @@
 import type { DuckDBDataChunk } from '@duckdb/node-api'
 import bindings from '@duckdb/node-bindings'
 import { createRequire } from 'node:module'
-import { copyRuns } from './raw-rows.js'
+import type { JsonOut } from './json-out.js'
 
 /*
- * Where one answer's row JSON bytes land when they leave DuckDB: slabs that later answers reuse
- * once this one is on the socket. `@duckdb/node-bindings` copies each run of string bytes into a
- * new ArrayBuffer; under a stream of big answers that fresh memory cost a worker page faults and
- * the V8 mark-compacts its external memory starts (BENCHMARKS.md, step 40). The copy into a slab
- * is a small native addon (native/string-copy.c, built by `npm run build`); without it (no C
- * compiler, or BLOCK_ARCHIVE_NATIVE=off) rows are copied as before.
+ * The JSON texts of one answer's rows, as they leave DuckDB. A row is a number (a handle): its
+ * bytes lie at [start, end) of one of the answer's buffers. No JS object per row: an answer of 20k
+ * rows held as 20k views was the garbage that grew a worker's heap (BENCHMARKS.md, step 40).
+ *
+ * The buffers are slabs that later answers reuse once this one is on the socket, filled by a small
+ * native addon (native/string-copy.c, built by `npm run build`): `@duckdb/node-bindings` copies
+ * each run of string bytes into a new ArrayBuffer, and under a stream of big answers that fresh
+ * memory cost a worker page faults and the V8 mark-compacts its external memory starts. Without
+ * the addon (no C compiler, or BLOCK_ARCHIVE_NATIVE=off), or past the process's slab budget, a row's
+ * buffer is the run of strings the bindings copied out, as before.
  *
  * Only the owner of the whole answer knows when its bytes are no longer read: the worker's HTTP
  * layer calls `recycle()` once the last byte was handed to the socket. An answer that is not
- * recycled (an error, an in-process reader) leaves its slabs to the garbage collector. The slabs of
- * a process, in use and idle, stay within a byte budget; past it rows are copied as before.
+ * recycled (an error, an in-process reader) leaves its slabs to the garbage collector.
  */
 
 interface StringCopy {
@@ -32,10 +35,8 @@ function loadNative(): StringCopy | undefined {
 
 const native = loadNative()
 
-/** Whether the native copy is built and loaded. */
-export const nativeCopyBuilt = native !== undefined
-/** Whether answers' rows go through slabs: for now only with BLOCK_ARCHIVE_NATIVE=on (BENCHMARKS.md, step 40). */
-export const arenaAvailable = nativeCopyBuilt && process.env.BLOCK_ARCHIVE_NATIVE === 'on'
+/** Whether rows are copied into reused slabs (the native copy is built, and not turned off). */
+export const slabsEnabled = native !== undefined
 
 export const SLAB_BYTES = 4 * 1024 * 1024
 /** Bytes of slabs a process holds at most, in use and idle (BLOCK_ARCHIVE_SLAB_MB). */
@@ -48,63 +49,90 @@ export const arenaStats = { slabsMade: 0, slabsReused: 0, refused: 0 }
 const pools = new Map<number, Uint8Array[]>()
 let slabBytesOut = 0
 
-/** Arenas dropped without `recycle()` give their slabs' bytes back to the budget when collected. */
+/** Answers dropped without `recycle()` give their slabs' bytes back to the budget when collected. */
 const abandoned = new FinalizationRegistry<{ bytes: number }>((held) => {
   slabBytesOut -= held.bytes
 })
 
-const EMPTY = new Uint8Array(0)
+export class RowTexts {
+  /** Buffers the rows point into: slabs, runs the bindings copied out, views handed in. */
+  private readonly bufs: Uint8Array[] = []
+  private bufOf = new Int32Array(1024)
+  private starts = new Int32Array(1024)
+  private ends = new Int32Array(1024)
+  private count = 0
 
-export class RowArena {
-  private readonly pool: Uint8Array[]
+  private readonly pool: Uint8Array[] | undefined
+  /** Slabs taken by this answer, and their bytes (shared with the finalizer). */
   private readonly slabs: Uint8Array[] = []
-  /** Bytes of `slabs`, shared with the finalizer. */
   private readonly held = { bytes: 0 }
-  private slab: Uint8Array | undefined
+  /** The slab being filled: its index in `bufs`, and the first free byte. */
+  private slab = -1
   private at = 0
-  private ends = new Float64Array(2048)
+  private rowEnds = new Float64Array(2048)
   private recycled = false
 
-  constructor(private readonly slabBytes = SLAB_BYTES) {
-    if (!native) throw new Error('RowArena: the native string copy is not built (npm run build)')
-    let pool = pools.get(slabBytes)
-    if (!pool) pools.set(slabBytes, (pool = []))
-    this.pool = pool
-    abandoned.register(this, this.held, this)
+  /** `slabBytes`: the slabs' size; 0 copies rows as the bindings do (no slabs). */
+  constructor(private readonly slabBytes = slabsEnabled ? SLAB_BYTES : 0) {
+    if (slabBytes > 0) {
+      if (!native) throw new Error('RowTexts: the native string copy is not built (npm run build)')
+      let pool = pools.get(slabBytes)
+      if (!pool) pools.set(slabBytes, (pool = []))
+      this.pool = pool
+      abandoned.register(this, this.held, this)
+    }
   }
 
-  /**
-   * Bytes of each row of a VARCHAR column (NULL → empty), appended to `out` as views into this
-   * answer's slabs. A row bigger than a slab, and rows past the budget, get buffers of their own.
-   */
-  copyColumn(chunk: DuckDBDataChunk, column: number, out: Uint8Array[]): void {
+  /** Bytes of a row. */
+  length(row: number): number {
+    return this.ends[row] - this.starts[row]
+  }
+
+  /** A row's bytes as a view (copy it to keep it beyond the answer). */
+  view(row: number): Uint8Array {
+    return this.bufs[this.bufOf[row]].subarray(this.starts[row], this.ends[row])
+  }
+
+  /** Writes a row's bytes from byte `skip` on (an item row without its leading comma). */
+  put(out: JsonOut, row: number, skip = 0): void {
+    out.putSlice(this.bufs[this.bufOf[row]], this.starts[row] + skip, this.ends[row])
+  }
+
+  /** A row for bytes held elsewhere (a header kept between queries, say). */
+  add(view: Uint8Array): number {
+    this.bufs.push(view)
+    return this.push(this.bufs.length - 1, 0, view.length)
+  }
+
+  /** Each row of a VARCHAR column (NULL → empty) as a row of this answer, appended to `out`. */
+  copyColumn(chunk: DuckDBDataChunk, column: number, out: number[]): void {
+    if (this.recycled) throw new Error('RowTexts used after recycle()')
     const rows = chunk.rowCount
     const vector = bindings.data_chunk_get_vector(chunk.chunk, column)
     const strings = bindings.vector_get_data(vector, rows * 16)
     const validity = bindings.vector_get_validity(vector, Math.ceil(rows / 64) * 8)
-    if (this.ends.length < rows) this.ends = new Float64Array(rows)
-    const ends = this.ends
+    if (this.slabBytes === 0) return this.copyRuns(strings, validity, rows, 0, out)
+    if (this.rowEnds.length < rows) this.rowEnds = new Float64Array(rows)
+    const ends = this.rowEnds
     let first = 0
     while (first < rows) {
-      const slab = (this.slab ??= this.take())
-      if (!slab) return copyRuns(strings, validity, rows, first, out)
+      if (this.slab < 0 && !this.takeSlab()) return this.copyRuns(strings, validity, rows, first, out)
+      const slab = this.bufs[this.slab]
       const n = native!.copyStrings(strings, validity, rows, first, slab, this.at, ends)
       let start = this.at
       for (let i = first; i < first + n; i++) {
-        const end = ends[i]
-        out.push(end === start ? EMPTY : slab.subarray(start, end))
-        start = end
+        out.push(this.push(this.slab, start, ends[i]))
+        start = ends[i]
       }
       this.at = start
       first += n
       if (first === rows) break
-      // Row `first` does not fit: a slab of its own size would not hold it either, or the next slab will.
-      const len = new DataView(strings.buffer, strings.byteOffset + first * 16, 4).getUint32(0, true)
-      if (len > this.slabBytes) {
-        copyRuns(strings, validity, first + 1, first, out)
+      // Row `first` does not fit: the next slab holds it, unless it is bigger than a slab.
+      if (new DataView(strings.buffer, strings.byteOffset + first * 16, 4).getUint32(0, true) > this.slabBytes) {
+        this.copyRuns(strings, validity, first + 1, first, out)
         first++
       } else {
-        this.slab = undefined
+        this.slab = -1
       }
     }
   }
@@ -113,16 +141,32 @@ export class RowArena {
   recycle(): void {
     if (this.recycled) return
     this.recycled = true
+    if (!this.pool) return
     abandoned.unregister(this)
     this.pool.push(...this.slabs)
     this.slabs.length = 0
-    this.slab = undefined
   }
 
-  /** A slab to fill: an idle one, a new one within the budget, or none. */
-  private take(): Uint8Array | undefined {
-    if (this.recycled) throw new Error('RowArena used after recycle()')
-    let s = this.pool.pop()
+  private push(buf: number, start: number, end: number): number {
+    if (this.count === this.starts.length) {
+      const grow = (a: Int32Array) => {
+        const b = new Int32Array(a.length * 2)
+        b.set(a)
+        return b
+      }
+      this.bufOf = grow(this.bufOf)
+      this.starts = grow(this.starts)
+      this.ends = grow(this.ends)
+    }
+    this.bufOf[this.count] = buf
+    this.starts[this.count] = start
+    this.ends[this.count] = end
+    return this.count++
+  }
+
+  /** A slab to fill: an idle one, or a new one within the budget. False: none. */
+  private takeSlab(): boolean {
+    let s = this.pool!.pop()
     if (s) arenaStats.slabsReused++
     else if (slabBytesOut + this.slabBytes <= BUDGET_BYTES) {
       s = new Uint8Array(this.slabBytes)
@@ -130,11 +174,61 @@ export class RowArena {
       arenaStats.slabsMade++
     } else {
       arenaStats.refused++
-      return undefined
+      return false
     }
     this.slabs.push(s)
     this.held.bytes += this.slabBytes
+    this.bufs.push(s)
+    this.slab = this.bufs.length - 1
     this.at = 0
-    return s
+    return true
+  }
+
+  /**
+   * Rows `first`… of a vector without slabs: each run of heap strings that lie back to back in
+   * DuckDB's string heap is copied out with one call (a native call per row cost about 2 µs) and
+   * becomes a buffer of its own; a short string (≤ 12 bytes, inline) is copied from `strings`.
+   */
+  private copyRuns(strings: Uint8Array, validity: Uint8Array | null, rows: number, first: number, out: number[]): void {
+    const view = new DataView(strings.buffer, strings.byteOffset, strings.byteLength)
+    // Validity: one bit per row (absent when every row is valid); a NULL row's string_t is garbage.
+    const valid = (i: number) => !validity || ((validity[i >> 3] >> (i & 7)) & 1) === 1
+    // duckdb_string_t: u32 length, then up to 12 inline bytes, or a 4-byte prefix and a pointer.
+    const length = (i: number) => view.getUint32(i * 16, true)
+    // x86-64 and arm64 pointers stay below 2^48: exact as doubles.
+    const pointer = (i: number) => view.getUint32(i * 16 + 8, true) + view.getUint32(i * 16 + 12, true) * 2 ** 32
+    let i = first
+    while (i < rows) {
+      if (!valid(i)) {
+        if (this.bufs.length === 0) this.bufs.push(EMPTY)
+        out.push(this.push(0, 0, 0))
+        i++
+        continue
+      }
+      const len = length(i)
+      if (len <= 12) {
+        out.push(this.add(strings.slice(i * 16 + 4, i * 16 + 4 + len)))
+        i++
+        continue
+      }
+      const start = pointer(i)
+      let end = start + len
+      let j = i + 1
+      while (j < rows && valid(j)) {
+        const l = length(j)
+        if (l <= 12 || pointer(j) !== end) break
+        end += l
+        j++
+      }
+      this.bufs.push(bindings.get_data_from_pointer(strings.buffer as ArrayBuffer, strings.byteOffset + i * 16 + 8, end - start))
+      const buf = this.bufs.length - 1
+      for (let at = 0; i < j; i++) {
+        const l = length(i)
+        out.push(this.push(buf, at, at + l))
+        at += l
+      }
+    }
   }
 }
+
+const EMPTY = new Uint8Array(0)

@@ -6,7 +6,7 @@ import { dbSettings } from '../db.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { DEFAULT_BUDGETS, prepareQuery } from '../query/engine.js'
-import { arenaAvailable } from '../query/row-arena.js'
+import { slabsEnabled } from '../query/row-arena.js'
 import type { QueryBudgets, QueryStream } from '../query/types.js'
 import { accessDenied, checkTicketBlock, verifyTicket, workerToken, WORKER_TOKEN_HEADER, type Ticket } from './auth.js'
 import { compressFor, compressor, negotiateEncoding, type CompressionMode } from './encoding.js'
@@ -236,5 +236,5 @@ export async function startWorker(opts: WorkerServerOptions, host = '127.0.0.1',
  */
 function nodeSettings(): { thread: 'serving' | 'main'; young_generation_mb: number | null; native_row_copy: boolean } {
   const thread = isMainThread ? { thread: 'main' as const, young_generation_mb: null } : { thread: 'serving' as const, young_generation_mb: resourceLimits.maxYoungGenerationSizeMb ?? null }
-  return { ...thread, native_row_copy: arenaAvailable }
+  return { ...thread, native_row_copy: slabsEnabled }
 }
