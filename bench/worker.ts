@@ -61,6 +61,8 @@ export async function runWorker(o: WorkerBenchOptions): Promise<void> {
     const s = await prepareQuery(v, query, budgets)
     let n = 0
     for await (const piece of s.body) n += piece.length
+    // As the worker's HTTP layer does once an answer is on the socket: its row slabs serve the next.
+    s.recycle?.()
     return n
   }
   const overHttp = async (query: unknown) => {

@@ -4,7 +4,7 @@ import { DuckDBInstance } from '@duckdb/node-api'
 import { JsonOut } from '../src/query/json-out.js'
 import { Mutex } from '../src/query/mutex.js'
 import { bigintNumbers, integerNumbers, varcharBytes } from '../src/query/raw-rows.js'
-import { arenaStats, RowTexts, slabsEnabled } from '../src/query/row-arena.js'
+import { arenaStats, RowTexts, slabsEnabled } from '../src/query/row-texts.js'
 
 /*
  * The engine's output plumbing on its own: bytes read straight from DuckDB vectors, the answer's
@@ -42,7 +42,7 @@ describe('raw rows from DuckDB vectors', () => {
   })
 })
 
-describe('an answer\'s row texts (src/query/row-arena.ts)', () => {
+describe('an answer\'s row texts (src/query/row-texts.ts)', () => {
   // Rows of 0–40 bytes, UTF-8, NULLs, and rows of 1,000+ bytes, over more than two DuckDB chunks.
   const sql =
     `SELECT CASE WHEN i % 11 = 0 THEN NULL WHEN i % 5 = 0 THEN repeat('é', i % 9) || i::VARCHAR ` +

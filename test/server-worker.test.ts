@@ -7,7 +7,7 @@ import type { ChunkRef } from '../src/chunks/layout.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { compressFor } from '../src/server/encoding.js'
 import { WorkerServer } from '../src/server/worker-http.js'
-import { arenaStats, slabsEnabled } from '../src/query/row-arena.js'
+import { arenaStats, slabsEnabled } from '../src/query/row-texts.js'
 import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import { postAndHangUp, postJson, request } from './helpers/http.js'
 
@@ -124,7 +124,7 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
 
   it('answers stay byte for byte the same when several run at once, slow readers among them, reusing each other\'s row memory', async () => {
     // Each answer's rows lie in slabs that the next answers reuse once it is on the socket
-    // (src/query/row-arena.ts): one reused too early would show here as other blocks' bytes.
+    // (src/query/row-texts.ts): one reused too early would show here as other blocks' bytes.
     const queries = [0, 7, 21, 40].flatMap((fromBlock) => [
       { ...BIG_QUERY, fromBlock },
       { fromBlock, includeAllBlocks: true, transactions: [{}], logs: [{}], fields: { transaction: { input: true, hash: true }, log: { data: true } } },

@@ -4,7 +4,7 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { killChildren, runCli, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
-import { slabsEnabled } from '../src/query/row-arena.js'
+import { slabsEnabled } from '../src/query/row-texts.js'
 
 /*
  * `worker` (like `serve` and `demo`) runs in a worker thread with a 12 MB V8 young generation

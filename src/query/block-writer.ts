@@ -1,6 +1,6 @@
 import type { SliceRows } from './chunk-run.js'
 import { JsonOut } from './json-out.js'
-import type { RowTexts } from './row-arena.js'
+import type { RowTexts } from './row-texts.js'
 import type { QueryStream } from './types.js'
 
 /*

@@ -13,7 +13,7 @@ import { validateQuery } from './validate.js'
 import { chunkCannotMatch } from './summary.js'
 import { BlockWriter } from './block-writer.js'
 import { Mutex } from './mutex.js'
-import { RowTexts } from './row-arena.js'
+import { RowTexts } from './row-texts.js'
 
 /*
  * The generic query engine: validate a query against the dataset's family declaration, find the
@@ -160,7 +160,7 @@ interface AnswerArgs {
   first: ChunkRun
   firstBlocks: SelectedBlock[]
   values: (values: unknown[]) => string
-  /** The answer's row texts (`row-arena.ts`). */
+  /** The answer's row texts (`row-texts.ts`). */
   texts: RowTexts
 }
 
@@ -266,6 +266,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
           const want = new Set(wanted.slice(i, j + 1).map((b) => b.number))
           if (withTail) want.add(tail.number)
           stop = yield* writeSlice(run.slice(lo, hi, weight), want, ci === 0, weight > heavySliceBytes)
+          a.texts.sliceDone()
           if (stop) break
         }
         i = j + 1

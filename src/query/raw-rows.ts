@@ -15,14 +15,19 @@ import bindings from '@duckdb/node-bindings'
 export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8Array[]): void {
   const rows = chunk.rowCount
   const vector = bindings.data_chunk_get_vector(chunk.chunk, column)
-  copyRuns(bindings.vector_get_data(vector, rows * 16), bindings.vector_get_validity(vector, Math.ceil(rows / 64) * 8), rows, 0, out)
+  const strings = bindings.vector_get_data(vector, rows * 16)
+  const validity = bindings.vector_get_validity(vector, Math.ceil(rows / 64) * 8)
+  // A short string's view would hold the vector's whole string_t array: copied instead.
+  eachRowText(strings, validity, rows, 0, (buf, start, end) => out.push(start === end ? EMPTY : buf === strings ? buf.slice(start, end) : buf.subarray(start, end)))
 }
 
 /**
- * Rows `first`… of a VARCHAR vector, given its `duckdb_string_t` array (`strings`, 16 bytes a row)
- * and validity mask, each run of heap strings copied out with one call.
+ * Where each row `first`… of a VARCHAR vector lies, given its `duckdb_string_t` array (`strings`,
+ * 16 bytes a row) and validity mask: `row(buffer, start, end)` in order (NULL → empty). Each run of
+ * heap strings that lie back to back is copied out with one call into a buffer of its own; a short
+ * string (≤ 12 bytes) lies in `strings` itself.
  */
-export function copyRuns(strings: Uint8Array, validity: Uint8Array | null, rows: number, first: number, out: Uint8Array[]): void {
+export function eachRowText(strings: Uint8Array, validity: Uint8Array | null, rows: number, first: number, row: (buf: Uint8Array, start: number, end: number) => void): void {
   const view = new DataView(strings.buffer, strings.byteOffset, strings.byteLength)
   // Validity: one bit per row (absent when every row is valid); a NULL row's string_t is garbage.
   const valid = (i: number) => !validity || ((validity[i >> 3] >> (i & 7)) & 1) === 1
@@ -33,13 +38,13 @@ export function copyRuns(strings: Uint8Array, validity: Uint8Array | null, rows:
   let i = first
   while (i < rows) {
     if (!valid(i)) {
-      out.push(EMPTY)
+      row(EMPTY, 0, 0)
       i++
       continue
     }
     const len = length(i)
     if (len <= 12) {
-      out.push(strings.slice(i * 16 + 4, i * 16 + 4 + len))
+      row(strings, i * 16 + 4, i * 16 + 4 + len)
       i++
       continue
     }
@@ -56,7 +61,7 @@ export function copyRuns(strings: Uint8Array, validity: Uint8Array | null, rows:
     const run = bindings.get_data_from_pointer(strings.buffer as ArrayBuffer, strings.byteOffset + i * 16 + 8, end - start)
     for (let at = 0; i < j; i++) {
       const l = length(i)
-      out.push(run.subarray(at, at + l))
+      row(run, at, at + l)
       at += l
     }
   }

@@ -63,7 +63,7 @@ export interface QueryStream {
   stats: { chunksRead: number; blocks: number; bytes: number; lastBlock: number }
   /**
    * The reader is done with every piece of `body` (they are on the socket): the memory under them
-   * may be reused by later answers (src/query/row-arena.ts). A reader that keeps pieces, or stops
+   * may be reused by later answers (src/query/row-texts.ts). A reader that keeps pieces, or stops
    * on an error, does not call it.
    */
   recycle?(): void

@@ -6,7 +6,7 @@ import { dbSettings } from '../db.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { DEFAULT_BUDGETS, prepareQuery } from '../query/engine.js'
-import { slabsEnabled } from '../query/row-arena.js'
+import { slabsEnabled } from '../query/row-texts.js'
 import type { QueryBudgets, QueryStream } from '../query/types.js'
 import { accessDenied, checkTicketBlock, verifyTicket, workerToken, WORKER_TOKEN_HEADER, type Ticket } from './auth.js'
 import { compressFor, compressor, negotiateEncoding, type CompressionMode } from './encoding.js'
@@ -232,7 +232,7 @@ export async function startWorker(opts: WorkerServerOptions, host = '127.0.0.1',
 
 /**
  * Where the worker's JS runs: the serving thread and its V8 young generation (src/commands/serving-thread.ts),
- * or the main thread; and whether answer rows are copied into reused slabs (src/query/row-arena.ts).
+ * or the main thread; and whether answer rows are copied into reused slabs (src/query/row-texts.ts).
  */
 function nodeSettings(): { thread: 'serving' | 'main'; young_generation_mb: number | null; native_row_copy: boolean } {
   const thread = isMainThread ? { thread: 'main' as const, young_generation_mb: null } : { thread: 'serving' as const, young_generation_mb: resourceLimits.maxYoungGenerationSizeMb ?? null }

@@ -2,6 +2,7 @@ import type { DuckDBDataChunk } from '@duckdb/node-api'
 import bindings from '@duckdb/node-bindings'
 import { createRequire } from 'node:module'
 import type { JsonOut } from './json-out.js'
+import { eachRowText } from './raw-rows.js'
 
 /*
  * The JSON texts of one answer's rows, as they leave DuckDB. A row is a number (a handle): its
@@ -137,6 +138,21 @@ export class RowTexts {
     }
   }
 
+  /**
+   * The rows handed out so far are written (a slice is done): forget them, so that the buffers the
+   * bindings copied them into live only as long as the answer's pieces need them. An answer that
+   * reaches past the slabs' budget stays bounded however long it is.
+   */
+  sliceDone(): void {
+    const slab = this.slab >= 0 ? this.bufs[this.slab] : undefined
+    this.bufs.length = 0
+    this.count = 0
+    if (slab) {
+      this.bufs.push(slab)
+      this.slab = 0
+    }
+  }
+
   /** The answer's bytes are no longer read: its slabs go back to the pool. Idempotent. */
   recycle(): void {
     if (this.recycled) return
@@ -169,7 +185,8 @@ export class RowTexts {
     let s = this.pool!.pop()
     if (s) arenaStats.slabsReused++
     else if (slabBytesOut + this.slabBytes <= BUDGET_BYTES) {
-      s = new Uint8Array(this.slabBytes)
+      // Not zeroed: a row only ever points at bytes the copy wrote.
+      s = Buffer.allocUnsafeSlow(this.slabBytes)
       slabBytesOut += this.slabBytes
       arenaStats.slabsMade++
     } else {
@@ -184,51 +201,16 @@ export class RowTexts {
     return true
   }
 
-  /**
-   * Rows `first`… of a vector without slabs: each run of heap strings that lie back to back in
-   * DuckDB's string heap is copied out with one call (a native call per row cost about 2 µs) and
-   * becomes a buffer of its own; a short string (≤ 12 bytes, inline) is copied from `strings`.
-   */
+  /** Rows `first`… of a vector without slabs: in the buffers the bindings copy them into. */
   private copyRuns(strings: Uint8Array, validity: Uint8Array | null, rows: number, first: number, out: number[]): void {
-    const view = new DataView(strings.buffer, strings.byteOffset, strings.byteLength)
-    // Validity: one bit per row (absent when every row is valid); a NULL row's string_t is garbage.
-    const valid = (i: number) => !validity || ((validity[i >> 3] >> (i & 7)) & 1) === 1
-    // duckdb_string_t: u32 length, then up to 12 inline bytes, or a 4-byte prefix and a pointer.
-    const length = (i: number) => view.getUint32(i * 16, true)
-    // x86-64 and arm64 pointers stay below 2^48: exact as doubles.
-    const pointer = (i: number) => view.getUint32(i * 16 + 8, true) + view.getUint32(i * 16 + 12, true) * 2 ** 32
-    let i = first
-    while (i < rows) {
-      if (!valid(i)) {
-        if (this.bufs.length === 0) this.bufs.push(EMPTY)
-        out.push(this.push(0, 0, 0))
-        i++
-        continue
+    let last: Uint8Array | undefined
+    eachRowText(strings, validity, rows, first, (buf, start, end) => {
+      if (buf !== last) {
+        this.bufs.push(buf)
+        last = buf
       }
-      const len = length(i)
-      if (len <= 12) {
-        out.push(this.add(strings.slice(i * 16 + 4, i * 16 + 4 + len)))
-        i++
-        continue
-      }
-      const start = pointer(i)
-      let end = start + len
-      let j = i + 1
-      while (j < rows && valid(j)) {
-        const l = length(j)
-        if (l <= 12 || pointer(j) !== end) break
-        end += l
-        j++
-      }
-      this.bufs.push(bindings.get_data_from_pointer(strings.buffer as ArrayBuffer, strings.byteOffset + i * 16 + 8, end - start))
-      const buf = this.bufs.length - 1
-      for (let at = 0; i < j; i++) {
-        const l = length(i)
-        out.push(this.push(buf, at, at + l))
-        at += l
-      }
-    }
+      out.push(this.push(this.bufs.length - 1, start, end))
+    })
   }
 }
 
-const EMPTY = new Uint8Array(0)
