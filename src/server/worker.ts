@@ -156,7 +156,7 @@ export class WorkerNode {
   private formPass(): void {
     const storage = this.opts.storage
     if (!storage.keepsLocalForms || !storage.buildLocalForm || this.stopped || this.forming) return
-    this.forming = (async () => {
+    const pass = (async () => {
       try {
         for (const ds of this.datasets.values()) {
           for (const h of [...ds.held.values()]) {
@@ -167,10 +167,15 @@ export class WorkerNode {
         }
       } catch (e) {
         log.warn({ worker: this.opts.id, err: e instanceof Error ? e.message : String(e) }, 'worker: local forms pass failed')
-      } finally {
-        this.forming = undefined
       }
     })()
+    // Cleared once settled, not in the pass's own `finally`: a pass with nothing to build (no
+    // dataset yet: the router was not up at the first heartbeat) ends before the assignment, and
+    // clearing there left a settled pass in place that turned every later pass away.
+    this.forming = pass
+    void pass.finally(() => {
+      if (this.forming === pass) this.forming = undefined
+    })
   }
 
   /** Ranges of served chunks (held, not retired) per dataset, as reported to the router. */
