@@ -1,6 +1,6 @@
 // Builds the optional native string copy (native/string-copy.c → build/string-copy.node) with the
 // machine's C compiler against Node's own headers. Without a compiler or headers it says so and
-// exits 0: the worker then copies rows as @duckdb/node-bindings does (src/query/row-arena.ts).
+// exits 0: the worker then copies rows as @duckdb/node-bindings does (src/query/row-texts.ts).
 import { spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, statSync } from 'node:fs'
 import path from 'node:path'

@@ -4,7 +4,7 @@
  * @duckdb/node-bindings hands each run of string bytes to JS as a new ArrayBuffer (a malloc and a
  * copy per run); under a stream of big answers that fresh memory is most of a worker's page faults
  * and the external memory that starts V8's mark-compacts. With this, the engine copies a vector's
- * strings into slabs it recycles once the answer is on the socket (src/query/row-arena.ts).
+ * strings into slabs it recycles once the answer is on the socket (src/query/row-texts.ts).
  *
  * copyStrings(strings, validity, rows, first, slab, at, ends) -> rows copied
  *   strings:  the vector's duckdb_string_t array (16 bytes per row, from vector_get_data)

@@ -7,7 +7,7 @@ import type { ChunkRef } from '../src/chunks/layout.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { compressFor } from '../src/server/encoding.js'
 import { WorkerServer } from '../src/server/worker-http.js'
-import { arenaStats, slabsEnabled } from '../src/query/row-texts.js'
+import { slabStats, slabsEnabled } from '../src/query/row-texts.js'
 import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import { postAndHangUp, postJson, request } from './helpers/http.js'
 
@@ -133,7 +133,7 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
     const expected: string[] = []
     for (const q of queries) expected.push((await postJson(queryUrl, q)).text)
     assert.ok(expected.every((t) => t.length > 64 * 1024), 'streamed answers (more than one piece)')
-    const reused = arenaStats.slabsReused
+    const reused = slabStats.slabsReused
     // Six at a time (2 running, 4 queued), a third of them compressed (a proxy's client), a third read slowly.
     for (let round = 0; round < 4; round++) {
       const picked = Array.from({ length: 6 }, (_, i) => (round * 6 + i) % queries.length)
@@ -144,7 +144,7 @@ describe('worker HTTP', { timeout: 90_000 }, () => {
         assert.ok(a.text === expected[picked[i]], `round ${round}, query ${picked[i]}: ${a.text.length} bytes against ${expected[picked[i]].length}`)
       })
     }
-    if (slabsEnabled) assert.ok(arenaStats.slabsReused > reused, 'answers wrote into slabs of answers before them')
+    if (slabsEnabled) assert.ok(slabStats.slabsReused > reused, 'answers wrote into slabs of answers before them')
   })
 
   it('compresses for clients on this machine with --compression always', async () => {

@@ -44,7 +44,7 @@ export const SLAB_BYTES = 4 * 1024 * 1024
 const BUDGET_BYTES = Number(process.env.BLOCK_ARCHIVE_SLAB_MB ?? 48) * 1024 * 1024
 
 /** Slabs made, taken again from the pool, and refused by the budget, since the process started. */
-export const arenaStats = { slabsMade: 0, slabsReused: 0, refused: 0 }
+export const slabStats = { slabsMade: 0, slabsReused: 0, refused: 0 }
 
 /** Idle slabs per slab size, and the bytes of all slabs not yet given up to the GC. */
 const pools = new Map<number, Uint8Array[]>()
@@ -82,11 +82,6 @@ export class RowTexts {
       this.pool = pool
       abandoned.register(this, this.held, this)
     }
-  }
-
-  /** Bytes of a row. */
-  length(row: number): number {
-    return this.ends[row] - this.starts[row]
   }
 
   /** A row's bytes as a view (copy it to keep it beyond the answer). */
@@ -183,14 +178,14 @@ export class RowTexts {
   /** A slab to fill: an idle one, or a new one within the budget. False: none. */
   private takeSlab(): boolean {
     let s = this.pool!.pop()
-    if (s) arenaStats.slabsReused++
+    if (s) slabStats.slabsReused++
     else if (slabBytesOut + this.slabBytes <= BUDGET_BYTES) {
       // Not zeroed: a row only ever points at bytes the copy wrote.
       s = Buffer.allocUnsafeSlow(this.slabBytes)
       slabBytesOut += this.slabBytes
-      arenaStats.slabsMade++
+      slabStats.slabsMade++
     } else {
-      arenaStats.refused++
+      slabStats.refused++
       return false
     }
     this.slabs.push(s)
