@@ -453,8 +453,21 @@ export class LocalForms {
   }
 
   /** Write everything to the file and free dropped tables' blocks (skipped when another transaction is writing). */
-  private async checkpoint(con: DuckDBConnection): Promise<void> {
-    await con.run(`CHECKPOINT ${this.alias}`).catch(() => undefined)
+  /**
+   * Write the file's changes out, so `usedBytes` counts them. DuckDB refuses while another write
+   * transaction (another worker's form build in this process, say) is open; those are short, so try
+   * again for up to half a second before giving up (the next checkpoint catches up).
+   */
+  private async checkpoint(con: DuckDBConnection): Promise<boolean> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await con.run(`CHECKPOINT ${this.alias}`)
+        return true
+      } catch {
+        if (attempt >= 20) return false
+        await new Promise((resolve) => setTimeout(resolve, 25))
+      }
+    }
   }
 
   private async usedBytes(con: DuckDBConnection): Promise<number> {
