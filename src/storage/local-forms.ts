@@ -452,7 +452,6 @@ export class LocalForms {
     await this.checkpoint(con)
   }
 
-  /** Write everything to the file and free dropped tables' blocks (skipped when another transaction is writing). */
   /**
    * Write the file's changes out, so `usedBytes` counts them. DuckDB refuses while another write
    * transaction (another worker's form build in this process, say) is open; those are short, so try
