@@ -60,8 +60,13 @@ export async function runWorker(o: WorkerBenchOptions): Promise<void> {
   const engine = async (query: unknown, budgets: QueryBudgets = UNCUT, v: DatasetView = view) => {
     const s = await prepareQuery(v, query, budgets)
     let n = 0
-    for await (const piece of s.body) n += piece.length
-    // As the worker's HTTP layer does once an answer is on the socket: its row slabs serve the next.
+    let pieces = 0
+    // A reader that lets each piece go (as a socket does once it has the bytes): the answer's row
+    // slabs serve its later slices, and once it is read, the next answer.
+    for await (const piece of s.body) {
+      n += piece.length
+      s.released?.(++pieces)
+    }
     s.recycle?.()
     return n
   }

@@ -105,6 +105,47 @@ describe('an answer\'s row texts (src/query/row-texts.ts)', () => {
       await assert.rejects(read(first), /after recycle/)
     })
   })
+
+  it('through slabs, read piece by piece: slabs whose pieces the reader let go serve the next slices; pieces not let go keep their bytes', { skip: !slabsEnabled && 'the native string copy is not built here (no C compiler)' }, async () => {
+    await withDb(async (read, expected) => {
+      // Three "slices" of the same rows, each written and taken as the engine does (sliceDone, then take).
+      const slice = async (texts: RowTexts, out: JsonOut) => {
+        for (const r of await read(texts)) texts.put(out, r)
+        texts.sliceDone()
+        const pieces = out.take()
+        texts.taken(pieces.length)
+        return pieces
+      }
+      const whole = expected.join('')
+      // A reader that keeps every piece: nothing is reused, every piece keeps its bytes.
+      const keeping = new RowTexts(1000)
+      const out1 = new JsonOut(1 << 30)
+      let reused = slabStats.slabsReused
+      let made = slabStats.slabsMade
+      const kept = [await slice(keeping, out1)]
+      const perSlice = slabStats.slabsMade - made
+      assert.ok(perSlice > 20, `a slice fills many slabs (${perSlice})`)
+      kept.push(await slice(keeping, out1), await slice(keeping, out1))
+      assert.equal(slabStats.slabsReused, reused, 'no slab was reused while its pieces were held')
+      for (const pieces of kept) assert.equal(Buffer.concat(pieces).toString('utf8'), whole)
+
+      // A reader that lets each slice's pieces go: the next slices write into the same slabs.
+      const letting = new RowTexts(1000)
+      const out2 = new JsonOut(1 << 30)
+      made = slabStats.slabsMade
+      reused = slabStats.slabsReused
+      let taken = 0
+      for (let i = 0; i < 3; i++) {
+        const pieces = await slice(letting, out2)
+        assert.equal(Buffer.concat(pieces).toString('utf8'), whole, `slice ${i}`)
+        letting.released((taken += pieces.length))
+      }
+      assert.ok(slabStats.slabsReused - reused >= 2 * (perSlice - 1), `slabs were reused within the answer (${slabStats.slabsReused - reused})`)
+      assert.ok(slabStats.slabsMade - made <= perSlice + 2, `at most one slice's slabs were made (${slabStats.slabsMade - made} for ${perSlice})`)
+      keeping.recycle()
+      letting.recycle()
+    })
+  })
 })
 
 describe('answer parts', () => {

@@ -24,13 +24,20 @@ export class BlockWriter {
   }
 
   take(): Uint8Array[] {
-    return this.out.take()
+    return this.takeOut()
+  }
+
+  /** Everything written so far, as pieces (the row texts count them, `RowTexts.taken`). */
+  private takeOut(): Uint8Array[] {
+    const pieces = this.out.take()
+    this.texts.taken(pieces.length)
+    return pieces
   }
 
   /** Closes the array: the rest of the answer. */
   finish(): Uint8Array[] {
     this.out.put(']')
-    return this.out.take()
+    return this.takeOut()
   }
 
   /** A block without items: its header and empty item lists. */
@@ -49,7 +56,7 @@ export class BlockWriter {
       for await (const row of rows(k)) {
         this.out.putFrom(row, first ? 1 : 0)
         first = false
-        if (this.out.full) yield* this.out.take()
+        if (this.out.full) yield* this.takeOut()
       }
       this.out.put(']')
     }
@@ -98,7 +105,7 @@ export class BlockWriter {
         this.texts.put(this.out, r.json[n], first ? 1 : 0)
         first = false
       }
-      if (stream && this.out.full) yield* this.out.take()
+      if (stream && this.out.full) yield* this.takeOut()
     }
     if (cur >= 0) {
       closeLists(this.opens.length)

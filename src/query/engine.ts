@@ -138,7 +138,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
     if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
     const stats = { chunksRead: 0, blocks: 0, bytes: 0, lastBlock: -1 }
     const body = answer({ con, plan, chunk: runFrom(view.chunks, start, to), source: (c) => sourceOf(view, c), from, to, budgets, stats, first, firstBlocks, values, texts })
-    return { body, stats, recycle: () => texts.recycle() }
+    return { body, stats, recycle: () => texts.recycle(), released: (pieces) => texts.released(pieces) }
   } catch (e) {
     con.closeSync()
     throw e

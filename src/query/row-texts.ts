@@ -16,9 +16,12 @@ import { eachRowText } from './raw-rows.js'
  * the addon (no C compiler, or BLOCK_ARCHIVE_NATIVE=off), or past the process's slab budget, a row's
  * buffer is the run of strings the bindings copied out, as before.
  *
- * Only the owner of the whole answer knows when its bytes are no longer read: the worker's HTTP
- * layer calls `recycle()` once the last byte was handed to the socket. An answer that is not
- * recycled (an error, an in-process reader) leaves its slabs to the garbage collector.
+ * Only the reader of the answer knows when its bytes are no longer read: the worker's HTTP layer
+ * calls `recycle()` once the last byte was handed to the socket. A reader that lets each piece go
+ * says so (`released`), and the slabs whose rows all went out in those pieces serve the rest of
+ * the answer: an uncut answer of 135 MB then fills a few slabs over and over instead of needing
+ * 135 MB of them. An answer that is not recycled (an error, say) leaves its slabs to the garbage
+ * collector.
  */
 
 interface StringCopy {
@@ -40,10 +43,16 @@ const native = loadNative()
 export const slabsEnabled = native !== undefined
 
 export const SLAB_BYTES = 4 * 1024 * 1024
+/**
+ * Past the budget an answer fills slabs of its own, this size, left to the garbage collector: one
+ * native copy per vector still beats a buffer per run of strings the bindings copy out (an uncut
+ * 135 MB answer: 400 vs 560 MB/s), and a small size wastes little in the last, part-filled one.
+ */
+export const OVERFLOW_SLAB_BYTES = 1024 * 1024
 /** Bytes of slabs a process holds at most, in use and idle (BLOCK_ARCHIVE_SLAB_MB). */
 const BUDGET_BYTES = Number(process.env.BLOCK_ARCHIVE_SLAB_MB ?? 48) * 1024 * 1024
 
-/** Slabs made, taken again from the pool, and refused by the budget, since the process started. */
+/** Slabs made, taken again from the pool, and refused by the budget (an overflow slab instead), since the process started. */
 export const slabStats = { slabsMade: 0, slabsReused: 0, refused: 0 }
 
 /** Idle slabs per slab size, and the bytes of all slabs not yet given up to the GC. */
@@ -64,14 +73,20 @@ export class RowTexts {
   private count = 0
 
   private readonly pool: Uint8Array[] | undefined
-  /** Slabs taken by this answer, and their bytes (shared with the finalizer). */
-  private readonly slabs: Uint8Array[] = []
+  /** Bytes of the pool slabs this answer holds (shared with the finalizer). */
   private readonly held = { bytes: 0 }
   /** The slab being filled: its index in `bufs`, and the first free byte. */
   private slab = -1
   private at = 0
   private rowEnds = new Float64Array(2048)
   private recycled = false
+  /** Pool slabs of this answer not yet handed back (overflow slabs are not). */
+  private readonly own = new Set<Uint8Array>()
+  /** Slabs whose rows are all written (the slab being filled is not), waiting for the next `taken`. */
+  private written: Uint8Array[] = []
+  /** Slabs whose rows all went out in the answer's first `upTo` pieces. */
+  private readonly handedOut: { slabs: Uint8Array[]; upTo: number }[] = []
+  private piecesTaken = 0
 
   /** `slabBytes`: the slabs' size; 0 copies rows as the bindings do (no slabs). */
   constructor(private readonly slabBytes = slabsEnabled ? SLAB_BYTES : 0) {
@@ -112,7 +127,7 @@ export class RowTexts {
     const ends = this.rowEnds
     let first = 0
     while (first < rows) {
-      if (this.slab < 0 && !this.takeSlab()) return this.copyRuns(strings, validity, rows, first, out)
+      if (this.slab < 0) this.takeSlab()
       const slab = this.bufs[this.slab]
       const n = native!.copyStrings(strings, validity, rows, first, slab, this.at, ends)
       let start = this.at
@@ -124,7 +139,7 @@ export class RowTexts {
       first += n
       if (first === rows) break
       // Row `first` does not fit: the next slab holds it, unless it is bigger than a slab.
-      if (new DataView(strings.buffer, strings.byteOffset + first * 16, 4).getUint32(0, true) > this.slabBytes) {
+      if (new DataView(strings.buffer, strings.byteOffset + first * 16, 4).getUint32(0, true) > Math.min(this.slabBytes, OVERFLOW_SLAB_BYTES)) {
         this.copyRuns(strings, validity, first + 1, first, out)
         first++
       } else {
@@ -140,11 +155,35 @@ export class RowTexts {
    */
   sliceDone(): void {
     const slab = this.slab >= 0 ? this.bufs[this.slab] : undefined
+    for (const b of this.bufs) if (b !== slab && this.own.has(b)) this.written.push(b)
     this.bufs.length = 0
     this.count = 0
     if (slab) {
       this.bufs.push(slab)
       this.slab = 0
+    }
+  }
+
+  /**
+   * `pieces` more pieces of the answer were taken from its JsonOut (all it held). The slabs of
+   * the rows written before (`sliceDone`) are in those pieces or earlier ones.
+   */
+  taken(pieces: number): void {
+    this.piecesTaken += pieces
+    if (this.written.length === 0) return
+    this.handedOut.push({ slabs: this.written, upTo: this.piecesTaken })
+    this.written = []
+  }
+
+  /** The reader no longer reads the answer's first `pieces` pieces: the slabs only they held go back to the pool. */
+  released(pieces: number): void {
+    if (this.recycled || !this.pool) return
+    while (this.handedOut.length > 0 && this.handedOut[0].upTo <= pieces) {
+      for (const s of this.handedOut.shift()!.slabs) {
+        this.own.delete(s)
+        this.held.bytes -= this.slabBytes
+        this.pool.push(s)
+      }
     }
   }
 
@@ -154,8 +193,9 @@ export class RowTexts {
     this.recycled = true
     if (!this.pool) return
     abandoned.unregister(this)
-    this.pool.push(...this.slabs)
-    this.slabs.length = 0
+    this.pool.push(...this.own)
+    this.own.clear()
+    this.held.bytes = 0
   }
 
   private push(buf: number, start: number, end: number): number {
@@ -175,25 +215,28 @@ export class RowTexts {
     return this.count++
   }
 
-  /** A slab to fill: an idle one, or a new one within the budget. False: none. */
-  private takeSlab(): boolean {
+  /** A slab to fill: an idle one, a new one within the budget, else an overflow slab. */
+  private takeSlab(): void {
+    // Not zeroed: a row only ever points at bytes the copy wrote.
     let s = this.pool!.pop()
+    let pooled = true
     if (s) slabStats.slabsReused++
     else if (slabBytesOut + this.slabBytes <= BUDGET_BYTES) {
-      // Not zeroed: a row only ever points at bytes the copy wrote.
       s = Buffer.allocUnsafeSlow(this.slabBytes)
       slabBytesOut += this.slabBytes
       slabStats.slabsMade++
     } else {
       slabStats.refused++
-      return false
+      s = Buffer.allocUnsafeSlow(OVERFLOW_SLAB_BYTES)
+      pooled = false
     }
-    this.slabs.push(s)
-    this.held.bytes += this.slabBytes
+    if (pooled) {
+      this.own.add(s)
+      this.held.bytes += this.slabBytes
+    }
     this.bufs.push(s)
     this.slab = this.bufs.length - 1
     this.at = 0
-    return true
   }
 
   /** Rows `first`… of a vector without slabs: in the buffers the bindings copy them into. */

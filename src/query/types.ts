@@ -67,4 +67,10 @@ export interface QueryStream {
    * on an error, does not call it.
    */
   recycle?(): void
+  /**
+   * The reader no longer reads the first `pieces` pieces of `body` (a reader that lets each piece
+   * go): the memory only they held serves the rest of the answer, so an answer read this way needs
+   * a few slabs however long it is.
+   */
+  released?(pieces: number): void
 }
