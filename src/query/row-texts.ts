@@ -12,9 +12,10 @@ import { eachRowText } from './raw-rows.js'
  * The buffers are slabs that later answers reuse once this one is on the socket, filled by a small
  * native addon (native/string-copy.c, built by `npm run build`): `@duckdb/node-bindings` copies
  * each run of string bytes into a new ArrayBuffer, and under a stream of big answers that fresh
- * memory cost a worker page faults and the V8 mark-compacts its external memory starts. Without
- * the addon (no C compiler, or BLOCK_ARCHIVE_NATIVE=off), or past the process's slab budget, a row's
- * buffer is the run of strings the bindings copied out, as before.
+ * memory cost a worker page faults and the V8 mark-compacts its external memory starts. Past the
+ * process's slab budget an answer fills overflow slabs of its own. Without the addon (no C
+ * compiler, or BLOCK_ARCHIVE_NATIVE=off), and for a row bigger than a slab, a row's buffer is the
+ * run of strings the bindings copied out, as before.
  *
  * Only the reader of the answer knows when its bytes are no longer read: the worker's HTTP layer
  * calls `recycle()` once the last byte was handed to the socket. A reader that lets each piece go
