@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict'
-import net from 'node:net'
 import path from 'node:path'
 import { after, describe, it } from 'node:test'
 import { killChildren, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { freePort } from './helpers/http.js'
 
 /*
  * A worker with local forms started before its router (its first heartbeat fails, so its first
@@ -11,16 +11,6 @@ import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
  * the router is up. Before the fix, that first empty pass stayed marked as running and every later
  * pass was turned away: the worker served from Parquet until restarted.
  */
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const s = net.createServer()
-    s.on('error', reject)
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port
-      s.close(() => resolve(port))
-    })
-  })
 
 describe('local forms of a worker started before its router', { timeout: 90_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>> | undefined

@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
-import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { createInterface } from 'node:readline'
 import { after, before, describe, it } from 'node:test'
 import { loadRecordedChain, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS } from '../src/ingest/recorded.js'
 import { children, CLI, killChildren, runCli, until } from './helpers/cli.js'
+import { freePort } from './helpers/http.js'
 
 /*
  * The README's session without a node (the ```sh block after `<!-- readme-session -->`), run line by
@@ -65,16 +65,6 @@ export function readmeSession(readme: string): string[] {
   const m = /```sh\n([\s\S]*?)\n```/.exec(readme.slice(at))
   assert.ok(m, 'no ```sh block after the marker')
   return m[1].split('\n').filter((l) => l.trim() && !l.trim().startsWith('#'))
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port
-      s.close(() => resolve(port))
-    })
-    s.once('error', reject)
-  })
 }
 
 /** A long-running CLI command; resolves once the `<prefix>: …` lines are printed, with every stdout line so far. */

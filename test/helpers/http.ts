@@ -1,4 +1,5 @@
 import http from 'node:http'
+import net from 'node:net'
 import zlib from 'node:zlib'
 
 /** A raw HTTP answer: nothing decoded behind the test's back. */
@@ -86,5 +87,16 @@ export function postAndHangUp(url: string, body: unknown, afterBytes: number): P
     })
     req.on('error', (e) => (req.destroyed ? undefined : reject(e)))
     req.end(JSON.stringify(body))
+  })
+}
+
+/** A TCP port free on 127.0.0.1 right now (for a server the test starts later on a known port). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port
+      s.close(() => resolve(port))
+    })
+    s.once('error', reject)
   })
 }
