@@ -457,13 +457,13 @@ export class LocalForms {
    * transaction (another worker's form build in this process, say) is open; those are short, so try
    * again for up to half a second before giving up (the next checkpoint catches up).
    */
-  private async checkpoint(con: DuckDBConnection): Promise<boolean> {
+  private async checkpoint(con: DuckDBConnection): Promise<void> {
     for (let attempt = 0; ; attempt++) {
       try {
         await con.run(`CHECKPOINT ${this.alias}`)
-        return true
+        return
       } catch {
-        if (attempt >= 20) return false
+        if (attempt >= 20) return
         await new Promise((resolve) => setTimeout(resolve, 25))
       }
     }
