@@ -46,8 +46,9 @@ export const slabsEnabled = native !== undefined
 export const SLAB_BYTES = 4 * 1024 * 1024
 /**
  * Past the budget an answer fills slabs of its own, this size, left to the garbage collector: one
- * native copy per vector still beats a buffer per run of strings the bindings copy out (an uncut
- * 135 MB answer: 400 vs 560 MB/s), and a small size wastes little in the last, part-filled one.
+ * native copy per vector instead of a buffer per run of strings the bindings copy out (no slower:
+ * 368 against 315 MB/s in one `bench worker` run, no measurable gap timed alone; BENCHMARKS.md step
+ * 41), and a small size wastes little in the last, part-filled one.
  */
 export const OVERFLOW_SLAB_BYTES = 1024 * 1024
 /** Bytes of slabs a process holds at most, in use and idle (BLOCK_ARCHIVE_SLAB_MB). */
