@@ -44,7 +44,9 @@ describe('operator view', { timeout: 120_000 }, () => {
     const records = await anvilRecords()
     chunks.alpha = await writeDataset(path.join(tmp.dir, 'alpha'), 'alpha', records, 16)
     chunks.beta = await writeDataset(path.join(tmp.dir, 'beta'), 'beta', records.slice(0, 64), 8)
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: HEARTBEAT })
+    // Nothing here is about dead workers: a generous miss count keeps a worker that a loaded CI machine
+    // stalls for a few heartbeats from being declared dead, which would move its chunks mid-test.
+    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 50 })
     // Both workers serve, and every chunk is on exactly one of them (the first assignment may move some).
     await until('chunks spread over both workers, one copy each', async () => {
       const s = await status()
@@ -182,9 +184,17 @@ describe('operator view', { timeout: 120_000 }, () => {
     try {
       const page = await browser.newPage({ viewport: { width: 1200, height: 800 } })
       // A real navigation: the browser's own Accept header must get the HTML page.
-      const res = await page.goto(`${cluster.router.url}/?refresh=0`)
-      assert.match(res!.headers()['content-type'], /^text\/html/)
-      const s = await status()
+      // The page and /status must describe the same assignment: load the page until /status reads the
+      // same worker states just before and just after it.
+      const states = (x: RouterStatus) => JSON.stringify(x.workers.map((w) => [w.id, w.state]).sort())
+      let contentType = ''
+      const s = await until('a page rendered while the assignment held still', async () => {
+        const before = await status()
+        contentType = (await page.goto(`${cluster.router.url}/?refresh=0`))!.headers()['content-type']
+        const after = await status()
+        return states(before) === states(after) ? after : undefined
+      })
+      assert.match(contentType, /^text\/html/)
       const rendered = await page.evaluate(() => {
         const box = (e: Element) => {
           const r = e.getBoundingClientRect()
