@@ -23,12 +23,8 @@ export class BlockWriter {
     return this.out.full
   }
 
-  take(): Uint8Array[] {
-    return this.takeOut()
-  }
-
   /** Everything written so far, as pieces (the row texts count them, `RowTexts.taken`). */
-  private takeOut(): Uint8Array[] {
+  take(): Uint8Array[] {
     const pieces = this.out.take()
     this.texts.taken(pieces.length)
     return pieces
@@ -37,7 +33,7 @@ export class BlockWriter {
   /** Closes the array: the rest of the answer. */
   finish(): Uint8Array[] {
     this.out.put(']')
-    return this.takeOut()
+    return this.take()
   }
 
   /** A block without items: its header and empty item lists. */
@@ -56,7 +52,7 @@ export class BlockWriter {
       for await (const row of rows(k)) {
         this.out.putFrom(row, first ? 1 : 0)
         first = false
-        if (this.out.full) yield* this.takeOut()
+        if (this.out.full) yield* this.take()
       }
       this.out.put(']')
     }
@@ -105,7 +101,7 @@ export class BlockWriter {
         this.texts.put(this.out, r.json[n], first ? 1 : 0)
         first = false
       }
-      if (stream && this.out.full) yield* this.takeOut()
+      if (stream && this.out.full) yield* this.take()
     }
     if (cur >= 0) {
       closeLists(this.opens.length)
