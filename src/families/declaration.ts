@@ -166,11 +166,6 @@ export function itemOf(family: FamilyDecl, selector: string): ItemDecl {
   return i
 }
 
-/** Columns a field reads. */
-export function fieldColumns(f: FieldDecl): string[] {
-  return f.encoding.kind === 'sql' ? f.encoding.columns : [f.encoding.column]
-}
-
 /** Lower case; felts also lose leading zeros after `0x` (`0x00AB` → `0xab`, zero → `0x0`). */
 export function normalizeHex(value: string, how: 'hex' | 'felt'): string {
   const v = value.toLowerCase()

@@ -5,6 +5,7 @@ import { ident, lit } from '../db.js'
 import { LazyConnection, type Sql } from './lazy-connection.js'
 import { ApiError, badRequest } from '../errors.js'
 import { tableOf } from '../families/declaration.js'
+import { lowerBoundLast } from '../chunks/search.js'
 import { ChunkRun, type ChunkSource, type SelectedBlock, type SliceRows } from './chunk-run.js'
 import { planQuery, planTables, type QueryPlan } from './plan.js'
 import type { DatasetView, HeldChunk, QueryBudgets, QueryStream } from './types.js'
@@ -28,7 +29,8 @@ export const DEFAULT_BUDGETS: QueryBudgets = { sizeBytes: 20 * 1024 * 1024, time
  * Default of `QueryBudgets.sliceBytes`: largest estimated JSON read in one statement. A slice's rows
  * are held until it is read, so this bounds the memory per query; each slice is a statement that
  * reads the chunk's files again. 24 MiB: a 20 MiB answer is mostly one statement (the serving
- * commands' small young generation keeps the peak where 16 MiB had it; BENCHMARKS.md, step 38).
+ * commands' small young generation keeps the peak where 16 MiB had it;
+ * docs/benchmark-history.md, step 38).
  */
 export const SLICE_BYTES = 24 * 1024 * 1024
 /** A slice reads blocks estimated up to this factor of the remaining size budget (estimates run 0.8–1.3× the JSON). */
@@ -38,7 +40,7 @@ const BUDGET_REACH = 1.25
  * process, and a query holds its slice's output until the statement is done (DuckDB keeps the
  * sorted rows of a slice while they stream out). Measured: worker peak RSS 517–610 MB with two
  * such slices at once, 494–525 MB one at a time, 579–625 MB instead of 1.2–2.1 GB with 16 queries
- * admitted (BENCHMARKS.md, step 15). Smaller slices run side by side.
+ * admitted (docs/benchmark-history.md, step 15). Smaller slices run side by side.
  */
 export const HEAVY_SLICE_BYTES = 4 * 1024 * 1024
 const heavySlices = new Mutex()
@@ -62,21 +64,6 @@ function hasTable(chunk: HeldChunk, table: string): boolean {
 
 function missingTable(plan: QueryPlan, chunk: HeldChunk): string | undefined {
   return planTables(plan).find((t) => !hasTable(chunk, t))
-}
-
-/**
- * Index of the first chunk ending at or after `block` (`chunks.length` when none), by binary search:
- * a view's chunks are ascending and do not overlap, and a worker may hold thousands.
- */
-function endingFrom(chunks: HeldChunk[], block: number): number {
-  let lo = 0
-  let hi = chunks.length
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1
-    if (chunks[mid].last < block) lo = mid + 1
-    else hi = mid
-  }
-  return lo
 }
 
 /**
@@ -111,7 +98,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   if (view.height < 0 || from > view.height) {
     throw badRequest('above-height', `block ${from} is above the height of dataset ${view.name} (${view.height})`)
   }
-  const start = endingFrom(view.chunks, from)
+  const start = lowerBoundLast(view.chunks, from)
   if (start === view.chunks.length || view.chunks[start].coverFrom > from) {
     // Below the height the block exists, so the router sent the client here just as the chunk moved
     // to another worker: a retryable answer makes the client ask the router again (a 400 would end
@@ -184,7 +171,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
     }
   }
   // While a chunk is written, the next one is prepared on a second connection (its temp tables
-  // are per connection): DuckDB runs the two in parallel (BENCHMARKS.md, step 11).
+  // are per connection): DuckDB runs the two in parallel (docs/benchmark-history.md, step 11).
   let second: Promise<Connection> | undefined
   const connection = (ci: number): Promise<Connection> =>
     ci % 2 === 0 ? Promise.resolve({ con, values: a.values }) : (second ??= secondConnection(plan))
@@ -351,7 +338,7 @@ async function checkParent(con: Sql, view: DatasetView, from: number, expected: 
   const numberCol = ident(tableOf(view.family, header.table).blockColumn)
   const file = (c: HeldChunk) => `read_parquet(${lit(path.join(c.dir, `${header.table}.parquet`))})`
   let actual: string | undefined
-  const at = view.chunks[endingFrom(view.chunks, parent)]
+  const at = view.chunks[lowerBoundLast(view.chunks, parent)]
   const holder = at && at.first <= parent ? at : undefined
   if (holder) {
     const r = await con.runAndReadAll(`SELECT hash FROM ${file(holder)} WHERE ${numberCol} = ${parent}`)
@@ -368,7 +355,7 @@ async function checkParent(con: Sql, view: DatasetView, from: number, expected: 
   if (actual === undefined || actual === expected) return
   const previous: { number: number; hash: string }[] = []
   // From the chunk of the parent backwards, until FORK_BLOCKS blocks are found.
-  for (let i = Math.min(endingFrom(view.chunks, parent), view.chunks.length - 1); i >= 0 && previous.length < FORK_BLOCKS; i--) {
+  for (let i = Math.min(lowerBoundLast(view.chunks, parent), view.chunks.length - 1); i >= 0 && previous.length < FORK_BLOCKS; i--) {
     const c = view.chunks[i]
     if (c.first > parent) continue
     const r = await con.runAndReadAll(

@@ -1,6 +1,5 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import { randomUUID } from 'node:crypto'
-import type { ServerResponse } from 'node:http'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { registry } from '../metrics.js'
@@ -30,13 +29,6 @@ export function errorBody(e: ApiError): string {
 export function sendApiError(reply: FastifyReply, e: ApiError): FastifyReply {
   if (e.retryAfter !== undefined) reply.header('retry-after', String(e.retryAfter))
   return reply.code(e.status).type('application/json').send(errorBody(e))
-}
-
-/** The same for a raw response (hijacked replies). */
-export function writeApiError(res: ServerResponse, e: ApiError): void {
-  const headers: Record<string, string> = { 'content-type': 'application/json' }
-  if (e.retryAfter !== undefined) headers['retry-after'] = String(e.retryAfter)
-  res.writeHead(e.status, headers).end(errorBody(e))
 }
 
 /** Any thrown value → ApiError; a non-ApiError is a bug, logged and answered with 500. */

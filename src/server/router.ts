@@ -1,4 +1,5 @@
 import type { ChunkRef } from '../chunks/layout.js'
+import { lowerBoundLast } from '../chunks/search.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { QueryRate } from './query-rate.js'
@@ -370,18 +371,6 @@ export class RouterState {
     const w = this.workers.get(id)
     return !!w && this.holds(w, ds, c)
   }
-}
-
-/** Index of the first chunk whose `last` is ≥ block (chunks.length when none). */
-export function lowerBoundLast(chunks: readonly { last: number }[], block: number): number {
-  let lo = 0
-  let hi = chunks.length
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1
-    if (chunks[mid].last < block) lo = mid + 1
-    else hi = mid
-  }
-  return lo
 }
 
 function compareTuples(a: number[], b: number[]): number {
