@@ -72,7 +72,7 @@ async function loadBuild(dist: string, name: string, formsFile: string, storage:
   const { evmFamily } = await load('src/families/evm.js')
   const { prepareQuery } = await load('src/query/engine.js')
   const { LocalForms } = await load('src/storage/local-forms.js')
-  // Builds before step 34 have no block-ordered copies (and no blockOrders).
+  // Builds before step 34 (docs/benchmark-history.md) have no block-ordered copies (and no blockOrders).
   const { blockOrders } = await load('src/families/declaration.js')
   const { dir, meta } = await benchChunk()
   const forms = new LocalForms({ file: formsFile, label: name })

@@ -175,10 +175,10 @@ const ALL: string[][] = [
   ['stringify'],
   ['worker'],
   // 4 in flight beside 1 and 2: with the workers' DuckDB at 1 thread, 4 in flight kept both cores
-  // busier (140–144 k items/s at 2, 149–170 k at 4; BENCHMARKS.md, step 37).
+  // busier (140–144 k items/s at 2, 149–170 k at 4; docs/benchmark-history.md, step 37).
   ['sync', '--blocks', '2000', '--sdk', '--parallel', '1', '2', '4'],
   // Target 4 over a longer range: the SDK's own start (≈ 20 ms before its first request, then cold
-  // requests) is most of a 2,000-block no-match sync (BENCHMARKS.md, step 36).
+  // requests) is most of a 2,000-block no-match sync (docs/benchmark-history.md, step 36).
   ['sync', '--blocks', '10000', '--sdk', '--shape', 'logs, no match', '--storage', 'parquet'],
   ['memory'],
   ['scaling'],

@@ -146,8 +146,9 @@ async function syncAll(o: SyncBenchOptions, d: Deployment, dir: string, storage:
         runs++
         if (repeat && performance.now() - t0 < WARM_UP_BELOW_MS) {
           // A pass of a few ms: 0.5 s of untimed passes first, so that the timed ones run code the
-          // JIT has optimised by then, as in a worker that has served for a while (BENCHMARKS.md,
-          // step 41: the no-match target's best setting 0.69–1.03 M blocks/s without, 1.07–1.18 M with).
+          // JIT has optimised by then, as in a worker that has served for a while
+          // (docs/benchmark-history.md, step 41: the no-match target's best setting 0.69–1.03 M
+          // blocks/s without, 1.07–1.18 M with).
           for (const w0 = performance.now(); performance.now() - w0 < WARM_UP_MS; ) await onePass()
           runs = 0
           cpu0 = cpuNow(d)

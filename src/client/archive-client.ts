@@ -220,7 +220,7 @@ export class ArchiveClient {
    * `knownHeight`: a height just read (the segments of a parallel range need not ask again). With a
    * `toBlock` and without `follow`, the height is read only once the range reaches past it (the
    * router answers that the block is above the height): a range below the height takes one round
-   * trip less per range (BENCHMARKS.md, step 31).
+   * trip less per range (docs/benchmark-history.md, step 31).
    */
   private async *answers(query: ArchiveQuery, from: number, to: number | undefined, range: RangeOptions, knownHeight?: number, readAhead = false): AsyncGenerator<Answer> {
     let beg = from
@@ -416,10 +416,10 @@ const NEXT_BLOCK = '},{"header":{"number":'
 /**
  * The answer's blocks, each parsed when the reader takes it. A reader that lets each block go
  * before taking the next leaves V8 only short-lived objects: parsing a 21 MB answer block by block
- * took 31 instead of 58 CPU ms (BENCHMARKS.md, step 39). The text is cut where a block ends and the
- * next begins `{"header":{"number":` (as this archive writes answers); those characters can also
- * occur inside a block's values (a nested object with these keys), but then the piece before the
- * cut is not a whole JSON value and fails to parse, so the rest of the answer is parsed whole from
+ * took 31 instead of 58 CPU ms (docs/benchmark-history.md, step 39). The text is cut where a block
+ * ends and the next begins `{"header":{"number":` (as this archive writes answers); those characters
+ * can also occur inside a block's values (a nested object with these keys), but then the piece before
+ * the cut is not a whole JSON value and fails to parse, so the rest of the answer is parsed whole from
  * the last true cut. Blocks are checked as `checkAnswer` checks them, one by one.
  */
 function* blocksOf(answer: Answer): Generator<Block> {

@@ -5,8 +5,8 @@ import { BodyBuffers, decodeText } from '../body-buffers.js'
 
 /*
  * The client's HTTP requests, on node:http(s) with kept-alive connections. Measured against the
- * global fetch on loopback (BENCHMARKS.md, step 31): a request and its headers go out in one write
- * (fetch wrote headers and body apart), and a round trip costs the client about half the CPU.
+ * global fetch on loopback (docs/benchmark-history.md, step 31): a request and its headers go out in
+ * one write (fetch wrote headers and body apart), and a round trip costs the client about half the CPU.
  */
 
 const agents = {
@@ -119,7 +119,7 @@ function single(v: string | string[] | undefined): string | undefined {
  * The text of an answer's bytes. A big answer's parts are joined in a kept buffer instead of fresh
  * memory (at most 2, of at most 32 MB each, dropped 5 s after the last use), and ASCII text is read
  * without UTF-8 decoding: a full sync of 1.35 GB of answers took the client 4.21–4.35 instead of
- * 4.73–4.93 CPU s (BENCHMARKS.md, step 39).
+ * 4.73–4.93 CPU s (docs/benchmark-history.md, step 39).
  */
 export function textOf(parts: Buffer[]): string {
   if (parts.length === 1) return decodeText(parts[0])

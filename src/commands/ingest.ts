@@ -175,7 +175,7 @@ export function registerIngest(program: Command): void {
  * thread polls for work while DuckDB's other threads run the only task left (a sort's merge, the
  * Parquet writer), and that polling burns a core: on 2 cores with 1 fetch worker, 2 DuckDB threads
  * took ≈ 6.2 ms of CPU per mainnet block to write a chunk, 1 thread ≈ 3.8 ms, in no more wall time
- * (BENCHMARKS.md, "Ingest").
+ * (docs/benchmark-history.md, step 29).
  */
 export function ingestDbThreads(workers: number | undefined): number {
   return Math.max(1, availableParallelism() - (workers ?? defaultWorkers()))

@@ -181,7 +181,7 @@ const DEFAULT_DB_SPILL = '4GB'
  * only help on cores that no caller occupies; a caller polls for work while those threads run its
  * statement's last task, and that polling burns a core. On 2 cores, 2 workers at the default
  * concurrency, an all tx+logs sync took 8.7–9.1 CPU s of the workers per pass with 2 DuckDB threads
- * and 7.0–7.2 with 1, at 134 k → 147 k items/s (BENCHMARKS.md, step 37).
+ * and 7.0–7.2 with 1, at 134 k → 147 k items/s (docs/benchmark-history.md, step 37).
  */
 export function workerDbThreads(statementsAtOnce: number): number {
   return Math.max(1, os.availableParallelism() - statementsAtOnce + 1)

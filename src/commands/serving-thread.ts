@@ -7,7 +7,8 @@ import { isMainThread, parentPort, Worker } from 'node:worker_threads'
  * process (a signal or a kill reaches everything, nothing is left behind). With the smaller young
  * generation the workers read 24 MiB slices (one statement per 20 MiB answer) within the memory
  * that 16 MiB slices took: an all tx+logs sync 15 % less worker CPU, the peak under 16 clients no
- * higher (BENCHMARKS.md, step 38). `BLOCK_ARCHIVE_SERVE_THREAD=off` runs them in the main thread.
+ * higher (docs/benchmark-history.md, step 38). `BLOCK_ARCHIVE_SERVE_THREAD=off` runs them in the main
+ * thread.
  */
 
 const SERVING_COMMANDS = new Set(['worker', 'serve', 'demo'])

@@ -150,8 +150,8 @@ export function defaultWorkers(): number {
  * Chunks closing at once by default on the spooled path (the raw answers wait on disk, not in
  * memory): 2 with 2 cores or more. A close runs on one DuckDB thread (`--db-threads` default); a
  * second one uses the core the fetch worker leaves idle once it is ahead: 197.7 → 221–232 blocks/s
- * on 2 cores, ingest peak RSS 548 → 560–695 MB (BENCHMARKS.md, step 36). Chunks whose rows are
- * held in memory (traces, state diffs, other families) close one at a time unless `--closes` says
+ * on 2 cores, ingest peak RSS 548 → 560–695 MB (docs/benchmark-history.md, step 36). Chunks whose rows
+ * are held in memory (traces, state diffs, other families) close one at a time unless `--closes` says
  * otherwise: each one more would hold another chunk of rows.
  */
 export function defaultCloses(): number {
@@ -167,7 +167,8 @@ const MiB = 1024 * 1024
  * Default block bound of a chunk; the byte bound (256 MiB of rows) closes mainnet-sized chunks long
  * before it (≈ 345 blocks). Chains with little data per block would otherwise get many small chunks,
  * and a query pays ≈ 15–20 ms per chunk it reads: the anvil comparison (5,002 blocks) answered in
- * 131–140 ms from 1,000-block chunks and in 99–109 ms from one chunk (BENCHMARKS.md, step 20).
+ * 131–140 ms from 1,000-block chunks and in 99–109 ms from one chunk
+ * (docs/benchmark-history.md, step 20).
  */
 export const DEFAULT_CHUNK_BLOCKS = 10_000
 

@@ -15,7 +15,7 @@ import { filterSql, itemJsonSql, outputFields, relationJoinSql, relationSourceCo
 
 /*
  * One query over one chunk, in DuckDB, in separate short statements (measured: a semi join per
- * step is ~10× faster than one statement of CTEs, measured in BENCHMARKS.md). Two plans.
+ * step is ~10× faster than one statement of CTEs). Two plans.
  *
  * The keyed plan (`prepareKeyed`, `keyedSlice`), for every query whose requests all have a
  * condition and select at most `keyedPlan.maxRows` rows in the chunk — two statements:
@@ -523,7 +523,7 @@ export class ChunkRun {
    * Whether the keyed plan's first statement may come unordered, to be put in order in JS by one
    * number per row (`orderInJs`): every kind has at most one key column, of an integer type, and
    * (kind, block) fit in 21 bits beside a 32-bit key. Its `ORDER BY` cost 1.4 ms of 7.7 for logs+tx
-   * (BENCHMARKS.md, step 33).
+   * (docs/benchmark-history.md, step 33).
    */
   private keysPack(): boolean {
     if (!keyedPlan.jsOrder || (this.to - this.from + 1) * (this.kinds.length + 1) >= 2 ** 21) return false

@@ -7,7 +7,7 @@ export type Sql = Pick<DuckDBConnection, 'run' | 'stream' | 'runAndReadAll'>
 /**
  * A connection opened at its first statement. A warm answer that the chunk summaries and the
  * header cache settle runs none, and a connection costs ≈ 0.2 ms of CPU and 0.3 ms of wall to open
- * and close (BENCHMARKS.md, step 31): a query over 10 ruled-out chunks opened two.
+ * and close (docs/benchmark-history.md, step 31): a query over 10 ruled-out chunks opened two.
  */
 export class LazyConnection implements Sql {
   private con?: Promise<DuckDBConnection>

@@ -4,7 +4,7 @@ import bindings from '@duckdb/node-bindings'
 /*
  * Reads result columns straight from DuckDB's vectors. `@duckdb/node-api`'s value conversion
  * decodes every string into a JS string; the engine only copies JSON text into the answer, so it
- * takes each VARCHAR's bytes as they are (one copy, no decoding; BENCHMARKS.md, step 10).
+ * takes each VARCHAR's bytes as they are (one copy, no decoding; docs/benchmark-history.md, step 10).
  */
 
 /**

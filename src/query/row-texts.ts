@@ -7,7 +7,8 @@ import { eachRowText } from './raw-rows.js'
 /*
  * The JSON texts of one answer's rows, as they leave DuckDB. A row is a number (a handle): its
  * bytes lie at [start, end) of one of the answer's buffers. No JS object per row: an answer of 20k
- * rows held as 20k views was the garbage that grew a worker's heap (BENCHMARKS.md, step 40).
+ * rows held as 20k views was the garbage that grew a worker's heap
+ * (docs/benchmark-history.md, step 40).
  *
  * The buffers are slabs that later answers reuse once this one is on the socket, filled by a small
  * native addon (native/string-copy.c, built by `npm run build`): `@duckdb/node-bindings` copies
@@ -47,8 +48,8 @@ export const SLAB_BYTES = 4 * 1024 * 1024
 /**
  * Past the budget an answer fills slabs of its own, this size, left to the garbage collector: one
  * native copy per vector instead of a buffer per run of strings the bindings copy out (no slower:
- * 368 against 315 MB/s in one `bench worker` run, no measurable gap timed alone; BENCHMARKS.md step
- * 41), and a small size wastes little in the last, part-filled one.
+ * 368 against 315 MB/s in one `bench worker` run, no measurable gap timed alone;
+ * docs/benchmark-history.md step 41), and a small size wastes little in the last, part-filled one.
  */
 export const OVERFLOW_SLAB_BYTES = 1024 * 1024
 /** Bytes of slabs a process holds at most, in use and idle (BLOCK_ARCHIVE_SLAB_MB). */

@@ -21,7 +21,8 @@ const MAX_SAFE = '9007199254740991'
 
 /**
  * A field's value as DuckDB VARCHAR holding its JSON text, NULL when the value is null. Built with
- * `concat` rather than `json_object`: measured 20–40 % less DuckDB time per row (BENCHMARKS.md).
+ * `concat` rather than `json_object`: measured 20–40 % less DuckDB time per row
+ * (docs/benchmark-history.md, step 10).
  */
 function valueText(f: FieldDecl, q: (column: string) => string): string {
   const e = f.encoding

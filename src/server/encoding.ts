@@ -14,7 +14,8 @@ const PROXY_HEADERS = ['forwarded', 'x-forwarded-for', 'x-real-ip', 'via']
 
 /**
  * Whether to compress an answer. On loopback, compressing only costs CPU that the worker and the
- * client share: measured (BENCHMARKS.md, step 18) all tx+logs sync 34.5k → 57–60k items/s without it.
+ * client share: measured (docs/benchmark-history.md, step 18) all tx+logs sync 34.5k → 57–60k items/s
+ * without it.
  */
 export function compressFor(mode: CompressionMode, remoteAddress: string | undefined, headers: Record<string, unknown>): boolean {
   if (mode !== 'auto') return mode === 'always'
@@ -48,8 +49,8 @@ export function compressor(enc: ContentEncoding): Transform | undefined {
   switch (enc) {
     case 'br':
       // Quality 11 (the default) is far too slow for streaming. On a 21 MB mainnet-sized answer
-      // (BENCHMARKS.md, "compression"): quality 1 226 MB/s, ratio 3.9; quality 4 36 MB/s, ratio 4.5
-      // (slower than the engine produces JSON); gzip level 5 65 MB/s, ratio 3.6.
+      // (docs/benchmark-history.md, step 3): quality 1 226 MB/s, ratio 3.9; quality 4 36 MB/s, ratio
+      // 4.5 (slower than the engine produces JSON); gzip level 5 65 MB/s, ratio 3.6.
       return zlib.createBrotliCompress({
         params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 1, [zlib.constants.BROTLI_PARAM_MODE]: zlib.constants.BROTLI_MODE_TEXT },
       })

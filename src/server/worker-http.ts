@@ -151,7 +151,8 @@ export class WorkerServer {
       const first = await pieces.next()
       // A second piece is pulled before answering too: when there is none, the whole answer is
       // known and goes out in one write with its length and `x-num-read-chunks` as a header
-      // (no chunked encoding, no stream pipeline: ~0.3 ms less per small answer, BENCHMARKS.md step 27).
+      // (no chunked encoding, no stream pipeline: ~0.3 ms less per small answer,
+      // docs/benchmark-history.md step 27).
       const second = first.done ? first : await pieces.next()
       if (gone.signal.aborted) {
         await pieces.return?.()

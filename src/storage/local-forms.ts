@@ -12,8 +12,8 @@ import { localFormBuilds, localFormBytes, localFormSeconds } from './metrics.js'
  * A worker's fast local copy of the chunks it serves. Parquet (zstd) stays the storage and the
  * interchange format; a worker copies every table of a chunk it serves into one DuckDB database file
  * of its own (`local-forms.duckdb` in its cache folder), which DuckDB reads 1.5–2.5× faster for the
- * queries that decode many rows (BENCHMARKS.md, "Local forms"). A chunk's tables are copied in one
- * transaction together with their row in the `forms` registry, so a crash leaves either the whole
+ * queries that decode many rows (docs/benchmark-history.md, step 22). A chunk's tables are copied in
+ * one transaction together with their row in the `forms` registry, so a crash leaves either the whole
  * form or none. Rows keep the Parquet file's order, so a table's `rowid` is the file's row number.
  * Until a chunk's form is built, and when the cache limit leaves no room for it, queries read the
  * Parquet files.
@@ -65,7 +65,7 @@ export const NARROW_FLAG = '__narrow_row'
  * DuckDB must sort what it reads into the answer's order. The copy holds the same rows in the
  * answer's order (`blockOrders` of the family: block, then the item's key), so such a slice reads
  * only its own vectors, in order (measured: a 16 MiB slice of all transactions and logs, 41 → 21 CPU
- * ms; BENCHMARKS.md, step 34). It costs the form the size of those tables once more.
+ * ms; docs/benchmark-history.md, step 34). It costs the form the size of those tables once more.
  */
 export const BY_BLOCK_SUFFIX = '__by_block'
 /** Bytes of rows sorted at once for a block-ordered copy, and a table's size in memory per byte of its Parquet file (an estimate). */

@@ -41,7 +41,7 @@ export function joinKey(...parts: string[]): string {
 let shared: S3Client | undefined
 /**
  * The SDK, loaded on first use: it is 4.8 MB of a worker's 21 MB live JS heap, which the garbage
- * collector marks again after every few answers (BENCHMARKS.md, step 36), in processes that
+ * collector marks again after every few answers (docs/benchmark-history.md, step 36), in processes that
  * mostly never touch object storage.
  */
 let sdk: typeof import('@aws-sdk/client-s3') | undefined
