@@ -3,6 +3,7 @@ import { Command, Option } from 'commander'
 import { registerIngest } from './commands/ingest.js'
 import { registerDemo } from './commands/demo.js'
 import { registerServe } from './commands/serve.js'
+import { dbSettled } from './db.js'
 import { LOG_FORMATS, parseLogFormat, setLogFormat, type LogFormat } from './log.js'
 
 const program = new Command()
@@ -38,7 +39,9 @@ registerIngest(program)
 registerServe(program)
 registerDemo(program)
 
-program.parseAsync(process.argv).catch((e) => {
+program.parseAsync(process.argv).catch(async (e) => {
   console.error(e instanceof Error ? e.message : e)
+  // Exiting while DuckDB is still starting on its own thread aborts the process natively (src/db.ts).
+  await dbSettled()
   process.exit(typeof e?.exitCode === 'number' ? e.exitCode : 1)
 })

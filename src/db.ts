@@ -25,20 +25,33 @@ export interface DbOptions {
   spillLimit?: string
 }
 
+/*
+ * The options only: the instance starts at the first statement. Creating it runs on a DuckDB thread;
+ * a command that fails before its first statement (a data folder that does not exist) must not
+ * exit while that creation is still under way, or its completion lands in a torn-down thread and
+ * aborts the process natively (`terminate called after throwing an instance of 'Napi::Error'`).
+ */
+let configured: Record<string, string> | undefined
+
 export function configureDb(opts: DbOptions): void {
-  if (instance) throw new Error('DuckDB is already started; configure it before first use')
-  instance = DuckDBInstance.create(':memory:', {
+  if (instance || configured) throw new Error('DuckDB is already configured; configure it once, before first use')
+  configured = {
     ...ALWAYS,
     ...(opts.threads ? { threads: String(opts.threads) } : {}),
     ...(opts.memoryLimit ? { memory_limit: opts.memoryLimit } : {}),
     ...(opts.spillFolder ? { temp_directory: opts.spillFolder } : {}),
     ...(opts.spillLimit ? { max_temp_directory_size: opts.spillLimit } : {}),
-  })
+  }
 }
 
 export async function getDb(): Promise<DuckDBInstance> {
-  if (!instance) instance = DuckDBInstance.create(':memory:', ALWAYS)
+  if (!instance) instance = DuckDBInstance.create(':memory:', configured ?? ALWAYS)
   return instance
+}
+
+/** Resolves once DuckDB's start, if one is under way, has finished (so the process may exit). */
+export async function dbSettled(): Promise<void> {
+  await instance?.catch(() => undefined)
 }
 
 /** Whether this process has started DuckDB (metrics do not start it). */

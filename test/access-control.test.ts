@@ -12,8 +12,8 @@ import { KeyStore, parseKeys, signTicket, workerToken } from '../src/server/auth
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { KeyConcurrency, TokenBuckets } from '../src/server/rate-limit.js'
 import { LocalStorage } from '../src/server/storage.js'
-import { killChildren, runCli, startCli, until } from './helpers/cli.js'
-import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+import { STALL_TOLERANT_ROUTER, killChildren, runCli, startCli, until } from './helpers/cli.js'
+import { stallTolerant, anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import { postJson, request, type RawAnswer } from './helpers/http.js'
 import { ALL_FIELDS, assertMatchesSource, fullSync, blocksOf, runProcessor } from './helpers/processor-expect.js'
 
@@ -101,7 +101,7 @@ describe('access control, tickets and limits', { timeout: 240_000 }, () => {
       storage: new LocalStorage(path.join(tmp.dir, 'data')),
       workers: 2,
       replication: 1,
-      heartbeatMs: 200,
+      ...stallTolerant(200),
       budgets: { sizeBytes: 200_000 },
       access: { keysFile, keysReloadMs: 100, ticketSecret: SECRET },
     })
@@ -375,7 +375,7 @@ describe('access control, tickets and limits', { timeout: 240_000 }, () => {
     assert.match(noSecret.stderr, /--keys-file needs the ticket secret/)
 
     const env = { LOG_LEVEL: 'trace', LOG_FORMAT: 'json' }
-    const r = await startCli(['router', '--data', path.join(tmp.dir, 'data'), '--port', '0', '--heartbeat-ms', '200', '--keys-file', keysFile, '--ticket-secret-file', secretFile, '--rate-limit', '50'], ['router'], env)
+    const r = await startCli(['router', '--data', path.join(tmp.dir, 'data'), '--port', '0', ...STALL_TOLERANT_ROUTER, '--keys-file', keysFile, '--ticket-secret-file', secretFile, '--rate-limit', '50'], ['router'], env)
     let routerLog = ''
     r.child.stderr!.on('data', (d) => (routerLog += d))
     const url = r.lines.get('router')![0]
@@ -433,7 +433,7 @@ describe('access control, tickets and limits', { timeout: 240_000 }, () => {
     const open = await startCluster({
       storage: new LocalStorage(path.join(tmp.dir, 'data')),
       workers: 1,
-      heartbeatMs: 200,
+      ...stallTolerant(200),
       access: { rateLimit: 2, rateBurst: 2 },
     })
     try {

@@ -5,7 +5,7 @@ import { ArchiveClient, HttpError, lastBlockOfText, type Batch, type Block } fro
 import type { ChunkRef } from '../src/chunks/layout.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
-import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+import { stallTolerant, anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 
 /*
  * The client library against a router and two workers over real chunks of the recorded anvil chain.
@@ -69,7 +69,7 @@ describe('client library over router + 2 workers', { timeout: 90_000 }, () => {
       storage: new LocalStorage(tmp.dir),
       workers: 2,
       replication: 1,
-      heartbeatMs: 100,
+      ...stallTolerant(100),
       budgets: { sizeBytes: 2_000 },
     })
     base = cluster.datasets.get('anvil')!

@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test'
 import { ingestRecorded, loadRecordedChain, type RecordedChainName } from '../src/ingest/recorded.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
-import { tempDir } from './helpers/dataset.js'
+import { stallTolerant, tempDir } from './helpers/dataset.js'
 import {
   ALL_FIELDS, blocksOf, clean, expectedHeader, expectedLogs, expectedTraces, expectedTransactions, runProcessor, TRANSFER, type SourceBlock,
 } from './helpers/processor-expect.js'
@@ -33,7 +33,7 @@ describe('@subsquid/evm-processor over recorded mainnet blocks', { timeout: 240_
     await ingestRecorded(path.join(tmp.dir, 'ethereum-traces'), 'ethereum-traces', { traces: 'trace_block' })
     await ingestRecorded(path.join(tmp.dir, 'polygon'), 'polygon', { chain: 'polygon' })
     await ingestRecorded(path.join(tmp.dir, 'arbitrum'), 'arbitrum', { chain: 'arbitrum' })
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 200, budgets: { sizeBytes: 300_000 } })
+    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, ...stallTolerant(200), budgets: { sizeBytes: 300_000 } })
   })
 
   after(async () => {

@@ -3,7 +3,7 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
-import { anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+import { stallTolerant, anvilRecords, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import {
   assertMatchesSource, fullSync, blocksOf, clean, expectedHeader, expectedLogs, runProcessor, TRANSFER,
 } from './helpers/processor-expect.js'
@@ -27,7 +27,7 @@ describe('@subsquid/evm-processor against router + workers', { timeout: 180_000 
     records = await anvilRecords()
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
     // A small size budget makes the processor walk the range in many steps, across both workers.
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 200, budgets: { sizeBytes: 200_000 } })
+    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, ...stallTolerant(200), budgets: { sizeBytes: 200_000 } })
     gateway = cluster.datasets.get('anvil')!
   })
 

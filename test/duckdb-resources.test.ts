@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test'
 import { configureDb, connect, dbSettings } from '../src/db.js'
 import { workerDbThreads } from '../src/commands/serve.js'
 import { spillFolder } from '../src/storage/chunk-cache.js'
-import { killChildren, runCli, startCli, until } from './helpers/cli.js'
+import { STALL_TOLERANT_ROUTER, killChildren, runCli, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 
 /*
@@ -67,7 +67,7 @@ describe('DuckDB resources of a worker', { timeout: 90_000 }, () => {
   })
 
   it('a worker process with local forms runs DuckDB with the smaller default limit and spills into its cache folder; --db-memory and --db-spill set them', async () => {
-    const router = await startCli(['router', '--data', path.join(tmp.dir, 'data'), '--port', '0', '--heartbeat-ms', '200'], ['router'])
+    const router = await startCli(['router', '--data', path.join(tmp.dir, 'data'), '--port', '0', ...STALL_TOLERANT_ROUTER], ['router'])
     const routerUrl = router.lines.get('router')![0]
     const cache = path.join(tmp.dir, 'cache')
     await mkdir(path.join(cache, `.duckdb-spill-${GONE}`), { recursive: true })

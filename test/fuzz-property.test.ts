@@ -23,9 +23,10 @@ const FIXED_SEED = 20_141_014
 const RANDOM_SEED = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : Math.floor(Math.random() * 2 ** 31)
 /** Cases per family and seed (split across the family's datasets). */
 const RUNS = { fixed: 130, random: 70 }
-const TIMEOUT_MS = 10_000
+// A hang, not a slow answer on a busy machine (CPU burners beside the suite stretch answers to seconds).
+const TIMEOUT_MS = 30_000
 
-describe('fuzz: worker queries of every family (fast-check)', { timeout: 240_000 }, () => {
+describe('fuzz: worker queries of every family (fast-check)', { timeout: 900_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let forms: Awaited<ReturnType<typeof tempDir>>
   let fz: FuzzCluster

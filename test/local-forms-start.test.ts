@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, describe, it } from 'node:test'
-import { killChildren, startCli, until } from './helpers/cli.js'
+import { STALL_TOLERANT_ROUTER, killChildren, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { freePort } from './helpers/http.js'
 
@@ -30,7 +30,7 @@ describe('local forms of a worker started before its router', { timeout: 90_000 
     const url = w.lines.get('worker')![0].split(' ')[0]
     const status = async () => (await (await fetch(`${url}/status`)).json()) as { last_ping_error: string | null; local_forms: { built: number; pending: number } }
     assert.notEqual((await status()).last_ping_error, null, 'the first heartbeat failed: no router yet')
-    await startCli(['router', '--data', data, '--port', String(port), '--heartbeat-ms', '200'], ['router'])
+    await startCli(['router', '--data', data, '--port', String(port), ...STALL_TOLERANT_ROUTER], ['router'])
     const forms = await until('the worker built the forms of both chunks', async () => {
       const s = (await status()).local_forms
       return s.built === 2 && s.pending === 0 ? s : undefined

@@ -6,7 +6,7 @@ import type { ChunkRef } from '../src/chunks/layout.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
-import { anvilRecords, tempDir, writeChunk, writeDataset, type AnvilRecord, startStandaloneWorker } from './helpers/dataset.js'
+import { stallTolerant, anvilRecords, tempDir, writeChunk, writeDataset, type AnvilRecord, startStandaloneWorker } from './helpers/dataset.js'
 import { postJson, request } from './helpers/http.js'
 import { fetchFull } from './helpers/reference-data.js'
 import { KINDS, REQUEST_KEY, evaluate, firstDifference, type FullBlock, type Obj } from './helpers/reference-evm.js'
@@ -270,7 +270,7 @@ describe('response budgets through the router and the client library', { timeout
     tmp = await tempDir('ba-budgets-cluster-')
     const records = await anvilRecords()
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100, budgets: { sizeBytes: 15_000 } })
+    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, ...stallTolerant(100), budgets: { sizeBytes: 15_000 } })
     base = cluster.datasets.get('anvil')!
     uncutWorker = await startStandaloneWorker(tmp.dir)
     full = await fetchFull(`${uncutWorker.url}/datasets/anvil/query`, 0)

@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
-import { anvilRecords, tempDir, writeChunk, writeDataset, type AnvilRecord, startStandaloneWorker } from './helpers/dataset.js'
+import { stallTolerant, anvilRecords, tempDir, writeChunk, writeDataset, type AnvilRecord, startStandaloneWorker } from './helpers/dataset.js'
 import { postJson, request, type RawAnswer } from './helpers/http.js'
 import { FILTERS, KINDS, REQUEST_KEY, type Obj } from './helpers/reference-evm.js'
 
@@ -319,7 +319,7 @@ describe('query errors: a worker asked for blocks it does not hold', { timeout: 
     tmp = await tempDir('ba-errors-cluster-')
     records = await anvilRecords()
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: 100 })
+    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, ...stallTolerant(100) })
   })
 
   after(async () => {

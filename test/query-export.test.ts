@@ -11,7 +11,7 @@ import { connect, lit } from '../src/db.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { CLI, children, killChildren, runCli, until } from './helpers/cli.js'
-import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { stallTolerant, anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 
 /*
  * `block-archive query --out/--format/--resume` and its progress display, as a child process against
@@ -87,7 +87,7 @@ describe('query --out, --format, --resume and progress', { timeout: 300_000 }, (
   before(async () => {
     tmp = await tempDir('ba-export-')
     await writeDataset(path.join(tmp.dir, 'data', 'anvil'), 'anvil', await anvilRecords(), 16)
-    cluster = await startCluster({ storage: new LocalStorage(path.join(tmp.dir, 'data')), workers: 2, heartbeatMs: 200, budgets: { sizeBytes: 30_000 } })
+    cluster = await startCluster({ storage: new LocalStorage(path.join(tmp.dir, 'data')), workers: 2, ...stallTolerant(200), budgets: { sizeBytes: 30_000 } })
     base = cluster.datasets.get('anvil')!
     await until('workers serving every block', async () => ((await (await fetch(`${base}/127/worker`)).ok) ? true : undefined))
     await writeFile((queryFile = path.join(tmp.dir, 'query.json')), JSON.stringify(QUERY))

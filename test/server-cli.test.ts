@@ -124,7 +124,7 @@ describe('CLI: router and workers as separate processes', { timeout: 120_000 }, 
   })
 })
 
-describe('CLI: serve and help', { timeout: 60_000 }, () => {
+describe('CLI: serve and help', { timeout: 300_000 }, () => {
   after(() => {
     for (const c of children) c.kill('SIGKILL')
   })
@@ -177,5 +177,15 @@ describe('CLI: serve and help', { timeout: 60_000 }, () => {
     const missing = await runCli(['serve', '--data', '/nonexistent/folder', '--port', '0'])
     assert.notEqual(missing.code, 0)
     assert.match(missing.stderr, /nonexistent\/folder/)
+  })
+
+  // DuckDB started while the folder was checked; exiting before it was up aborted the process
+  // natively now and then on a busy machine (`terminate called after throwing an instance of 'Napi::Error'`).
+  it('a data folder that does not exist gets its one-line error every time', async () => {
+    for (let i = 0; i < 5; i++) {
+      const r = await runCli(['serve', '--data', '/nonexistent/folder', '--port', '0'], undefined, { LOG_LEVEL: 'warn' })
+      assert.equal(r.code, 1, r.stderr)
+      assert.equal(r.stderr, 'data folder /nonexistent/folder does not exist\n')
+    }
   })
 })

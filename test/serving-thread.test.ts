@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import type { ChildProcess } from 'node:child_process'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { killChildren, runCli, startCli, until } from './helpers/cli.js'
+import { STALL_TOLERANT_ROUTER, killChildren, runCli, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { slabsEnabled } from '../src/query/row-texts.js'
 
@@ -22,7 +22,7 @@ describe('the serving thread', { timeout: 90_000 }, () => {
   before(async () => {
     tmp = await tempDir('ba-serving-thread-')
     await writeDataset(path.join(tmp.dir, 'data', 'anvil'), 'anvil', (await anvilRecords()).slice(0, 32), 16)
-    const router = await startCli(['router', '--data', path.join(tmp.dir, 'data'), '--port', '0', '--heartbeat-ms', '200'], ['router'])
+    const router = await startCli(['router', '--data', path.join(tmp.dir, 'data'), '--port', '0', ...STALL_TOLERANT_ROUTER], ['router'])
     routerUrl = router.lines.get('router')![0]
   })
 

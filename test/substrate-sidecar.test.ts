@@ -8,7 +8,7 @@ import { loadRecordedSidecar, SIDECAR_CHAINS, SidecarReplayServer, type SidecarC
 import { SidecarSource } from '../src/ingest/substrate/sidecar/source.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
-import { tempDir } from './helpers/dataset.js'
+import { stallTolerant, tempDir } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
 
 /*
@@ -345,7 +345,7 @@ describe('Substrate: recorded Sidecar blocks through ingest, served by a router 
       const r = await ingestRecordedSidecar(path.join(tmp.dir, chain), chain, chain, { workers: 0 })
       assert.equal(r.blocks, recorded[chain].length, chain)
     }
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 1, replication: 1, heartbeatMs: 100 })
+    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 1, replication: 1, ...stallTolerant(100) })
     for (const chain of SIDECAR_CHAINS) {
       const last = Math.max(...recorded[chain].map((b) => b.number))
       for (let i = 0; i < 100; i++) {

@@ -9,6 +9,7 @@ import { DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, RouterServer, type Router
 import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { ArchiveStorage } from '../server/storage.js'
 import { ChunkCache, spillFolder } from '../storage/chunk-cache.js'
+import { createHash } from 'node:crypto'
 import os from 'node:os'
 import path from 'node:path'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
@@ -230,7 +231,7 @@ export function registerServe(program: Command): void {
     .addOption(hostOption())
     .addOption(opt('--port <n>', 'router port (0 = any free port); workers take free ports', 'BLOCK_ARCHIVE_PORT', int(0), 8080))
     .addOption(opt('--workers <n>', 'number of workers', 'BLOCK_ARCHIVE_WORKERS', int(1), 2))
-    .addOption(opt('--cache <folder>', 'where workers keep chunks of datasets in object storage (one sub-folder per worker)', 'BLOCK_ARCHIVE_CACHE', undefined, path.join(os.tmpdir(), 'block-archive-cache')))
+    .addOption(opt('--cache <folder>', `where workers keep chunks of datasets in object storage and their local forms, one sub-folder per worker (default: a folder of its own for these --data/--dataset locations under ${CACHE_PARENT})`, 'BLOCK_ARCHIVE_CACHE'))
     .addOption(cacheGbOption())
     .addOption(localFormsOption())
     .addOption(heartbeatOption())
@@ -238,6 +239,7 @@ export function registerServe(program: Command): void {
   accessOptions(serve)
   workerOptions(serve)
   serve.action(async (o) => {
+    o.cache ??= defaultCacheFolder(o)
     const storage = storageOptions(o)
     const access = accessSettings(o, true)
     const cluster = await startCluster({
@@ -357,6 +359,21 @@ export function registerServe(program: Command): void {
         resume: o.resume,
       })
     })
+}
+
+const CACHE_PARENT = path.join(os.tmpdir(), 'block-archive-cache')
+
+/**
+ * `serve`'s cache folder without --cache: one per archive, named after its data locations, so two
+ * archives on one machine do not share (and lock each other out of) their workers' local forms.
+ */
+export function defaultCacheFolder(o: StorageFlags): string {
+  const where = (url: string) => (/^s3:\/\//.test(url) ? url : path.resolve(url))
+  const named = (o.dataset ?? []).map((entry) => entry.replace(/=(.*)$/, (_, url: string) => `=${where(url)}`))
+  const locations = [...(o.data ?? []).map(where), ...named].sort()
+  const name = path.basename(locations[0] ?? 'archive').replace(/[^\w.-]+/g, '_') || 'archive'
+  const hash = createHash('sha256').update(locations.join('\n')).digest('hex').slice(0, 10)
+  return path.join(CACHE_PARENT, `${name}-${hash}`)
 }
 
 const gb = (n: number | undefined) => (n === undefined ? undefined : Math.floor(n * 1024 ** 3))

@@ -17,6 +17,12 @@ import { DatasetLocked, LeaseLost } from './locked.js'
  *
  * `expiresAt` is the writer's clock read by another machine's clock: clocks must agree to well
  * within the TTL.
+ *
+ * s3rver rewrites an object in place: a read that meets a write sees the object cut short, and a
+ * write whose request is aborted (a stalled machine, the request's time limit) leaves it cut short
+ * until the next write. Real S3 replaces objects whole. So a lease that does not parse is read again
+ * a few times; one that stays cut short is what remains of an aborted write, no one's valid lease:
+ * it counts as no lease (taken, renewed over, or deleted on release), with a warning.
  */
 
 export interface LeaseRecord {
@@ -61,17 +67,18 @@ export class S3Lease {
 
   async acquire(): Promise<void> {
     const have = await this.read()
-    if (have && have.owner !== this.owner && Date.parse(have.expiresAt) > Date.now()) {
+    if (have === TORN) log.warn({ key: this.key, bucket: this.bucket }, 'the ingest lease object is cut short (an aborted write); taking it over')
+    else if (have && have.owner !== this.owner && Date.parse(have.expiresAt) > Date.now()) {
       throw new DatasetLocked(
         `another ingest is writing ${this.where}: ${describe(have)} holds its lease (${this.key}) until ${have.expiresAt}; ` +
           'the lease is renewed while that ingest runs and can be taken over once it has expired',
       )
     }
-    if (have) log.warn({ holder: have.owner, host: have.host, pid: have.pid, expiredAt: have.expiresAt }, 'taking over an expired ingest lease')
+    if (have && have !== TORN) log.warn({ holder: have.owner, host: have.host, pid: have.pid, expiredAt: have.expiresAt }, 'taking over an expired ingest lease')
     this.acquiredAt = new Date().toISOString()
     await this.write()
     await new Promise((resolve) => setTimeout(resolve, this.settleMs))
-    const back = await this.read()
+    const back = await this.readBack()
     if (back?.owner !== this.owner) {
       throw new DatasetLocked(
         `another ingest took the lease on ${this.where} at the same time: ` +
@@ -86,7 +93,7 @@ export class S3Lease {
   async check(): Promise<void> {
     await this.renewing
     if (!this.lost) {
-      const have = await this.read()
+      const have = await this.readBack()
       if (have?.owner !== this.owner) this.lost = this.takenBy(have)
       else if (Date.parse(have.expiresAt) <= Date.now()) this.lost = `it expired at ${have.expiresAt} (renewals failed)`
     }
@@ -102,7 +109,7 @@ export class S3Lease {
     await this.renewing
     try {
       const have = await this.read()
-      if (have?.owner === this.owner) await deleteObjects(this.bucket, [this.key])
+      if (have === TORN || have?.owner === this.owner) await deleteObjects(this.bucket, [this.key])
     } catch (e: any) {
       log.warn({ err: e?.message, key: this.key }, 'could not release the ingest lease; it expires by itself')
     }
@@ -118,7 +125,8 @@ export class S3Lease {
     this.renewing = (async () => {
       try {
         const have = await this.read()
-        if (have?.owner !== this.owner) {
+        if (have === TORN) log.warn({ key: this.key, bucket: this.bucket }, 'the ingest lease object is cut short (an aborted write); writing it again')
+        else if (have?.owner !== this.owner) {
           this.lost = this.takenBy(have)
           this.stop()
           return
@@ -137,16 +145,30 @@ export class S3Lease {
     return have ? `${describe(have)} holds it now (until ${have.expiresAt})` : 'the lease object was deleted'
   }
 
-  private read(): Promise<LeaseRecord | undefined> {
-    return this.attempts(async (signal) => {
-      const text = await getText(this.bucket, this.key, signal)
+  /** The stored lease, undefined without one, TORN when it stays cut short over a few reads. */
+  private async read(): Promise<LeaseRecord | undefined | typeof TORN> {
+    for (let i = 1; ; i++) {
+      const text = await this.attempts((signal) => getText(this.bucket, this.key, signal))
       if (text == null) return undefined
-      try {
-        return JSON.parse(text)
-      } catch {
-        throw new Error(`${this.key} in bucket ${this.bucket} is not a lease (not JSON); delete it if no ingest is running`)
-      }
-    })
+      const record = parseLease(text)
+      if (record) return record
+      if (i >= TORN_READS) return TORN
+      await sleep(100 * i)
+    }
+  }
+
+  /**
+   * The stored lease where ours should be: one cut short is what an aborted write of ours (or a
+   * writer racing us) left, so ours is written again and read back.
+   */
+  private async readBack(): Promise<LeaseRecord | undefined> {
+    for (let i = 1; ; i++) {
+      const have = await this.read()
+      if (have !== TORN) return have
+      if (i >= 3) throw new Error(`the ingest lease ${this.key} in bucket ${this.bucket} stays cut short after writing it again; is the object store healthy?`)
+      log.warn({ key: this.key, bucket: this.bucket }, 'the ingest lease object is cut short (an aborted write); writing it again')
+      await this.write()
+    }
   }
 
   private async write(): Promise<void> {
@@ -162,13 +184,29 @@ export class S3Lease {
    * write can stall until the connection closes.)
    */
   private async attempts<T>(f: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    const limitMs = Math.min(10_000, Math.max(250, Math.floor(this.ttlMs / 6)))
+    const limitMs = Math.min(10_000, Math.max(1000, Math.floor(this.ttlMs / 6)))
     for (let i = 1; ; i++) {
       try {
         return await f(AbortSignal.timeout(limitMs))
       } catch (e) {
         if (i >= 3) throw e
+        await sleep(100 * i)
       }
     }
+  }
+}
+
+/** What a lease object that does not parse is taken for after TORN_READS reads. */
+const TORN = Symbol('torn lease')
+const TORN_READS = 4
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+function parseLease(text: string): LeaseRecord | undefined {
+  try {
+    const r = JSON.parse(text)
+    return typeof r?.owner === 'string' && typeof r?.expiresAt === 'string' ? r : undefined
+  } catch {
+    return undefined
   }
 }

@@ -23,6 +23,13 @@ let instances = 0
 /** DuckDB's error when another process holds the file open. */
 const inUse = (e: unknown) => /lock/i.test(String(e))
 const MiB = 1024 * 1024
+
+/** The warning when another process holds the file: DuckDB's lock error names its PID. */
+function inUseMessage(file: string, e: unknown): string {
+  const pid = /PID (\d+)/.exec(String(e))?.[1]
+  const holder = pid ? `process ${pid}${pid === String(process.pid) ? ' (this one)' : ''}` : 'another process'
+  return `local forms: ${file} is in use by ${holder}, another archive with the same cache folder; queries read the Parquet files. Give each archive its own --cache`
+}
 /**
  * A form's size per byte of Parquet, measured: DuckDB's file is 3.0–3.3× the zstd Parquet; a
  * block-ordered copy adds 4.2× its table's Parquet (the bench chunk: 193 → 440 MB from 59.5 MB).
@@ -159,7 +166,8 @@ export class LocalForms {
       log.info({ worker: this.opts.label, file: this.opts.file, chunks: this.forms.size, mb: +(this.bytes / MiB).toFixed(1) }, 'local forms: opened')
       return con
     } catch (e) {
-      log[inUse(e) ? 'info' : 'warn']({ worker: this.opts.label, file: this.opts.file, err: String(e) }, inUse(e) ? 'local forms: the database file is in use by another process; queries read the Parquet files' : 'local forms: not used (queries read the Parquet files)')
+      if (inUse(e)) log.warn({ worker: this.opts.label, file: this.opts.file, err: String(e) }, inUseMessage(this.opts.file, e))
+      else log.warn({ worker: this.opts.label, file: this.opts.file, err: String(e) }, 'local forms: not used (queries read the Parquet files)')
       con.closeSync()
       return undefined
     }

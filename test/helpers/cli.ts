@@ -68,3 +68,6 @@ export async function metricSum(baseUrl: string, name: string): Promise<number> 
   const text = await (await fetch(`${baseUrl}/metrics`)).text()
   return text.split('\n').filter((l) => l.startsWith(name + '{') || l.startsWith(name + ' ')).reduce((n, l) => n + Number(l.split(' ').at(-1)), 0)
 }
+
+/** Router flags of a test whose test is not about dead workers (see stallTolerant in dataset.ts): pings every 200 ms, dead after 30 s. */
+export const STALL_TOLERANT_ROUTER = ['--heartbeat-ms', '200', '--missed-heartbeats', '150']

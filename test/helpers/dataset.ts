@@ -114,3 +114,10 @@ export async function startStandaloneWorker(root: string, opts: Partial<WorkerSe
 }
 
 export const REPO_ROOT = REPO
+
+/**
+ * Heartbeat settings of a test cluster whose test is not about dead workers: pings every
+ * `heartbeatMs`, but a worker is declared dead only after 30 s of silence, so a machine stalled for
+ * seconds (CPU burners beside the suite) does not make the router answer `no-worker`.
+ */
+export const stallTolerant = (heartbeatMs: number) => ({ heartbeatMs, missedHeartbeats: Math.ceil(30_000 / heartbeatMs) })

@@ -8,7 +8,7 @@ import { ChunkCache } from '../../src/storage/chunk-cache.js'
 import { until } from './cli.js'
 import { InvalidQuery, NoBlocksInRange, byFrequency, type Obj } from './answers.js'
 import { renderBody, type Family, type FamilyModel, type FilterModel, type FuzzCase, type ListModel } from './arbitraries.js'
-import { anvilRecords, writeDataset } from './dataset.js'
+import { stallTolerant, anvilRecords, writeDataset } from './dataset.js'
 import * as evm from './reference-evm.js'
 import * as sn from './reference-starknet.js'
 import * as sub from './reference-substrate.js'
@@ -179,7 +179,7 @@ export async function startFuzzCluster(root: string, opts: { concurrency?: numbe
       : undefined,
     workers: 1,
     replication: 1,
-    heartbeatMs: 100,
+    ...stallTolerant(100),
     concurrency: opts.concurrency ?? 4,
     queue: opts.queue ?? 256,
     queueTimeoutMs: 120_000,
@@ -188,7 +188,7 @@ export async function startFuzzCluster(root: string, opts: { concurrency?: numbe
   })
   try {
     if (opts.localForms) {
-      await until('local forms built', async () => cluster.workers.every((w) => w.node!.localForms().pending === 0 && w.node!.localForms().built > 0) || undefined, 60_000)
+      await until('local forms built', async () => cluster.workers.every((w) => w.node!.localForms().pending === 0 && w.node!.localForms().built > 0) || undefined, 300_000)
     }
     const targets: FuzzTarget[] = []
     for (const { name, family } of FUZZ_DATASETS) {

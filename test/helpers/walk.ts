@@ -4,6 +4,7 @@ import path from 'node:path'
 import { startCluster, type Cluster, type ClusterOptions } from '../../src/server/cluster.js'
 import { LocalStorage } from '../../src/server/storage.js'
 import { InvalidQuery, NoBlocksInRange, type Obj } from './answers.js'
+import { stallTolerant } from './dataset.js'
 import { postJson } from './http.js'
 
 /*
@@ -232,7 +233,7 @@ export async function waitForHeight(base: string, want: number): Promise<number>
  * `want` up to its height: `heights` has the height each reached (or the last one seen).
  */
 export async function startServed(root: string, want: Record<string, number>, opts: Omit<Partial<ClusterOptions>, 'storage'> = {}): Promise<{ cluster: Cluster; heights: Record<string, number> }> {
-  const cluster = await startCluster({ storage: new LocalStorage(root), workers: 2, replication: 1, heartbeatMs: 100, ...opts })
+  const cluster = await startCluster({ storage: new LocalStorage(root), workers: 2, replication: 1, ...stallTolerant(100), ...opts })
   try {
     const heights: Record<string, number> = {}
     for (const [name, height] of Object.entries(want)) {
