@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { cp, readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { listLocalChunks, readChunkMeta, scanLocalChunks, type ChunkRef } from '../src/chunks/layout.js'
+import { listLocalChunks, readChunkMeta, scanLocalChunks } from '../src/chunks/layout.js'
 import { resolveChunks, supersede } from '../src/chunks/supersede.js'
 import { Compactor } from '../src/compact/compactor.js'
 import { tailBound } from '../src/compact/plan.js'
@@ -12,7 +12,8 @@ import { RouterServer } from '../src/server/router-http.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { killChildren, until } from './helpers/cli.js'
-import { anvilRecords, startStandaloneWorker, tempDir, writeChunk, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+import { anvilRecords, startStandaloneWorker, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+import { answers, writeSmallChunks } from './helpers/compaction.js'
 import { postJson } from './helpers/http.js'
 
 /*
@@ -22,37 +23,8 @@ import { postJson } from './helpers/http.js'
  * with two workers swaps a merged chunk in while every block stays routable and answerable.
  */
 
-const QUERIES = [
-  { fromBlock: 0, includeAllBlocks: true, fields: { block: { number: true, hash: true, parentHash: true, timestamp: true, gasUsed: true, miner: true } } },
-  { fromBlock: 0, transactions: [{}], fields: { transaction: { hash: true, from: true, to: true, input: true, value: true, gasUsed: true, status: true } } },
-  { fromBlock: 3, logs: [{}], fields: { log: { address: true, topics: true, data: true, transactionHash: true } } },
-  { fromBlock: 0, traces: [{}], fields: { trace: { type: true, callFrom: true, callTo: true, callInput: true, createResultAddress: true } } },
-  { fromBlock: 0, stateDiffs: [{}], fields: { stateDiff: { address: true, key: true, kind: true, prev: true, next: true } } },
-  { fromBlock: 5, transactions: [{ sighash: ['0xa9059cbb'] }], logs: [{ topic0: ['0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef'] }], fields: { transaction: { hash: true, input: true }, log: { data: true, topics: true } } },
-]
-
 /** Block counts of the small chunks: fresh chunks of 1–3 blocks, as an ingest that flushes at every poll writes them. */
 const SIZES = [1, 2, 1, 3, 1, 1, 2, 1, 1, 1, 2, 3, 1, 1, 2, 1, 1, 1, 1, 2, 1, 3, 1, 1, 1, 2]
-
-async function writeSmallChunks(dir: string, name: string, records: AnvilRecord[]): Promise<ChunkRef[]> {
-  const chunks = await writeDataset(dir, name, [], 1)
-  let at = 0
-  for (const n of SIZES) {
-    await writeChunk(dir, records.slice(at, at + n), chunks)
-    at += n
-  }
-  return chunks
-}
-
-async function answers(url: string, last: number): Promise<string[]> {
-  const out: string[] = []
-  for (const q of QUERIES) {
-    const res = await postJson(url, { ...q, toBlock: last })
-    assert.equal(res.status, 200, res.text)
-    out.push(res.text)
-  }
-  return out
-}
 
 async function openTarget(dir: string, name: string): Promise<FolderTarget> {
   const t = new FolderTarget(dir)
@@ -76,7 +48,7 @@ describe('compaction', { timeout: 300_000 }, () => {
 
   it('merged chunks answer byte for byte as the small ones, the tail stays in its bound, and superseded chunks go after the grace', async () => {
     const dir = path.join(tmp.dir, 'merge')
-    const small = await writeSmallChunks(dir, 'm', records)
+    const small = await writeSmallChunks(dir, 'm', records, SIZES)
     const reference = path.join(tmp.dir, 'merge-reference')
     await cp(dir, reference, { recursive: true })
     const refWorker = await startStandaloneWorker(reference)
