@@ -116,6 +116,14 @@ program
   .action(async (o) => (await import('./engine-ab.js')).runEngineAb({ ...o, stages: !!o.stages }))
 
 program
+  .command('compact')
+  .description('query time over a fresh tail of one-block chunks before and after compaction, and the time compaction takes')
+  .option('--blocks <n>', 'blocks (= one-block chunks) in the tail', int, 64)
+  .option('--fanout <n>', 'compaction fanout', int, 4)
+  .option('--runs <n>', 'timed runs per query and variant', int, 9)
+  .action(async (o) => (await import('./compact.js')).runCompact(o))
+
+program
   .command('anvil')
   .description('the alternative: logs + their transactions from an anvil node (paged eth_getLogs + look-ups) vs from the archive of that chain')
   .option('--rounds <n>', 'blocks with token transfers', int, 500)

@@ -3,6 +3,7 @@ import { Command, Option } from 'commander'
 import { registerIngest } from './commands/ingest.js'
 import { registerDemo } from './commands/demo.js'
 import { registerServe } from './commands/serve.js'
+import { registerCompact } from './commands/compact.js'
 import { dbSettled } from './db.js'
 import { LOG_FORMATS, parseLogFormat, setLogFormat, type LogFormat } from './log.js'
 
@@ -38,6 +39,7 @@ Logging (stderr):
 registerIngest(program)
 registerServe(program)
 registerDemo(program)
+registerCompact(program)
 
 program.parseAsync(process.argv).catch(async (e) => {
   console.error(e instanceof Error ? e.message : e)

@@ -3,6 +3,7 @@ import { createReadStream } from 'node:fs'
 import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
+import { resolveChunks } from './supersede.js'
 
 /*
  * Chunk layout (docs/protocol.md §8): `{top}/{first}-{last}-{hash}/{table}.parquet`, numbers padded to
@@ -37,8 +38,17 @@ export interface ChunkMeta {
   previousLast?: number
   /** Numbers of the blocks actually present (sparse datasets skip numbers). */
   blockCount: number
+  /** Size of its rows as NDJSON (what `--chunk-mb` bounds); compaction merges only chunks that give it. */
+  rowBytes?: number
   tables: string[]
   rows: Record<string, number>
+  /** A chunk merged by compaction: how many merges deep it is (the ingest's chunks are tier 0). */
+  tier?: number
+  /** A chunk merged by compaction: the chunk paths it replaces, and when it was published (their deletion waits a grace period from then). */
+  replaces?: string[]
+  compactedAt?: string
+  /** A merged chunk compaction merges no further (more of its tier would not fit the chunk bounds). */
+  sealed?: boolean
   /**
    * Every file of the chunk folder but meta.json (the Parquet files), with its size and SHA-256
    * (hex), so that a copy can be verified. Chunks written before the manifest existed lack it.
@@ -111,15 +121,21 @@ export async function scanLocalChunks(root: string): Promise<ChunkRef[]> {
   return chunks.sort((a, b) => a.first - b.first || a.last - b.last)
 }
 
-/** Complete chunks of a local dataset folder, ascending; overlapping chunks are an error (what an ingest resumes from). */
+/**
+ * Complete chunks of a local dataset folder that no other contains (src/chunks/supersede.ts),
+ * ascending; other overlapping chunks are an error (what an ingest resumes from).
+ */
 export async function listLocalChunks(root: string): Promise<ChunkRef[]> {
-  const chunks = await scanLocalChunks(root)
-  for (let i = 1; i < chunks.length; i++) {
-    if (chunks[i].first <= chunks[i - 1].last) {
-      throw new Error(`overlapping chunks in ${root}: ${chunks[i - 1].path} and ${chunks[i].path}`)
-    }
+  return resolvedOrThrow(await scanLocalChunks(root), root)
+}
+
+/** `chunks` without the superseded ones; throws on overlaps that are not containment. */
+export function resolvedOrThrow<T extends ChunkRef>(chunks: readonly T[], where: string): T[] {
+  const kept = resolveChunks(chunks)
+  for (let i = 1; i < kept.length; i++) {
+    if (kept[i].first <= kept[i - 1].last) throw new Error(`overlapping chunks in ${where}: ${kept[i - 1].path} and ${kept[i].path}`)
   }
-  return chunks
+  return kept
 }
 
 export async function readChunkMeta(root: string, ref: ChunkRef): Promise<ChunkMeta> {

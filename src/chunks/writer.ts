@@ -206,6 +206,7 @@ export class ChunkBuilder {
       lastHash: this.lastHash,
       firstParentHash: this.firstParentHash,
       blockCount: this.blockCount,
+      rowBytes: this.bytes,
       tables: this.tables,
       rows: Object.fromEntries(this.tables.map((t) => [t, this.rowCounts.get(t) ?? 0])),
       files: await this.manifest(),
@@ -284,19 +285,15 @@ export class ChunkBuilder {
     }
   }
 
-  /** Parquet options of a table's file: zstd, and the row-group size (the header table's is a fifth). */
   private parquetOptions(table: TableDecl): string {
-    const groupSize = this.opts.rowGroupSize ?? 10_000
-    const rowGroup = table.name === this.family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
-    return `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${this.opts.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`
+    return parquetOptions(this.family, table, this.opts)
   }
 
   /** The rows of a spool writer's SELECT, sorted as declared, written as Parquet (one statement: read, normalise, sort, write). */
   private async writeTableFromQuery(con: DuckDBConnection, table: TableDecl, select: string): Promise<void> {
     const out = path.join(this.tmpDir, `${table.name}.parquet`)
     const t0 = performance.now()
-    const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
-    const written = await con.runAndReadAll(`COPY (SELECT * FROM (${select}) ORDER BY ${order}) TO ${lit(out)} ${this.parquetOptions(table)}`)
+    const written = await con.runAndReadAll(`COPY (SELECT * FROM (${select}) ORDER BY ${sortOrder(table)}) TO ${lit(out)} ${this.parquetOptions(table)}`)
     this.rowCounts.set(table.name, Number(written.getRows()[0][0]))
     this.times.parquetMs += performance.now() - t0
   }
@@ -317,14 +314,25 @@ export class ChunkBuilder {
             `columns = {${spec}}, maximum_object_size = 268435456)`,
         )
       }
-      const order = table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
-      await con.run(`COPY (SELECT * FROM temp.main.${ident(tmpName)} ORDER BY ${order}) TO ${lit(out)} ${this.parquetOptions(table)}`)
+      await con.run(`COPY (SELECT * FROM temp.main.${ident(tmpName)} ORDER BY ${sortOrder(table)}) TO ${lit(out)} ${this.parquetOptions(table)}`)
     } finally {
       await con.run(`DROP TABLE temp.main.${ident(tmpName)}`)
     }
     await rm(src, { force: true })
     this.times.parquetMs += performance.now() - t0
   }
+}
+
+/** Parquet options of a table's file: zstd, and the row-group size (the header table's is a fifth). Chunks merged by compaction are written the same way. */
+export function parquetOptions(family: FamilyDecl, table: TableDecl, o: Pick<WriteOptions, 'rowGroupSize' | 'compressionLevel'> = {}): string {
+  const groupSize = o.rowGroupSize ?? 10_000
+  const rowGroup = table.name === family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
+  return `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${o.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`
+}
+
+/** The `ORDER BY` keys of a table's rows in its Parquet file, as the family declares them. */
+export function sortOrder(table: TableDecl): string {
+  return table.sortBy.map((c) => `${ident(c)} NULLS FIRST`).join(', ')
 }
 
 // ---------------------------------------------------------------- sorting

@@ -7,6 +7,8 @@ import { ReplayServer } from '../ingest/replay.js'
 import { log } from '../log.js'
 import { isS3Url } from '../storage/s3.js'
 import { choice, int, opt } from './options.js'
+import { compactFanoutOption, compactGraceOption, metricsPortOption } from './compact.js'
+import { serveMetrics } from '../compact/metrics.js'
 
 /*
  * `ingest` (EVM JSON-RPC → Parquet chunks) and `replay-rpc` (a JSON-RPC node answering from the
@@ -78,6 +80,10 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--closes <n>', 'chunks written at once while the next one fills (each on its own DuckDB connection; they appear in block order; default: 2 with 2 cores or more on the spooled path, where the rows wait on disk, else 1)', 'BLOCK_ARCHIVE_INGEST_CLOSES', int(1)))
     .addOption(opt('--db-threads <n>', 'DuckDB threads for writing the chunks (default: the cores the fetch workers leave, at least 1)', 'BLOCK_ARCHIVE_DB_THREADS', int(1)))
     .addOption(opt('--db-memory <size>', 'DuckDB memory limit, e.g. 2GB', 'BLOCK_ARCHIVE_DB_MEMORY'))
+    .addOption(choice('--compact <on|off>', 'with --follow: merge small chunks into chunks of --chunk-blocks/--chunk-mb in the background (docs/ingest.md, "Compaction")', 'BLOCK_ARCHIVE_COMPACT', ['on', 'off'], 'on'))
+    .addOption(compactFanoutOption())
+    .addOption(compactGraceOption())
+    .addOption(metricsPortOption())
     .action(async (o) => {
       if (isS3Url(o.out) && !/^s3:\/\/[^/]+/i.test(o.out)) throw new InvalidArgumentError(`--out ${o.out}: expected s3://bucket or s3://bucket/prefix`)
       if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new InvalidArgumentError('--blocks cannot be combined with --from, --to or --follow')
@@ -97,7 +103,9 @@ export function registerIngest(program: Command): void {
       if (!starknet && o.stateUpdates) throw new InvalidArgumentError('--state-updates needs --family starknet')
       configureDb({ threads: o.dbThreads ?? ingestDbThreads(o.workers), memoryLimit: o.dbMemory })
       const ac = abortOnSignal()
+      if (o.metricsPort) await serveMetrics(o.metricsPort)
       const r = await runIngest({
+        compact: o.compact === 'on' ? { fanout: o.compactFanout, graceMs: o.compactGraceMs } : undefined,
         family: o.family,
         rpc: o.rpc,
         sidecar: o.sidecar,

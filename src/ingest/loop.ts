@@ -14,6 +14,8 @@ import { IngestProgress, type ProgressMode } from './progress.js'
 import { newTransferStats, type RpcClientOptions } from './rpc.js'
 import type { LeaseOptions } from './s3-lease.js'
 import { ingestTarget, type UploadStats } from './target.js'
+import { startCompactor, type CompactSettings } from '../compact/in-ingest.js'
+import type { Compactor } from '../compact/compactor.js'
 
 export { DatasetLocked, LeaseLost } from './locked.js'
 
@@ -102,6 +104,8 @@ export interface IngestOptions {
   signal?: AbortSignal
   /** Called after each chunk is in place. */
   onChunk?: (chunk: ChunkRef) => void
+  /** With `follow`: merge small chunks in the background (src/compact/; docs/ingest.md, "Compaction"). */
+  compact?: CompactSettings
 }
 
 export interface IngestResult {
@@ -195,6 +199,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     ? new Spool(path.join(target.buildRoot, `.tmp-${process.pid}-spool-${randomBytes(4).toString('hex')}`))
     : undefined
   const closes = Math.max(1, o.closes ?? (spool ? defaultCloses() : 1))
+  let compactor: Compactor | undefined
   try {
     if (spool) {
       await mkdir(spool.dir, { recursive: true })
@@ -210,6 +215,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
 
     const transfer = newTransferStats()
     const source = await createSource(spec, transfer)
+    compactor = o.follow && o.compact ? startCompactor(target, source.family, o.dataset, chunkBlocks, chunkBytes, o.compact) : undefined
     const plan = new Planner(source, {
       list: o.blocks ? [...new Set(o.blocks)].sort((a, b) => a - b).filter((n) => !prev || n > prev.number) : undefined,
       from: Math.max(o.from ?? 0, prev ? prev.number + 1 : 0),
@@ -274,6 +280,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
         result.chunks.push(ref)
         log.info({ chunk: ref.path, blocks: b.blockCount }, 'chunk written')
         o.onChunk?.(ref)
+        compactor?.kick()
       })
       placed = done
       closing.push(done)
@@ -361,6 +368,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     log.info({ blocks: result.blocks, elapsedMs: Math.round(result.elapsedMs), parseMs: Math.round(transfer.parseMs), ...Object.fromEntries(Object.entries(stages).map(([k, v]) => [k, Math.round(v)])) }, 'ingest stages')
     return result
   } finally {
+    await compactor?.stop()
     await spool?.remove()
     await target.close()
   }

@@ -1,9 +1,9 @@
 import { mkdtemp, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { parseChunkPath, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { parseChunkPath, resolvedOrThrow, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { log } from '../log.js'
-import { abortMultipartUploads, deleteObjects, getText, joinKey, listObjects, parseS3Url, putText, s3Url, uploadFile, type S3Location } from '../storage/s3.js'
+import { abortMultipartUploads, deleteObjects, downloadObject, getText, joinKey, listObjects, parseS3Url, putText, s3Url, uploadFile, type S3Location } from '../storage/s3.js'
 import { S3Lease, type LeaseOptions } from './s3-lease.js'
 import { alive } from '../pid.js'
 import type { IngestTarget, UploadStats } from './target.js'
@@ -58,12 +58,12 @@ export class S3IngestTarget implements IngestTarget {
   }
 
   async listChunks(): Promise<ChunkRef[]> {
+    return resolvedOrThrow(await this.listComplete(), this.where)
+  }
+
+  async listComplete(): Promise<ChunkRef[]> {
     const chunks = [...(await this.scan()).values()].filter((c) => c.complete).map((c) => c.ref)
-    chunks.sort((a, b) => a.first - b.first)
-    for (let i = 1; i < chunks.length; i++) {
-      if (chunks[i].first <= chunks[i - 1].last) throw new Error(`overlapping chunks in ${this.where}: ${chunks[i - 1].path} and ${chunks[i].path}`)
-    }
-    return chunks
+    return chunks.sort((a, b) => a.first - b.first || a.last - b.last)
   }
 
   async readChunkMeta(ref: ChunkRef): Promise<ChunkMeta> {
@@ -99,6 +99,31 @@ export class S3IngestTarget implements IngestTarget {
   async close(): Promise<void> {
     await this.lease.release()
     if (this.buildRoot) await rm(this.buildRoot, { recursive: true, force: true })
+  }
+
+  async chunkFolder(ref: ChunkRef): Promise<{ dir: string; done(): Promise<void> }> {
+    const dir = await mkdtemp(path.join(this.buildRoot, '.tmp-read-'))
+    const base = this.key(ref.path) + '/'
+    try {
+      for (const o of await listObjects(this.loc.bucket, base)) {
+        const name = o.key.slice(base.length)
+        if (name.includes('/')) continue
+        await downloadObject(this.loc.bucket, o.key, path.join(dir, name))
+      }
+    } catch (e) {
+      await rm(dir, { recursive: true, force: true })
+      throw e
+    }
+    return { dir, done: () => rm(dir, { recursive: true, force: true }) }
+  }
+
+  /** blocks.parquet first (the chunk is no longer complete for any listing), then the rest; a killed run's rest is removed at the next open. */
+  async removeChunk(ref: ChunkRef): Promise<void> {
+    await this.lease.check()
+    const keys = (await listObjects(this.loc.bucket, this.key(ref.path) + '/')).map((o) => o.key)
+    const blocks = keys.filter((k) => k.endsWith('/blocks.parquet'))
+    if (blocks.length) await deleteObjects(this.loc.bucket, blocks)
+    await deleteObjects(this.loc.bucket, keys.filter((k) => !blocks.includes(k)))
   }
 
   private key(...parts: string[]): string {

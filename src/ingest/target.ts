@@ -1,6 +1,7 @@
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { listLocalChunks, readChunkMeta, readDatasetMeta, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { randomBytes } from 'node:crypto'
+import { listLocalChunks, scanLocalChunks, readChunkMeta, readDatasetMeta, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { log } from '../log.js'
 import { isS3Url } from '../storage/s3.js'
 import { DatasetLocked } from './locked.js'
@@ -37,6 +38,12 @@ export interface IngestTarget {
   publish(ref: ChunkRef): Promise<ChunkRef>
   /** Unlock (after `open` succeeded). */
   close(): Promise<void>
+  /** Compaction (src/compact/): every complete chunk, superseded ones included, ascending. */
+  listComplete(): Promise<ChunkRef[]>
+  /** Compaction: a local folder holding the chunk's files, for reading; `done` when read. */
+  chunkFolder(ref: ChunkRef): Promise<{ dir: string; done(): Promise<void> }>
+  /** Compaction: delete a chunk. It stops being complete first (no reader lists a partial chunk). */
+  removeChunk(ref: ChunkRef): Promise<void>
 }
 
 export interface TargetOptions {
@@ -86,6 +93,26 @@ export class FolderTarget implements IngestTarget {
   async close(): Promise<void> {
     await this.unlock?.()
     this.unlock = undefined
+  }
+
+  listComplete(): Promise<ChunkRef[]> {
+    return scanLocalChunks(this.where)
+  }
+
+  async chunkFolder(ref: ChunkRef): Promise<{ dir: string; done(): Promise<void> }> {
+    return { dir: path.join(this.where, ref.path), done: async () => undefined }
+  }
+
+  /** Renamed to a temp name first (one step: listings no longer see it), then deleted; a killed run's temp is removed at the next open. */
+  async removeChunk(ref: ChunkRef): Promise<void> {
+    const doomed = path.join(this.where, `.tmp-${process.pid}-removed-${randomBytes(4).toString('hex')}`)
+    try {
+      await rename(path.join(this.where, ref.path), doomed)
+    } catch (e: any) {
+      if (e.code === 'ENOENT') return
+      throw e
+    }
+    await rm(doomed, { recursive: true, force: true })
   }
 }
 

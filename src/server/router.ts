@@ -5,6 +5,8 @@ import { log } from '../log.js'
 import { QueryRate } from './query-rate.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
 import { checkContinuity } from './continuity.js'
+import { supersede } from '../chunks/supersede.js'
+import { MergeSwap } from './swap.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
 
 /*
@@ -56,8 +58,15 @@ interface DatasetEntry {
   name: string
   family: string
   url: string
-  /** Chunks that may be served: the listing up to the first gap or overlap. */
+  /** Chunks blocks are routed to: the listing up to the first gap or overlap, a merged chunk no live worker serves yet as the chunks it replaces (swap.ts). */
   chunks: ChunkRef[]
+  /** The listing up to the first gap or overlap, superseded chunks left out. */
+  listed: ChunkRef[]
+  /** Merged chunks not served yet (assigned, not routed to). */
+  pending: ChunkRef[]
+  swap: MergeSwap
+  /** Bumped when the merged chunks standing in for others change (announced to workers, which then list again). */
+  merges: number
   /** What is wrong with the listing (gaps, overlaps), as last found. */
   problems: string[]
   /** chunk path → assigned worker ids */
@@ -104,10 +113,15 @@ export class RouterState {
     }
     let changed = false
     for (const info of infos) {
+      let all: ChunkRef[]
       let chunks: ChunkRef[]
       let problems: string[]
+      let superseded
       try {
-        ;({ servable: chunks, problems } = await checkContinuity(await this.storage.listChunks(info.name), (c) => this.storage.chunkMeta(info.name, c)))
+        all = await this.storage.listChunks(info.name)
+        let kept
+        ;({ kept, superseded } = supersede(all))
+        ;({ servable: chunks, problems } = await checkContinuity(kept, (c) => this.storage.chunkMeta(info.name, c)))
       } catch (e) {
         if (strict) throw e
         log.error({ err: e, dataset: info.name }, 'router: cannot list chunks')
@@ -115,7 +129,7 @@ export class RouterState {
       }
       let ds = this.datasets.get(info.name)
       if (!ds) {
-        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], problems: [], assigned: new Map(), height: -1 }
+        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], listed: [], pending: [], swap: new MergeSwap(), merges: 0, problems: [], assigned: new Map(), height: -1 }
         this.datasets.set(info.name, ds)
         log.info({ dataset: info.name, family: info.family.name, url: info.url }, 'router: new dataset')
       }
@@ -125,16 +139,49 @@ export class RouterState {
         if (!problems.length) log.info({ dataset: info.name }, 'router: the chunk listing is consistent again')
       }
       ds.problems = problems
-      if (chunks.length !== ds.chunks.length || chunks.some((c, i) => c.path !== ds!.chunks[i].path)) {
-        const known = new Set(chunks.map((c) => c.path))
-        for (const p of ds.assigned.keys()) if (!known.has(p)) ds.assigned.delete(p)
-        ds.chunks = chunks
-        changed = true
+      let dsChanged = await ds.swap.update(all, superseded, (c) => this.storage.chunkMeta(info.name, c))
+      if (dsChanged) ds.merges++
+      if (chunks.length !== ds.listed.length || chunks.some((c, i) => c.path !== ds!.listed[i].path)) {
+        ds.listed = chunks
+        dsChanged = true
         log.info({ dataset: info.name, chunks: chunks.length, last: chunks.at(-1)?.last ?? -1 }, 'router: chunk list changed')
+      }
+      if (dsChanged) {
+        const entry = ds
+        this.applyRouting(entry, entry.swap.routing(entry.listed, (c) => this.servers(entry, c, Date.now()).length > 0, true)!)
+        changed = true
       }
     }
     if (changed) this.schedule()
     this.advanceHeights()
+  }
+
+  /** Chunks assigned to workers: those routed to and the merged chunks they are to fetch. */
+  private assignable(ds: DatasetEntry): ChunkRef[] {
+    return ds.pending.length ? [...ds.chunks, ...ds.pending].sort((a, b) => a.first - b.first || a.last - b.last) : ds.chunks
+  }
+
+  /** Take a new routing (swap.ts); assignments of chunks no longer assignable go. */
+  private applyRouting(ds: DatasetEntry, r: { chunks: ChunkRef[]; pending: ChunkRef[] }): void {
+    ds.chunks = r.chunks
+    ds.pending = r.pending
+    const known = new Set(this.assignable(ds).map((c) => c.path))
+    for (const p of ds.assigned.keys()) if (!known.has(p)) ds.assigned.delete(p)
+  }
+
+  /** A merged chunk got (or lost) its first live server: route to it (or to the chunks it replaces) from now on. */
+  private swapMerged(now: number): void {
+    let changed = false
+    for (const ds of this.datasets.values()) {
+      const r = ds.swap.routing(ds.listed, (c) => this.servers(ds, c, now).length > 0)
+      if (!r) continue
+      const before = ds.chunks.map((c) => c.path).join() + '|' + ds.pending.map((c) => c.path).join()
+      this.applyRouting(ds, r)
+      if (before === ds.chunks.map((c) => c.path).join() + '|' + ds.pending.map((c) => c.path).join()) continue
+      changed = true
+      log.info({ dataset: ds.name, chunks: ds.chunks.length, pending: ds.pending.map((c) => c.path) }, 'router: merged chunks swapped in')
+    }
+    if (changed) this.schedule(now)
   }
 
   /** Register or refresh a worker; answer its desired state and the datasets' locations. */
@@ -162,7 +209,7 @@ export class RouterState {
         chunks === 0 ? 'router: a worker registered, but there are no chunks to serve yet' : 'router: a worker registered with nothing to serve (every chunk already has its replicas)',
       )
     }
-    return { desired, datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url })) }
+    return { desired, datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url, merges: d.merges })) }
   }
 
   /** Called periodically: notices dead workers even when nobody pings or queries. */
@@ -264,13 +311,14 @@ export class RouterState {
   private desiredFor(w: WorkerEntry, now: number): DesiredState {
     const out: DesiredState = {}
     for (const ds of this.datasets.values()) {
-      const keep = ds.chunks.filter((c) => ds.assigned.get(c.path)?.has(w.id) || (this.holds(w, ds, c) && this.servers(ds, c, now).includes(w)))
+      const keep = this.assignable(ds).filter((c) => ds.assigned.get(c.path)?.has(w.id) || (this.holds(w, ds, c) && this.servers(ds, c, now).includes(w)))
       out[ds.name] = mergeRanges(keep)
     }
     return out
   }
 
   private advanceHeights(now = Date.now()): void {
+    this.swapMerged(now)
     for (const ds of this.datasets.values()) {
       let i = lowerBoundLast(ds.chunks, ds.height + 1)
       while (i < ds.chunks.length && this.servers(ds, ds.chunks[i], now).length > 0) {
@@ -306,15 +354,16 @@ export class RouterState {
     /** Across datasets: breaks ties so that the odd chunks of several datasets go to different workers. */
     const total = new Map(live.map((id) => [id, 0]))
     for (const ds of this.datasets.values()) {
+      const chunks = this.assignable(ds)
       const load = new Map(live.map((id) => [id, 0]))
-      for (const c of ds.chunks) {
+      for (const c of chunks) {
         const set = new Set([...(ds.assigned.get(c.path) ?? [])].filter((id) => liveSet.has(id)))
         ds.assigned.set(c.path, set)
         for (const id of set) load.set(id, load.get(id)! + 1)
       }
-      const fairShare = live.length ? Math.ceil((ds.chunks.length * want) / live.length) : 0
+      const fairShare = live.length ? Math.ceil((chunks.length * want) / live.length) : 0
       let prev = new Set<string>()
-      for (const c of ds.chunks) {
+      for (const c of chunks) {
         const set = ds.assigned.get(c.path)!
         while (set.size < want) {
           const rank = (id: string) => [
@@ -354,10 +403,11 @@ export class RouterState {
    * else the latest one (earlier ranges stay where they are).
    */
   private moveOne(ds: DatasetEntry, from: string, to: string): boolean {
+    const chunks = this.assignable(ds)
     for (const mustHold of [true, false]) {
-      for (let i = ds.chunks.length - 1; i >= 0; i--) {
-        const set = ds.assigned.get(ds.chunks[i].path)!
-        if (set.has(from) && !set.has(to) && (!mustHold || this.holdsId(to, ds, ds.chunks[i]))) {
+      for (let i = chunks.length - 1; i >= 0; i--) {
+        const set = ds.assigned.get(chunks[i].path)!
+        if (set.has(from) && !set.has(to) && (!mustHold || this.holdsId(to, ds, chunks[i]))) {
           set.delete(from)
           set.add(to)
           return true

@@ -24,6 +24,8 @@ export interface DatasetAnnouncement {
   name: string
   family: string
   url: string
+  /** Changes when merged chunks appear in the listing (compaction): workers list the dataset again. */
+  merges?: number
 }
 
 export interface ChunkStorage {

@@ -6,8 +6,9 @@ import type { LocalTables } from '../storage/local-forms.js'
 import type { Readiness } from './http.js'
 import { workerChunksHeld } from './metrics.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
-import type { DesiredState, PingAnswer } from './router.js'
-import type { ChunkStorage } from './storage.js'
+import { lowerBoundLast, type DesiredState, type PingAnswer } from './router.js'
+import { resolveChunks, supersede } from '../chunks/supersede.js'
+import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
 
 /*
  * What a worker holds. With a router, the worker pings it with what it holds and gets back what it
@@ -64,6 +65,8 @@ interface DatasetHolding {
   epoch: number
   /** Running leases per epoch of their view. */
   leases: Map<number, number>
+  /** The router's `merges` count of the dataset at the latest listing. */
+  merges?: number
 }
 
 export interface Lease {
@@ -230,20 +233,16 @@ export class WorkerNode {
     return n
   }
 
-  /** The next epoch's view: served chunks ascending, each with the block it answers from (`coverFrom`, from the listing). */
+  /**
+   * The next epoch's view: served chunks ascending, never two that overlap (a merged chunk held
+   * hides the chunks it supersedes: src/chunks/supersede.ts), each with the block it answers from
+   * (`coverFrom`, from the listing).
+   */
   private buildView(ds: DatasetHolding): NonNullable<DatasetHolding['view']> {
-    const held = served(ds).sort((a, b) => a.ref.first - b.ref.first)
-    const index = new Map(ds.listing.map((c, i) => [c.path, i]))
-    const chunks: HeldChunk[] = held.map((h) => {
-      const i = index.get(h.ref.path) ?? -1
-      return {
-        ...h.ref,
-        dir: h.dir,
-        coverFrom: i > 0 ? ds.listing[i - 1].last + 1 : i === 0 ? 0 : h.ref.first,
-        intact: () => this.checkIntact(ds, h),
-      }
-    })
-    return { epoch: ++ds.epoch, chunks, height: ds.listing.at(-1)?.last ?? -1 }
+    const held = withoutOverlaps(served(ds))
+    const cover = coverFromListing(ds.listing)
+    const chunks: HeldChunk[] = held.map((h) => ({ ...h.ref, dir: h.dir, coverFrom: cover(h.ref), intact: () => this.checkIntact(ds, h) }))
+    return { epoch: ++ds.epoch, chunks, height: ds.listing.reduce((m, c) => Math.max(m, c.last), -1) }
   }
 
   /** Whether a lease of a view of `epoch` or older is running (its query may read chunks retired since). */
@@ -296,7 +295,7 @@ export class WorkerNode {
     if (!res.ok) throw new Error(`router answered ${res.status}: ${text.slice(0, 300)}`)
     const answer = JSON.parse(text) as PingAnswer
     this.opts.storage.useDatasets(answer.datasets)
-    await this.applyDesired(answer.desired)
+    await this.applyDesired(answer.desired, answer.datasets)
     this.lastPingOk = Date.now()
     this.lastPingError = undefined
   }
@@ -321,7 +320,7 @@ export class WorkerNode {
     return ds
   }
 
-  private async applyDesired(desired: DesiredState): Promise<void> {
+  private async applyDesired(desired: DesiredState, announced: DatasetAnnouncement[] = []): Promise<void> {
     const missing = Object.keys(desired).filter((name) => !this.datasets.has(name))
     if (missing.length) {
       for (const info of await this.opts.storage.listDatasets()) {
@@ -332,8 +331,13 @@ export class WorkerNode {
       ds.desired = desired[ds.name] ?? []
       // The router knows chunks this worker has not listed yet (new ones at the end, or one put back
       // where a chunk was missing): the listed chunks do not cover the desired ranges. List again.
+      // Merged chunks (compaction) cover ranges already covered: the router says when there are new ones.
       const covered = mergeRanges(ds.listing.filter((c) => rangesContain(ds.desired, c.first, c.last)))
-      if (JSON.stringify(covered) !== JSON.stringify(ds.desired)) setListing(ds, await this.opts.storage.listChunks(ds.name))
+      const merges = announced.find((a) => a.name === ds.name)?.merges
+      if (JSON.stringify(covered) !== JSON.stringify(ds.desired) || merges !== ds.merges) {
+        setListing(ds, await this.opts.storage.listChunks(ds.name))
+        ds.merges = merges
+      }
     }
   }
 
@@ -347,12 +351,22 @@ export class WorkerNode {
     let changed = false
     let diskFull = false
     for (const ds of this.datasets.values()) {
+      // held chunks a served held chunk supersedes (a merged chunk fetched): out of the next view at once
+      const servedPaths = new Set(served(ds).map((h) => h.ref.path))
+      const superseded = new Set(
+        supersede([...ds.held.values()].map((h) => h.ref)).superseded.filter((x) => servedPaths.has(x.by.path)).map((x) => x.chunk.path),
+      )
       for (const h of [...ds.held.values()]) {
         if (!(await this.checkIntact(ds, h))) {
           changed = true
           continue
         }
-        const wanted = rangesContain(ds.desired, h.ref.first, h.ref.last)
+        if (superseded.has(h.ref.path) && h.retiredAt === undefined) {
+          h.retiredAt = ds.epoch
+          ds.view = undefined
+          changed = true
+        }
+        const wanted = rangesContain(ds.desired, h.ref.first, h.ref.last) && !superseded.has(h.ref.path)
         if (wanted) h.undesiredSince = undefined
         else h.undesiredSince ??= now
         if (wanted && h.retiredAt !== undefined) {
@@ -374,7 +388,11 @@ export class WorkerNode {
           log.info({ worker: this.opts.id, dataset: ds.name, chunk: h.ref.path }, 'worker: chunk dropped')
         }
       }
-      const todo = ds.listing.filter((ref) => !ds.held.has(ref.path) && rangesContain(ds.desired, ref.first, ref.last))
+      // of listed chunks in the desired ranges, those no other one of them nor a served held chunk contains
+      const servedRefs = served(ds).map((h) => h.ref)
+      const candidates = ds.listing.filter((ref) => rangesContain(ds.desired, ref.first, ref.last))
+      const covered = new Set(supersede([...servedRefs, ...candidates]).superseded.map((x) => x.chunk.path))
+      const todo = candidates.filter((ref) => !ds.held.has(ref.path) && !covered.has(ref.path))
       const fetchOne = async () => {
         for (let ref = todo.shift(); ref && !this.stopped; ref = todo.shift()) {
           // The router may have changed its mind while earlier chunks downloaded (workers registering one by one).
@@ -433,6 +451,29 @@ const CHUNKS_FETCHED_AT_ONCE = 3
 
 /** Held chunks queries may be given (not retired). */
 const served = (ds: DatasetHolding): Held[] => [...ds.held.values()].filter((h) => h.retiredAt === undefined)
+
+/** Held chunks without superseded ones and, should partly overlapping chunks be held, without the later of two (a view never holds both). */
+function withoutOverlaps(held: Held[]): Held[] {
+  const kept = supersede(held.map((h) => ({ first: h.ref.first, last: h.ref.last, h }))).kept
+  const out: Held[] = []
+  for (const { h } of kept) if (!out.length || h.ref.first > out[out.length - 1].ref.last) out.push(h)
+  return out
+}
+
+/**
+ * The block a held chunk answers from: after the previous chunk of the listing (resolved: a merged
+ * chunk stands for the chunks it supersedes), so a deliberate jump before a chunk is answered by it;
+ * a chunk inside a listed merged chunk answers from its own first block, unless it starts it.
+ */
+function coverFromListing(listing: ChunkRef[]): (c: ChunkRef) => number {
+  const resolved = resolveChunks(listing)
+  return (c) => {
+    const i = lowerBoundLast(resolved, c.first)
+    const at = resolved[i]
+    if (!at || at.first > c.first || (at.first !== c.first && at.path !== c.path)) return c.first
+    return i > 0 ? resolved[i - 1].last + 1 : 0
+  }
+}
 
 /** A new listing of the dataset (the view's `coverFrom` and height come from it). */
 function setListing(ds: DatasetHolding, listing: ChunkRef[]): void {

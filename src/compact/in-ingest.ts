@@ -1,0 +1,23 @@
+import type { FamilyDecl } from '../families/declaration.js'
+import type { IngestTarget } from '../ingest/target.js'
+import { Compactor } from './compactor.js'
+
+/* The compactor an ingest with `--follow --compact` runs beside its loop, on the target it holds. */
+
+export interface CompactSettings {
+  fanout: number
+  graceMs: number
+  intervalMs?: number
+  /** Only chunks ending at or below this block are merged (default: all written chunks). */
+  maxBlock?: () => number
+}
+
+/** Defaults of the flags (src/commands/compact.ts). */
+export const DEFAULT_COMPACT_FANOUT = 4
+export const DEFAULT_COMPACT_GRACE_MS = 5 * 60_000
+
+export function startCompactor(target: IngestTarget, family: FamilyDecl, dataset: string, chunkBlocks: number, chunkBytes: number, s: CompactSettings): Compactor {
+  const c = new Compactor(target, family, { dataset, chunkBlocks, chunkBytes, fanout: s.fanout, graceMs: s.graceMs, intervalMs: s.intervalMs, maxBlock: s.maxBlock })
+  c.start()
+  return c
+}

@@ -1,0 +1,209 @@
+import assert from 'node:assert/strict'
+import { cp, readdir } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { listLocalChunks, readChunkMeta, scanLocalChunks } from '../src/chunks/layout.js'
+import { resolveChunks, supersede } from '../src/chunks/supersede.js'
+import { Compactor } from '../src/compact/compactor.js'
+import { tailBound } from '../src/compact/plan.js'
+import { evmFamily } from '../src/families/evm.js'
+import { FolderTarget } from '../src/ingest/target.js'
+import { RouterServer } from '../src/server/router-http.js'
+import { LocalStorage } from '../src/server/storage.js'
+import { WorkerServer } from '../src/server/worker-http.js'
+import { killChildren, until } from './helpers/cli.js'
+import { anvilRecords, startStandaloneWorker, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
+import { answers, writeSmallChunks } from './helpers/compaction.js'
+import { postJson } from './helpers/http.js'
+
+/*
+ * Compaction over real chunks of the recorded anvil chain (traces and state diffs included), real
+ * DuckDB and real Parquet: merged chunks answer byte for byte as the small chunks did, the fresh
+ * end stays within the tier bound, superseded chunks go only after the grace period, and a router
+ * with two workers swaps a merged chunk in while every block stays routable and answerable.
+ */
+
+/** Block counts of the small chunks: fresh chunks of 1–3 blocks, as an ingest that flushes at every poll writes them. */
+const SIZES = [1, 2, 1, 3, 1, 1, 2, 1, 1, 1, 2, 3, 1, 1, 2, 1, 1, 1, 1, 2, 1, 3, 1, 1, 1, 2]
+
+async function openTarget(dir: string, name: string): Promise<FolderTarget> {
+  const t = new FolderTarget(dir)
+  await t.open({ name, family: 'evm' })
+  return t
+}
+
+describe('compaction', { timeout: 300_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let records: AnvilRecord[]
+  const last = SIZES.reduce((a, b) => a + b, 0) - 1
+
+  before(async () => {
+    tmp = await tempDir('ba-compaction-')
+    records = await anvilRecords()
+  })
+  after(async () => {
+    killChildren()
+    await tmp?.cleanup()
+  })
+
+  it('merged chunks answer byte for byte as the small ones, the tail stays in its bound, and superseded chunks go after the grace', async () => {
+    const dir = path.join(tmp.dir, 'merge')
+    const small = await writeSmallChunks(dir, 'm', records, SIZES)
+    const reference = path.join(tmp.dir, 'merge-reference')
+    await cp(dir, reference, { recursive: true })
+    const refWorker = await startStandaloneWorker(reference)
+    const want = await answers(`${refWorker.url}/datasets/m/query`, last)
+    await refWorker.stop()
+    assert.ok(want.every((t) => JSON.parse(t).length > 0), 'every query matches something')
+
+    const bounds = { fanout: 4, chunkBlocks: 16, chunkBytes: 1 << 30 }
+    const target = await openTarget(dir, 'm')
+    try {
+      const compactor = new Compactor(target, evmFamily, { ...bounds, dataset: 'm', graceMs: 3_600_000 })
+      const r = await compactor.catchUp()
+      assert.ok(r.merged >= 5, `merged ${r.merged}`)
+      const all = await scanLocalChunks(dir)
+      const { kept, superseded } = supersede(all)
+      assert.equal(superseded.length, all.length - kept.length)
+      assert.equal(r.removed, 0, 'nothing deleted within the grace period')
+      assert.ok(small.every((c) => all.some((a) => a.path === c.path)), 'the small chunks are still there')
+      // one contiguous cover of every block, every merged chunk within the bounds
+      assert.equal(kept[0].first, 0)
+      assert.equal(kept.at(-1)!.last, last)
+      for (let i = 1; i < kept.length; i++) assert.equal(kept[i].first, kept[i - 1].last + 1)
+      const metas = await Promise.all(kept.map((c) => readChunkMeta(dir, c)))
+      for (const m of metas) assert.ok(m.blockCount <= bounds.chunkBlocks, `${m.first}-${m.last}: ${m.blockCount} blocks`)
+      const open = metas.filter((m) => !m.sealed && m.blockCount < bounds.chunkBlocks)
+      assert.ok(open.length <= tailBound(bounds), `${open.length} open chunks, bound ${tailBound(bounds)}`)
+      assert.ok(kept.length < small.length / 3, `${kept.length} chunks instead of ${small.length}`)
+      for (const [i, m] of metas.entries()) {
+        if (!m.replaces) continue
+        const rows = m.replaces.map((p) => all.find((c) => c.path === p)!)
+        assert.equal(m.blockCount, (await Promise.all(rows.map((c) => readChunkMeta(dir, c)))).reduce((n, x) => n + x.blockCount, 0), kept[i].path)
+      }
+      // the ingest resumes after the merged chunks: the listing it reads has no overlap
+      assert.deepEqual((await listLocalChunks(dir)).map((c) => c.path), kept.map((c) => c.path))
+
+      // a standalone worker over the folder with both generations serves the merged ones only
+      const worker = await startStandaloneWorker(dir)
+      try {
+        const lease = worker.node!.lease('m')!
+        assert.deepEqual(lease.view.chunks.map((c) => c.path), kept.map((c) => c.path))
+        lease.release()
+        assert.deepEqual(await answers(`${worker.url}/datasets/m/query`, last), want)
+      } finally {
+        await worker.stop()
+      }
+
+      const removal = new Compactor(target, evmFamily, { ...bounds, dataset: 'm', graceMs: 0 })
+      const r2 = await removal.catchUp()
+      assert.equal(r2.removed, superseded.length)
+      assert.deepEqual((await scanLocalChunks(dir)).map((c) => c.path), kept.map((c) => c.path))
+      assert.deepEqual((await readdir(dir)).filter((n) => n.startsWith('.tmp-')), [])
+      const after = await startStandaloneWorker(dir)
+      try {
+        assert.deepEqual(await answers(`${after.url}/datasets/m/query`, last), want)
+      } finally {
+        await after.stop()
+      }
+    } finally {
+      await target.close()
+    }
+  })
+
+  it('a router with two workers swaps a merged chunk in: no block is ever unavailable, height never goes down', async () => {
+    const dir = path.join(tmp.dir, 'swap')
+    const data = path.join(dir, 'data')
+    const chunks = await writeDataset(path.join(data, 's'), 's', records.slice(0, 16), 2)
+    assert.equal(chunks.length, 8)
+    const storage = new LocalStorage(data)
+    const HEARTBEAT = 100
+    const router = new RouterServer({ storage, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 30, relistMs: 100 })
+    await router.start('127.0.0.1', 0)
+    const workers: WorkerServer[] = []
+    let polling = true
+    try {
+      for (const id of ['w1', 'w2']) {
+        const w = new WorkerServer({
+          storage: new LocalStorage(data),
+          routerUrl: router.url,
+          id,
+          heartbeatMs: HEARTBEAT,
+          dropGraceMs: HEARTBEAT * 2,
+          concurrency: 2,
+          queue: 16,
+          queueTimeoutMs: 60_000,
+          budgets: { sizeBytes: 1 << 30, timeMs: 600_000 },
+        })
+        await w.start('127.0.0.1', 0)
+        workers.push(w)
+      }
+      const base = `${router.url}/datasets/s`
+      await until('both workers serve part of every block', async () => {
+        const s = await (await fetch(`${router.url}/status`)).json()
+        const busy = s.workers.filter((w: any) => (w.state.s ?? []).length > 0).length
+        return (await (await fetch(`${base}/height`)).text()) === '15' && busy === 2 ? true : undefined
+      }, 60_000)
+      const reference = await Promise.all(Array.from({ length: 16 }, async (_, b) => (await postJson(await (await fetch(`${base}/${b}/worker`)).text(), { fromBlock: b, toBlock: b, includeAllBlocks: true, transactions: [{}], logs: [{}] })).text))
+
+      // clients keep asking for every block, through the router, while the merge is swapped in
+      const failures: string[] = []
+      let lastHeight = -1
+      let rounds = 0
+      const poller = (async () => {
+        while (polling) {
+          const h = Number(await (await fetch(`${base}/height`)).text())
+          if (h < lastHeight) failures.push(`height went down from ${lastHeight} to ${h}`)
+          lastHeight = h
+          for (let b = 0; b < 16; b++) {
+            const res = await fetch(`${base}/${b}/worker`)
+            const text = await res.text()
+            if (res.status !== 200) {
+              failures.push(`block ${b}: router answered ${res.status} ${text}`)
+              continue
+            }
+            const q = await postJson(text, { fromBlock: b, toBlock: b, includeAllBlocks: true, transactions: [{}], logs: [{}] })
+            if (q.status !== 200 || q.text !== reference[b]) failures.push(`block ${b}: worker answered ${q.status} ${q.text.slice(0, 200)}`)
+          }
+          rounds++
+        }
+      })()
+      const target = await openTarget(path.join(data, 's'), 's')
+      try {
+        // all eight in one merged chunk: its parts are spread over both workers
+        const r = await new Compactor(target, evmFamily, { fanout: 8, chunkBlocks: 100, chunkBytes: 1 << 30, dataset: 's', graceMs: 3_600_000 }).catchUp()
+        assert.equal(r.merged, 1)
+        const merged = resolveChunks(await scanLocalChunks(path.join(data, 's')))
+        assert.equal(merged.length, 1)
+        await until('the router routes to the merged chunk and each worker serves it or nothing', async () => {
+          const s = await (await fetch(`${router.url}/status`)).json()
+          if (s.datasets[0].chunks !== 1) return undefined
+          const views = workers.map((w) => {
+            const lease = w.node!.lease('s')
+            const paths = lease?.view.chunks.map((c) => c.path) ?? []
+            lease?.release()
+            return paths
+          })
+          return views.every((v) => v.length === 0 || (v.length === 1 && v[0] === merged[0].path)) && views.some((v) => v.length === 1) ? true : undefined
+        }, 60_000)
+        const seen = rounds
+        await until('clients went on asking after the swap', async () => (rounds >= seen + 2 ? true : undefined), 60_000)
+        // the small chunks are gone from every view: deleting them now is what the grace period allows
+        const removed = await new Compactor(target, evmFamily, { fanout: 8, chunkBlocks: 100, chunkBytes: 1 << 30, dataset: 's', graceMs: 0 }).catchUp()
+        assert.equal(removed.removed, 8)
+        const more = rounds
+        await until('clients went on asking after the deletion', async () => (rounds >= more + 2 ? true : undefined), 60_000)
+      } finally {
+        polling = false
+        await poller
+        await target.close()
+      }
+      assert.deepEqual(failures, [])
+      assert.equal(lastHeight, 15)
+    } finally {
+      polling = false
+      for (const w of workers) await w.stop()
+      await router.stop()
+    }
+  })
+})

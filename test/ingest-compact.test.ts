@@ -1,0 +1,86 @@
+import assert from 'node:assert/strict'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { listLocalChunks, readChunkMeta, scanLocalChunks } from '../src/chunks/layout.js'
+import { tailBound } from '../src/compact/plan.js'
+import { runIngest } from '../src/ingest/loop.js'
+import { registry } from '../src/metrics.js'
+import { startAnvil, type Anvil } from './helpers/anvil.js'
+import { answers } from './helpers/compaction.js'
+import { startStandaloneWorker, tempDir } from './helpers/dataset.js'
+
+/*
+ * `ingest --follow` with compaction, from a real anvil node that gets a block (with a transfer) every
+ * few polls: the ingest writes a chunk at every idle poll (flush after 0 ms), its compactor merges
+ * them while it runs, the end of the dataset stays within the tier bound, and the dataset answers as
+ * a one-shot ingest of the same blocks into one chunk does.
+ */
+
+describe('ingest --follow with compaction', { timeout: 300_000 }, () => {
+  let anvil: Anvil
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+
+  before(async () => {
+    anvil = await startAnvil()
+    tmp = await tempDir('ba-ingest-compact-')
+  })
+  after(async () => {
+    await anvil?.stop()
+    await tmp?.cleanup()
+  })
+
+  it('merges the chunks of every poll in the background, within the bound, answering as one chunk', async () => {
+    const out = path.join(tmp.dir, 'follow')
+    const bounds = { fanout: 3, chunkBlocks: 40 }
+    const ac = new AbortController()
+    const ingest = runIngest({
+      rpc: anvil.url, dataset: 'a', out, follow: true, chunkBlocks: bounds.chunkBlocks, pollMs: 20, flushAfterMs: 0, workers: 0, progress: 'none', signal: ac.signal,
+      compact: { fanout: bounds.fanout, graceMs: 0, intervalMs: 50 },
+    })
+    ingest.catch(() => undefined)
+    const [from, to] = await anvil.rpc('eth_accounts')
+    for (let i = 0; i < 90; i++) {
+      await anvil.rpc('eth_sendTransaction', [{ from, to, value: '0x' + (1000 + i).toString(16) }])
+      await new Promise((r) => setTimeout(r, 60 + (i % 4) * 20))
+    }
+    const head = parseInt(await anvil.rpc('eth_blockNumber'), 16)
+    const upTo = async () => (await listLocalChunks(out).catch(() => [])).at(-1)?.last ?? -1
+    while ((await upTo()) < head) await new Promise((r) => setTimeout(r, 50))
+    // let the compactor catch up with the last chunks, then stop
+    const merges = async () => Number((await registry.getSingleMetricAsString('block_archive_compaction_merges_total')).match(/ (\d+)$/m)?.[1] ?? 0)
+    let settled = -1
+    for (let still = 0; still < 10; ) {
+      await new Promise((r) => setTimeout(r, 100))
+      const m = await merges()
+      still = m === settled ? still + 1 : 0
+      settled = m
+    }
+    ac.abort()
+    const r = await ingest
+    assert.equal(r.last, head)
+    assert.ok(r.chunks.length > 20, `${r.chunks.length} chunks written by the ingest`)
+    assert.ok(settled >= 6, `${settled} merged chunks`)
+
+    const chunks = await listLocalChunks(out)
+    assert.deepEqual((await scanLocalChunks(out)).map((c) => c.path), chunks.map((c) => c.path), 'superseded chunks deleted (grace 0)')
+    for (let i = 1; i < chunks.length; i++) assert.equal(chunks[i].first, chunks[i - 1].last + 1)
+    const metas = await Promise.all(chunks.map((c) => readChunkMeta(out, c)))
+    const open = metas.filter((m) => !m.sealed && m.blockCount < bounds.chunkBlocks)
+    assert.ok(open.length <= tailBound(bounds), `${open.length} open chunks (bound ${tailBound(bounds)}); chunks: ${metas.map((m) => `${m.first}-${m.last}/t${m.tier ?? 0}`).join(' ')}`)
+    assert.ok(metas.every((m) => m.blockCount <= bounds.chunkBlocks))
+    assert.ok(chunks.length < r.chunks.length / 4, `${chunks.length} chunks after compaction, ${r.chunks.length} written`)
+
+    const reference = path.join(tmp.dir, 'reference')
+    await runIngest({ rpc: anvil.url, dataset: 'a', out: reference, to: head, chunkBlocks: 1000, workers: 0, progress: 'none' })
+    const refWorker = await startStandaloneWorker(reference)
+    const worker = await startStandaloneWorker(out)
+    try {
+      const want = await answers(`${refWorker.url}/datasets/a/query`, head, [0, 1, 5])
+      assert.ok(JSON.parse(want[1]).length >= 90, 'the transfers are there')
+      assert.deepEqual(await answers(`${worker.url}/datasets/a/query`, head, [0, 1, 5]), want)
+    } finally {
+      await refWorker.stop()
+      await worker.stop()
+    }
+  })
+})
