@@ -14,6 +14,7 @@ import { IngestProgress, type ProgressMode } from './progress.js'
 import { newTransferStats, type RpcClientOptions } from './rpc.js'
 import type { LeaseOptions } from './s3-lease.js'
 import { ingestTarget, type UploadStats } from './target.js'
+import { HeadWriter } from './head-writer.js'
 
 export { DatasetLocked, LeaseLost } from './locked.js'
 
@@ -54,10 +55,16 @@ export interface IngestOptions {
   chunkBytes?: number
   /** Chunks per top folder (default 500). */
   topDirSize?: number
-  /** With `follow`: write the open chunk once it is this old and the ingest has caught up (default 10 min). */
+  /**
+   * Write the open chunk once it is this old and the ingest has caught up with the head. Default
+   * with `follow` 0: at once, so every block is queryable about a second after the node has it;
+   * else (waiting for `to`) 10 min.
+   */
   flushAfterMs?: number
-  /** With `follow`: how often the head is polled (default 2 s). */
+  /** With `follow`: how often the head is polled (default DEFAULT_POLL_MS). */
   pollMs?: number
+  /** With `follow`: router base URLs told of each new chunk (`POST <url>/notify`). */
+  notify?: string[]
   /** Blocks per fetch (and calls per JSON-RPC batch), default 20. */
   batchSize?: number
   /** Fetches (and HTTP requests) in flight, default 4. */
@@ -171,14 +178,22 @@ const MiB = 1024 * 1024
  */
 export const DEFAULT_CHUNK_BLOCKS = 10_000
 
+/**
+ * Head polling while waiting for blocks: a block waits half of it on average before the ingest sees
+ * it, which is most of what a following ingest adds to a block's way to the router (docs/ingest.md,
+ * "Freshness"); one `eth_blockNumber` per poll.
+ */
+export const DEFAULT_POLL_MS = 250
+
 export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const started = performance.now()
   const confirmations = o.confirmations ?? 0
   const chunkBlocks = o.chunkBlocks ?? DEFAULT_CHUNK_BLOCKS
   const chunkBytes = o.chunkBytes ?? 256 * MiB
   const topDirSize = o.topDirSize ?? 500
-  const flushAfterMs = o.flushAfterMs ?? 10 * 60_000
-  const pollMs = o.pollMs ?? 2000
+  // `--to` above the head: waiting for the head is not following it, so the open chunk waits as well
+  const flushAfterMs = o.flushAfterMs ?? (o.follow ? 0 : 10 * 60_000)
+  const pollMs = o.pollMs ?? DEFAULT_POLL_MS
   const batchSize = Math.max(1, o.batchSize ?? 20)
   const concurrency = Math.max(1, o.concurrency ?? 4)
   const workers = Math.max(0, o.workers ?? defaultWorkers())
@@ -207,6 +222,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       prev = { number: meta.last, hash: meta.lastHash.toLowerCase(), where: `chunk ${lastChunk.path}` }
     }
 
+    // A following ingest tells routers of each chunk through the dataset's head file (and --notify).
+    const head = o.follow ? new HeadWriter({ out: o.out, dataset: o.dataset, written, notify: o.notify }) : undefined
     const transfer = newTransferStats()
     const source = await createSource(spec, transfer)
     const plan = new Planner(source, {
@@ -218,6 +235,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       batchSize,
       pollMs,
       signal: o.signal,
+      onHead: head && ((h, confirmed) => head.node(h, confirmed)),
     })
     if (prev && o.from != null && o.from > prev.number + 1) {
       log.warn({ from: o.from, lastInDataset: prev.number }, 'starting above the last block in the dataset: the blocks in between are a gap')
@@ -271,6 +289,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
         stages.parquetMs += b.times.parquetMs
         written.push(ref)
         result.chunks.push(ref)
+        head?.published(ref)
         log.info({ chunk: ref.path, blocks: b.blockCount }, 'chunk written')
         o.onChunk?.(ref)
       })
@@ -353,6 +372,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     } finally {
       progress.stop()
       await source.close?.()
+      await head?.close()
     }
     result.elapsedMs = performance.now() - started
     const cpu = process.cpuUsage(cpu0)
@@ -421,6 +441,8 @@ interface PlannerOptions {
   batchSize: number
   pollMs: number
   signal?: AbortSignal
+  /** Called with each head read and the confirmed head derived from it. */
+  onHead?: (head: number, confirmed: number) => void
 }
 
 /** Hands out block numbers to fetch, never past the confirmed head. */
@@ -465,6 +487,7 @@ class Planner {
     if (this.o.signal?.aborted) return false
     const head = await this.source.head()
     this.confirmed = head - this.o.confirmations
+    this.o.onHead?.(head, this.confirmed)
     if (!this.o.list) this.target = this.o.to ?? (this.o.follow ? Math.max(this.confirmed, this.next - 1) : this.confirmed)
     if (this.done) return false
     const waiting = this.o.list ? this.o.list[this.listPos] : this.next
@@ -480,8 +503,9 @@ class Planner {
 }
 
 /**
- * Fetch batches concurrently and yield them in block order. Yields an empty batch whenever it
- * had to wait for the head (so the caller can write a chunk that has been open for long).
+ * Fetch batches concurrently and yield them in block order. Yields an empty batch each time it has
+ * caught up with the head as last read, before reading it again (so the caller can write the open
+ * chunk then, instead of one poll later).
  */
 async function* fetchInOrder(plan: Planner, concurrency: number, fetch: (nums: number[]) => Promise<RowsBatch>): AsyncGenerator<RowsBatch> {
   const inflight: Promise<RowsBatch>[] = []
@@ -500,9 +524,9 @@ async function* fetchInOrder(plan: Planner, concurrency: number, fetch: (nums: n
         continue
       }
       if (plan.done) return
+      if (!first) yield { blocks: [], normalizeMs: 0 }
       const more = await plan.refresh(first)
       if (!more) return
-      if (!first) yield { blocks: [], normalizeMs: 0 }
       first = false
     }
   } finally {

@@ -83,8 +83,8 @@ export class S3IngestTarget implements IngestTarget {
       const size = await uploadFile(this.loc.bucket, this.key(ref.path, name), path.join(dir, name))
       bytes += size // not `bytes += await …`: that reads `bytes` before the parallel uploads add to it
     }
-    await inParallel(names.filter((n) => n !== 'blocks.parquet' && n !== 'meta.json'), this.concurrency, put)
-    await put('meta.json')
+    // Every file but blocks.parquet at once (meta.json among them): readers need them all before blocks.parquet.
+    await inParallel(names.filter((n) => n !== 'blocks.parquet'), this.concurrency, put)
     await this.lease.check() // the next upload makes the chunk visible
     await put('blocks.parquet')
     await rm(dir, { recursive: true, force: true })

@@ -8,6 +8,7 @@ import { workerChunksHeld } from './metrics.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
 import type { DesiredState, PingAnswer } from './router.js'
 import type { ChunkStorage } from './storage.js'
+import { extendListing } from './freshness.js'
 
 /*
  * What a worker holds. With a router, the worker pings it with what it holds and gets back what it
@@ -103,6 +104,7 @@ export class WorkerNode {
   async stop(): Promise<void> {
     this.stopped = true
     if (this.timer) clearTimeout(this.timer)
+    await this.nudging
     await this.settled()
     await this.forming
     await this.opts.storage.close?.()
@@ -116,6 +118,27 @@ export class WorkerNode {
     // settled promise that settled() then awaits forever.
     if (!this.stopped) this.syncing ??= this.sync()
     if (!this.opts.routerUrl) await this.syncing
+  }
+
+  private nudging?: Promise<void>
+  private nudgeAgain = false
+
+  /**
+   * The router says this worker's assignment grew (src/server/freshness.ts): heartbeat now instead
+   * of at the next beat. Nudges during a heartbeat make one more after it.
+   */
+  nudge(): void {
+    if (this.stopped || !this.opts.routerUrl) return
+    if (this.nudging) {
+      this.nudgeAgain = true
+      return
+    }
+    this.nudging = (async () => {
+      do {
+        this.nudgeAgain = false
+        await this.heartbeat()
+      } while (this.nudgeAgain && !this.stopped)
+    })().finally(() => (this.nudging = undefined))
   }
 
   /** Wait until the current fetch/drop pass is done. */
@@ -139,7 +162,14 @@ export class WorkerNode {
     // A pass before the first exchange has nothing to fetch: it does not make the worker ready.
     const knewDesired = this.exchanged
     try {
-      while (!this.stopped && (await this.reconcile()) && this.opts.routerUrl) await this.exchange()
+      for (;;) {
+        // A ping answered during the pass may have changed the assignment after the pass read it.
+        this.desiredChanged = false
+        const changed = await this.reconcile()
+        if (this.stopped) break
+        if (changed && this.opts.routerUrl) await this.exchange()
+        else if (!this.desiredChanged) break
+      }
       if (knewDesired) this.fetchedOnce = true
     } finally {
       this.syncing = undefined
@@ -296,7 +326,7 @@ export class WorkerNode {
     if (!res.ok) throw new Error(`router answered ${res.status}: ${text.slice(0, 300)}`)
     const answer = JSON.parse(text) as PingAnswer
     this.opts.storage.useDatasets(answer.datasets)
-    await this.applyDesired(answer.desired)
+    await this.applyDesired(answer.desired, answer.recent)
     this.lastPingOk = Date.now()
     this.lastPingError = undefined
   }
@@ -321,7 +351,7 @@ export class WorkerNode {
     return ds
   }
 
-  private async applyDesired(desired: DesiredState): Promise<void> {
+  private async applyDesired(desired: DesiredState, recent?: PingAnswer['recent']): Promise<void> {
     const missing = Object.keys(desired).filter((name) => !this.datasets.has(name))
     if (missing.length) {
       for (const info of await this.opts.storage.listDatasets()) {
@@ -329,11 +359,17 @@ export class WorkerNode {
       }
     }
     for (const ds of this.datasets.values()) {
-      ds.desired = desired[ds.name] ?? []
+      const next = desired[ds.name] ?? []
+      if (JSON.stringify(next) !== JSON.stringify(ds.desired)) this.desiredChanged = true
+      ds.desired = next
       // The router knows chunks this worker has not listed yet (new ones at the end, or one put back
       // where a chunk was missing): the listed chunks do not cover the desired ranges. List again.
       const covered = mergeRanges(ds.listing.filter((c) => rangesContain(ds.desired, c.first, c.last)))
-      if (JSON.stringify(covered) !== JSON.stringify(ds.desired)) setListing(ds, await this.opts.storage.listChunks(ds.name))
+      // The router's newest chunks usually are what is missing (src/server/freshness.ts).
+      if (JSON.stringify(covered) === JSON.stringify(ds.desired)) continue
+      const extended = extendListing(ds.listing, recent?.[ds.name])
+      const coversNow = extended && JSON.stringify(mergeRanges(extended.filter((c) => rangesContain(ds.desired, c.first, c.last)))) === JSON.stringify(ds.desired)
+      setListing(ds, coversNow ? extended : await this.opts.storage.listChunks(ds.name))
     }
   }
 
@@ -404,6 +440,8 @@ export class WorkerNode {
   }
 
   private pruned = false
+  /** Set when a ping changes what is desired (read by `sync`). */
+  private desiredChanged = false
   /**
    * Chunk downloads at once: one after a pass in which a download met a full disk (ENOSPC), since
    * parallel downloads would each take part of the space left and all fail, pass after pass, where
