@@ -57,7 +57,7 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
       procs.push(serve.child)
       const router = serve.lines.get('router')![0]
       await until('a first height', async () => (Number(await (await fetch(`${router}/datasets/fresh/height`)).text()) >= 0 ? true : undefined), 60_000)
-      const run = await measureFreshness({ anvil, router, dataset: 'fresh', seconds: o.seconds, drainMs: 60_000 })
+      const run = await measureFreshness({ anvil, router, dataset: 'fresh', seconds: o.seconds, drainMs: 60_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
       if (run.mismatches.length || run.unanswered.length) throw new Error(`${target}: ${run.mismatches.length} hash mismatches, unanswered blocks ${run.unanswered}`)
       rows.push(...summarize(target, run))
       await Promise.all([stop(serve.child), stop(ingest)])
@@ -77,7 +77,11 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
 
 function summarize(target: string, run: FreshnessRun): (string | number)[][] {
   const line = (stage: string, xs: number[]) => [target, stage, xs.length, ...[0.5, 0.9, 0.99].map((q) => quantile(xs, q).toFixed(0)), Math.max(...xs).toFixed(0)]
-  return [line('node → /height', run.blocks.map((b) => b.heightMs)), line('node → answered', run.blocks.map((b) => b.answerMs))]
+  return [
+    line('node → in storage (head.json)', run.blocks.flatMap((b) => (b.publishedMs === undefined ? [] : [b.publishedMs]))),
+    line('node → router /height', run.blocks.map((b) => b.heightMs)),
+    line('node → answered', run.blocks.map((b) => b.answerMs)),
+  ]
 }
 
 async function readHead(out: string) {

@@ -104,7 +104,7 @@ describe('freshness: ingest --follow and serve at their defaults', { timeout: 60
       const serve = await startServe(out, [], s3.env)
       try {
         await until('a first height', async () => ((await heightOf(serve.url)) ?? -1) >= 0 ? true : undefined, 60_000)
-        const run = await measureFreshness({ anvil, router: serve.url, dataset: DATASET, seconds: WATCH_SECONDS, drainMs: 120_000 })
+        const run = await measureFreshness({ anvil, router: serve.url, dataset: DATASET, seconds: WATCH_SECONDS, drainMs: 120_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
         console.log(describeFreshness(`defaults, ${where}`, run))
         assert.deepEqual(run.mismatches, [])
         assert.deepEqual(run.unanswered, [])

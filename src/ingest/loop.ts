@@ -356,7 +356,10 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
             if (batch.error.block) continuing(batch.error.block)
             throw batch.error.error
           }
-          if (batch.blocks.length === 0 && builder && performance.now() - openedAt >= flushAfterMs) await flush() // caught up: don't sit on blocks forever
+          // Caught up: don't sit on blocks. While a chunk is still being written (uploaded), the open one
+          // waits for it and gathers the blocks meanwhile: when writing a chunk takes longer than a
+          // block, chunks do not queue up (each behind the last) and the lag stays about one write.
+          if (batch.blocks.length === 0 && builder && performance.now() - openedAt >= flushAfterMs && closing.length === 0) await flush()
           progress.update({ block: result.last, blocks: result.blocks, rows: rowTotal, target: plan.target, start: plan.start })
         }
       } finally {

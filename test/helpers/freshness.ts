@@ -9,6 +9,8 @@ import type { Anvil } from './anvil.js'
 
 export interface BlockFreshness {
   block: number
+  /** Node reported it → the ingest's head.json says it is published (ms; with `storageLast`). */
+  publishedMs?: number
   /** Node reported it → router's /height covers it (ms). */
   heightMs: number
   /** Node reported it → a worker answered it through the router (ms). */
@@ -34,6 +36,10 @@ export interface FreshnessOptions {
   drainMs?: number
   /** Head and height polling interval (ms, default 20). */
   pollMs?: number
+  /** The dataset's last published block as its head.json says (polled every `storagePollMs`, for the stage breakdown). */
+  storageLast?: () => Promise<number | undefined>
+  /** Default 50 ms. */
+  storagePollMs?: number
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -89,6 +95,20 @@ export async function measureFreshness(o: FreshnessOptions): Promise<FreshnessRu
     }
   }
 
+  const publishedAt = new Map<number, number>()
+  const storageLoop = (async () => {
+    let last = -1
+    while (watching && o.storageLast) {
+      const l = await o.storageLast().catch(() => undefined)
+      const now = performance.now()
+      if (l !== undefined && l > last) {
+        for (const [b] of seenAt) if (b <= l && !publishedAt.has(b)) publishedAt.set(b, now)
+        last = l
+      }
+      await sleep(o.storagePollMs ?? 50)
+    }
+  })()
+
   let height = -1
   const routerLoop = (async () => {
     while (watching) {
@@ -117,6 +137,7 @@ export async function measureFreshness(o: FreshnessOptions): Promise<FreshnessRu
   while (Date.now() < drainUntil && [...seenAt.keys()].some((b) => !answered.has(b))) await sleep(50)
   watching = false
   await routerLoop
+  await storageLoop
 
   const blocks: BlockFreshness[] = []
   const unanswered: number[] = []
@@ -130,7 +151,8 @@ export async function measureFreshness(o: FreshnessOptions): Promise<FreshnessRu
     }
     const node = await o.anvil.rpc('eth_getBlockByNumber', ['0x' + b.toString(16), false])
     if (node.hash !== a.hash) mismatches.push(`${b}: node ${node.hash}, archive ${a.hash}`)
-    blocks.push({ block: b, heightMs: heightAt.get(b)! - at, answerMs: a.at - at })
+    const p = publishedAt.get(b)
+    blocks.push({ block: b, heightMs: heightAt.get(b)! - at, answerMs: a.at - at, ...(p !== undefined ? { publishedMs: p - at } : {}) })
   }
   return { blocks, unanswered, mismatches }
 }
@@ -147,5 +169,6 @@ export function describeFreshness(label: string, run: FreshnessRun): string {
   const f = (xs: number[]) => `p50 ${quantile(xs, 0.5).toFixed(0)} ms, p99 ${quantile(xs, 0.99).toFixed(0)} ms, max ${Math.max(...xs).toFixed(0)} ms`
   const h = run.blocks.map((b) => b.heightMs)
   const a = run.blocks.map((b) => b.answerMs)
-  return `${label}: ${run.blocks.length} blocks; node → /height ${f(h)}; node → answered ${f(a)}`
+  const p = run.blocks.flatMap((b) => (b.publishedMs === undefined ? [] : [b.publishedMs]))
+  return `${label}: ${run.blocks.length} blocks; ${p.length ? `node → in storage ${f(p)}; ` : ''}node → /height ${f(h)}; node → answered ${f(a)}`
 }
