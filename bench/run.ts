@@ -175,6 +175,14 @@ program
   .option('--router-rate <n>', 'requests per second to each of the two router endpoints', int, 100)
   .action(async (o) => (await import('./load.js')).runLoadBench(o))
 
+program
+  .command('freshness')
+  .description('block lag at the defaults: anvil (--block-time 1) → ingest --follow → serve, over a folder and s3rver; node reports a block → router /height → answered')
+  .option('--seconds <n>', 'how long new blocks are followed per storage', int, 60)
+  .option('--targets <which...>', 'storage: folder, s3', ['folder', 's3'])
+  .option('--txs <n>', 'transfers sent per second meanwhile', int, 2)
+  .action(async (o) => (await import('./freshness.js')).runFreshness(o))
+
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
 const ALL: string[][] = [
   ['generate', '--blocks', '1000', '--force'],
@@ -194,6 +202,7 @@ const ALL: string[][] = [
   ['s3'],
   ['fuzz', '--cases', '2000'],
   ['load', '--seconds', '15'],
+  ['freshness', '--seconds', '30'],
 ]
 
 program

@@ -1,7 +1,7 @@
 import { Command, InvalidArgumentError } from 'commander'
 import { configureDb } from '../db.js'
 import { availableParallelism } from 'node:os'
-import { DEFAULT_CHUNK_BLOCKS, defaultWorkers, runIngest } from '../ingest/loop.js'
+import { DEFAULT_CHUNK_BLOCKS, DEFAULT_POLL_MS, defaultWorkers, runIngest } from '../ingest/loop.js'
 import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, blockList, suggestIngest, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
 import { ReplayServer } from '../ingest/replay.js'
 import { log } from '../log.js'
@@ -61,8 +61,9 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--chunk-blocks <n>', 'at most this many blocks per chunk (the --chunk-mb bound usually closes a chunk first on busy chains)', 'BLOCK_ARCHIVE_CHUNK_BLOCKS', int(1), DEFAULT_CHUNK_BLOCKS))
     .addOption(opt('--chunk-mb <n>', 'close a chunk once its rows reach this many MiB (as NDJSON, before compression); a block is never split', 'BLOCK_ARCHIVE_CHUNK_MB', int(1), 256))
     .addOption(opt('--top-dir-size <n>', 'chunks per top folder', 'BLOCK_ARCHIVE_TOP_DIR_SIZE', int(1), 500))
-    .addOption(opt('--flush-after-ms <ms>', 'with --follow: write the open chunk once it is this old and the ingest has caught up with the head', 'BLOCK_ARCHIVE_FLUSH_AFTER_MS', int(0), 600_000))
-    .addOption(opt('--poll-ms <ms>', 'how often the head is polled while waiting for new blocks', 'BLOCK_ARCHIVE_POLL_MS', int(10), 2000))
+    .addOption(opt('--flush-after-ms <ms>', 'write the open chunk once it is this old and the ingest has caught up with the head (default: 0 with --follow, so each new block is queryable at once; 600000 while waiting for --to)', 'BLOCK_ARCHIVE_FLUSH_AFTER_MS', int(0)))
+    .addOption(opt('--poll-ms <ms>', 'how often the head is polled while waiting for new blocks', 'BLOCK_ARCHIVE_POLL_MS', int(10), DEFAULT_POLL_MS))
+    .addOption(opt('--notify <url>', 'with --follow: router base URL to tell of each new chunk (POST <url>/notify), repeatable; routers also watch the dataset\'s head.json without it', 'BLOCK_ARCHIVE_NOTIFY', (v: string, prev: string[] | undefined) => [...(prev ?? []), ...v.split(',').map((x) => x.trim()).filter(Boolean)]))
     .addOption(choice('--receipts <how>', 'auto: eth_getBlockReceipts, eth_getTransactionReceipt per transaction if the node lacks it; block: eth_getBlockReceipts only; transaction: per transaction', 'BLOCK_ARCHIVE_RECEIPTS', ['auto', 'block', 'transaction'], 'auto'))
     .addOption(choice('--traces <how>', 'traces table: none; EVM: trace_block (parity/erigon/reth/nethermind) or callTracer (debug_traceBlockByNumber, geth); Starknet: starknet (starknet_traceBlockTransactions)', 'BLOCK_ARCHIVE_TRACES', ['none', 'trace_block', 'callTracer', 'starknet'], 'none'))
     .addOption(choice('--state-diffs <how>', 'statediffs table: none, replay (trace_replayBlockTransactions stateDiff) or prestateTracer (debug_traceBlockByNumber diffMode)', 'BLOCK_ARCHIVE_STATE_DIFFS', ['none', 'replay', 'prestateTracer'], 'none'))
@@ -88,6 +89,8 @@ export function registerIngest(program: Command): void {
       if (isS3Url(o.out) && !/^s3:\/\/[^/]+/i.test(o.out)) throw new InvalidArgumentError(`--out ${o.out}: expected s3://bucket or s3://bucket/prefix`)
       if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new InvalidArgumentError('--blocks cannot be combined with --from, --to or --follow')
       if (o.follow && o.to != null) throw new InvalidArgumentError('--follow and --to exclude each other')
+      if (o.notify && !o.follow) throw new InvalidArgumentError('--notify needs --follow')
+      for (const url of o.notify ?? []) if (!/^https?:\/\/[^/]+/.test(url)) throw new InvalidArgumentError(`--notify ${url}: expected a router base URL such as http://127.0.0.1:8080`)
       const starknet = o.family === 'starknet'
       if (o.family === 'substrate' ? [o.rpc, o.sidecar, o.decodedDir].filter((x) => x).length !== 1 : !o.rpc) {
         throw new InvalidArgumentError(o.family === 'substrate'
@@ -122,6 +125,7 @@ export function registerIngest(program: Command): void {
         topDirSize: o.topDirSize,
         flushAfterMs: o.flushAfterMs,
         pollMs: o.pollMs,
+        notify: o.notify,
         ...(starknet
           ? { starknetTraces: o.traces === 'starknet', stateUpdates: o.stateUpdates }
           : { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, normalizer: o.normalizer }),

@@ -6,6 +6,7 @@ import type { QueryBudgets } from '../query/types.js'
 import { loadTicketSecret, randomSecret } from '../server/auth.js'
 import { startCluster } from '../server/cluster.js'
 import { DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, RouterServer, type RouterAccessOptions } from '../server/router-http.js'
+import { DEFAULT_HEAD_WATCH } from '../server/head-watch.js'
 import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { ArchiveStorage } from '../server/storage.js'
 import { ChunkCache, spillFolder } from '../storage/chunk-cache.js'
@@ -124,7 +125,9 @@ function routerOptions(cmd: Command): Command {
   return cmd
     .addOption(opt('--replication <n>', 'workers holding each chunk', 'BLOCK_ARCHIVE_REPLICATION', int(1), DEFAULT_ROUTER_OPTIONS.replication))
     .addOption(opt('--missed-heartbeats <n>', 'a worker silent for this many intervals is not routed to', 'BLOCK_ARCHIVE_MISSED_HEARTBEATS', int(1), DEFAULT_ROUTER_OPTIONS.missedHeartbeats))
-    .addOption(opt('--relist-ms <ms>', 'how often storage is listed for new chunks', 'BLOCK_ARCHIVE_RELIST_MS', int(100), DEFAULT_ROUTER_OPTIONS.relistMs))
+    .addOption(opt('--relist-ms <ms>', 'how often storage is listed for new chunks (new chunks of a following ingest come sooner through its head.json: --head-poll-ms)', 'BLOCK_ARCHIVE_RELIST_MS', int(100), DEFAULT_ROUTER_OPTIONS.relistMs))
+    .addOption(opt('--head-poll-ms <ms>', 'how often the head.json of a dataset in a folder is checked for new chunks (a stat; 0 = never)', 'BLOCK_ARCHIVE_HEAD_POLL_MS', int(0), DEFAULT_HEAD_WATCH.folderMs))
+    .addOption(opt('--head-poll-s3-ms <ms>', 'how often the head.json of a dataset in object storage is checked (a GET with If-None-Match; 0 = never)', 'BLOCK_ARCHIVE_HEAD_POLL_S3_MS', int(0), DEFAULT_HEAD_WATCH.s3Ms))
 }
 
 function workerOptions(cmd: Command): Command {
@@ -252,6 +255,7 @@ export function registerServe(program: Command): void {
       heartbeatMs: o.heartbeatMs,
       missedHeartbeats: o.missedHeartbeats,
       relistMs: o.relistMs,
+      headWatch: { folderMs: o.headPollMs, s3Ms: o.headPollS3Ms },
       ...workerSettings(o, o.workers),
       access,
     })
@@ -279,6 +283,7 @@ export function registerServe(program: Command): void {
       heartbeatMs: o.heartbeatMs,
       missedHeartbeats: o.missedHeartbeats,
       relistMs: o.relistMs,
+      headWatch: { folderMs: o.headPollMs, s3Ms: o.headPollS3Ms },
       access: accessSettings(o, false),
     })
     await server.start(o.host, o.port)

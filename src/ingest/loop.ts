@@ -16,6 +16,7 @@ import type { LeaseOptions } from './s3-lease.js'
 import { ingestTarget, type UploadStats } from './target.js'
 import { startCompactor, type CompactSettings } from '../compact/in-ingest.js'
 import type { Compactor } from '../compact/compactor.js'
+import { HeadWriter } from './head-writer.js'
 
 export { DatasetLocked, LeaseLost } from './locked.js'
 
@@ -56,10 +57,16 @@ export interface IngestOptions {
   chunkBytes?: number
   /** Chunks per top folder (default 500). */
   topDirSize?: number
-  /** With `follow`: write the open chunk once it is this old and the ingest has caught up (default 10 min). */
+  /**
+   * Write the open chunk once it is this old and the ingest has caught up with the head. Default
+   * with `follow` 0: at once, so every block is queryable about a second after the node has it;
+   * else (waiting for `to`) 10 min.
+   */
   flushAfterMs?: number
-  /** With `follow`: how often the head is polled (default 2 s). */
+  /** With `follow`: how often the head is polled (default DEFAULT_POLL_MS). */
   pollMs?: number
+  /** With `follow`: router base URLs told of each new chunk (`POST <url>/notify`). */
+  notify?: string[]
   /** Blocks per fetch (and calls per JSON-RPC batch), default 20. */
   batchSize?: number
   /** Fetches (and HTTP requests) in flight, default 4. */
@@ -176,14 +183,22 @@ const MiB = 1024 * 1024
  */
 export const DEFAULT_CHUNK_BLOCKS = 10_000
 
+/**
+ * Head polling while waiting for blocks: a block waits half of it on average before the ingest sees
+ * it, which is most of what a following ingest adds to a block's way to the router (docs/ingest.md,
+ * "Freshness"); one `eth_blockNumber` per poll.
+ */
+export const DEFAULT_POLL_MS = 250
+
 export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const started = performance.now()
   const confirmations = o.confirmations ?? 0
   const chunkBlocks = o.chunkBlocks ?? DEFAULT_CHUNK_BLOCKS
   const chunkBytes = o.chunkBytes ?? 256 * MiB
   const topDirSize = o.topDirSize ?? 500
-  const flushAfterMs = o.flushAfterMs ?? 10 * 60_000
-  const pollMs = o.pollMs ?? 2000
+  // `--to` above the head: waiting for the head is not following it, so the open chunk waits as well
+  const flushAfterMs = o.flushAfterMs ?? (o.follow ? 0 : 10 * 60_000)
+  const pollMs = o.pollMs ?? DEFAULT_POLL_MS
   const batchSize = Math.max(1, o.batchSize ?? 20)
   const concurrency = Math.max(1, o.concurrency ?? 4)
   const workers = Math.max(0, o.workers ?? defaultWorkers())
@@ -213,6 +228,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       prev = { number: meta.last, hash: meta.lastHash.toLowerCase(), where: `chunk ${lastChunk.path}` }
     }
 
+    // A following ingest tells routers of each chunk through the dataset's head file (and --notify).
+    const head = o.follow ? new HeadWriter({ out: o.out, dataset: o.dataset, written, notify: o.notify }) : undefined
     const transfer = newTransferStats()
     const source = await createSource(spec, transfer)
     compactor = o.follow && o.compact ? startCompactor(target, source.family, o.dataset, chunkBlocks, chunkBytes, o.compact) : undefined
@@ -225,6 +242,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       batchSize,
       pollMs,
       signal: o.signal,
+      onHead: head && ((h, confirmed) => head.node(h, confirmed)),
     })
     if (prev && o.from != null && o.from > prev.number + 1) {
       log.warn({ from: o.from, lastInDataset: prev.number }, 'starting above the last block in the dataset: the blocks in between are a gap')
@@ -278,6 +296,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
         stages.parquetMs += b.times.parquetMs
         written.push(ref)
         result.chunks.push(ref)
+        head?.published(ref)
         log.info({ chunk: ref.path, blocks: b.blockCount }, 'chunk written')
         o.onChunk?.(ref)
         compactor?.kick()
@@ -345,7 +364,10 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
             if (batch.error.block) continuing(batch.error.block)
             throw batch.error.error
           }
-          if (batch.blocks.length === 0 && builder && performance.now() - openedAt >= flushAfterMs) await flush() // caught up: don't sit on blocks forever
+          // Caught up: don't sit on blocks. While a chunk is still being written (uploaded), the open one
+          // waits for it and gathers the blocks meanwhile: when writing a chunk takes longer than a
+          // block, chunks do not queue up (each behind the last) and the lag stays about one write.
+          if (batch.blocks.length === 0 && builder && performance.now() - openedAt >= flushAfterMs && closing.length === 0) await flush()
           progress.update({ block: result.last, blocks: result.blocks, rows: rowTotal, target: plan.target, start: plan.start })
         }
       } finally {
@@ -361,6 +383,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     } finally {
       progress.stop()
       await source.close?.()
+      await head?.close()
     }
     result.elapsedMs = performance.now() - started
     const cpu = process.cpuUsage(cpu0)
@@ -430,6 +453,8 @@ interface PlannerOptions {
   batchSize: number
   pollMs: number
   signal?: AbortSignal
+  /** Called with each head read and the confirmed head derived from it. */
+  onHead?: (head: number, confirmed: number) => void
 }
 
 /** Hands out block numbers to fetch, never past the confirmed head. */
@@ -474,6 +499,7 @@ class Planner {
     if (this.o.signal?.aborted) return false
     const head = await this.source.head()
     this.confirmed = head - this.o.confirmations
+    this.o.onHead?.(head, this.confirmed)
     if (!this.o.list) this.target = this.o.to ?? (this.o.follow ? Math.max(this.confirmed, this.next - 1) : this.confirmed)
     if (this.done) return false
     const waiting = this.o.list ? this.o.list[this.listPos] : this.next
@@ -489,8 +515,9 @@ class Planner {
 }
 
 /**
- * Fetch batches concurrently and yield them in block order. Yields an empty batch whenever it
- * had to wait for the head (so the caller can write a chunk that has been open for long).
+ * Fetch batches concurrently and yield them in block order. Yields an empty batch each time it has
+ * caught up with the head as last read, before reading it again (so the caller can write the open
+ * chunk then, instead of one poll later).
  */
 async function* fetchInOrder(plan: Planner, concurrency: number, fetch: (nums: number[]) => Promise<RowsBatch>): AsyncGenerator<RowsBatch> {
   const inflight: Promise<RowsBatch>[] = []
@@ -509,9 +536,9 @@ async function* fetchInOrder(plan: Planner, concurrency: number, fetch: (nums: n
         continue
       }
       if (plan.done) return
+      if (!first) yield { blocks: [], normalizeMs: 0 }
       const more = await plan.refresh(first)
       if (!more) return
-      if (!first) yield { blocks: [], normalizeMs: 0 }
       first = false
     }
   } finally {

@@ -77,14 +77,15 @@ export class S3IngestTarget implements IngestTarget {
     const dir = path.join(this.buildRoot, ref.path)
     const names = await readdir(dir)
     if (!names.includes('blocks.parquet') || !names.includes('meta.json')) throw new Error(`chunk ${ref.path} was not built completely (${names.join(', ')})`)
-    await this.lease.check()
     let bytes = 0
     const put = async (name: string) => {
       const size = await uploadFile(this.loc.bucket, this.key(ref.path, name), path.join(dir, name))
       bytes += size // not `bytes += await …`: that reads `bytes` before the parallel uploads add to it
     }
-    await inParallel(names.filter((n) => n !== 'blocks.parquet' && n !== 'meta.json'), this.concurrency, put)
-    await put('meta.json')
+    // Every file but blocks.parquet (meta.json among them) while the lease is checked: until
+    // blocks.parquet is there they are an unfinished chunk, which the next ingest removes. One round
+    // trip less per chunk, which a following ingest pays per block.
+    await Promise.all([this.lease.check(), inParallel(names.filter((n) => n !== 'blocks.parquet'), this.concurrency, put)])
     await this.lease.check() // the next upload makes the chunk visible
     await put('blocks.parquet')
     await rm(dir, { recursive: true, force: true })

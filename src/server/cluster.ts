@@ -2,6 +2,7 @@ import type { QueryBudgets } from '../query/types.js'
 import { DEFAULT_ROUTER_OPTIONS, RouterServer, type RouterAccessOptions } from './router-http.js'
 import type { CompressionMode } from './encoding.js'
 import type { ChunkStorage } from './storage.js'
+import type { HeadWatchOptions } from './head-watch.js'
 import { DEFAULT_WORKER_LIMITS, WorkerServer } from './worker-http.js'
 
 export interface ClusterOptions {
@@ -17,6 +18,8 @@ export interface ClusterOptions {
   heartbeatMs?: number
   missedHeartbeats?: number
   relistMs?: number
+  /** How often head files are checked (default DEFAULT_HEAD_WATCH). */
+  headWatch?: HeadWatchOptions
   budgets?: Partial<QueryBudgets>
   bodyLimit?: number
   concurrency?: number
@@ -45,6 +48,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     heartbeatMs,
     missedHeartbeats: opts.missedHeartbeats ?? DEFAULT_ROUTER_OPTIONS.missedHeartbeats,
     relistMs: opts.relistMs ?? DEFAULT_ROUTER_OPTIONS.relistMs,
+    headWatch: opts.headWatch,
     access: opts.access,
   })
   const routerUrl = await router.start(host, opts.port ?? 0)

@@ -9,11 +9,15 @@ import { defaultBurst, TokenBuckets, type RateLimit } from './rate-limit.js'
 import { RouterState, type PingMessage, type RouterOptions } from './router.js'
 import { renderStatusPage, type RouterStatus } from './status-page.js'
 import type { ChunkStorage } from './storage.js'
+import { registerRouterFreshnessRoutes, startRouterFreshness, type RouterFreshness } from './freshness.js'
+import { DEFAULT_HEAD_WATCH, type HeadWatchOptions } from './head-watch.js'
 
 export interface RouterServerOptions extends RouterOptions {
   storage: ChunkStorage
   /** Re-list storage this often so chunks written by a running ingest appear. */
   relistMs: number
+  /** How often the datasets' head files are checked (default DEFAULT_HEAD_WATCH; docs/serving.md, "Freshness"). */
+  headWatch?: HeadWatchOptions
   bodyLimit?: number
   /** Access control, tickets and rate limits; everything off by default. */
   access?: RouterAccessOptions
@@ -67,6 +71,9 @@ export class RouterServer {
   /** Present when access control is on. */
   readonly keys?: KeyStore
   private readonly buckets = new TokenBuckets()
+  private freshness?: RouterFreshness
+  /** Listing jobs (periodic listing, head files) run one at a time. */
+  private listing: Promise<void> = Promise.resolve()
 
   constructor(private readonly opts: RouterServerOptions) {
     const access = opts.access ?? {}
@@ -88,7 +95,8 @@ export class RouterServer {
     await this.state.relist(true)
     this.listed = true
     this.keys?.start()
-    this.every(this.opts.relistMs, () => this.state.relist())
+    this.every(this.opts.relistMs, () => this.serial(() => this.state.relist()))
+    this.freshness = startRouterFreshness({ app: this.app, state: this.state, watch: this.opts.headWatch ?? DEFAULT_HEAD_WATCH, secret: this.opts.access?.ticketSecret, serial: (job) => this.serial(job) })
     // Check liveness at a fraction of the heartbeat so dead workers lose their chunks promptly.
     this.every(Math.max(50, Math.floor(this.opts.heartbeatMs / 2)), async () => this.state.tick())
     this.url = await listen(this.app, host, port)
@@ -99,12 +107,20 @@ export class RouterServer {
   async stop(): Promise<void> {
     for (const t of this.timers) clearTimeout(t)
     this.timers = []
+    this.freshness?.stop()
     this.keys?.stop()
     await this.app.close()
   }
 
   datasetUrl(name: string): string {
     return `${this.url}/datasets/${encodeURIComponent(name)}`
+  }
+
+  /** Run listing jobs one after the other. */
+  private serial(job: () => Promise<void>): Promise<void> {
+    const run = this.listing.then(job)
+    this.listing = run.catch(() => undefined)
+    return run
   }
 
   /** Run `job` every `ms`, never overlapping with itself. */
@@ -251,6 +267,7 @@ export class RouterServer {
     })
 
     app.get('/status', async () => ({ ...this.status(), access: this.accessStatus() }))
+    registerRouterFreshnessRoutes(app, state, () => this.freshness)
 
     app.addHook('onRequest', async (req) => {
       if (req.url === '/metrics') {

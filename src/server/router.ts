@@ -1,3 +1,4 @@
+import type { DatasetHead } from '../chunks/head-file.js'
 import type { ChunkRef } from '../chunks/layout.js'
 import { lowerBoundLast } from '../chunks/search.js'
 import { ApiError } from '../errors.js'
@@ -7,6 +8,7 @@ import { mergeRanges, rangesContain, type Range } from './ranges.js'
 import { checkContinuity } from './continuity.js'
 import { supersede } from '../chunks/supersede.js'
 import { MergeSwap } from './swap.js'
+import { HeadLag, type DatasetLag } from './head-lag.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
 
 /*
@@ -43,7 +45,11 @@ export type DesiredState = Record<string, Range[]>
 export interface PingAnswer {
   desired: DesiredState
   datasets: DatasetAnnouncement[]
+  /** Per dataset its newest chunks (at most RECENT_IN_PING), so a worker can extend its listing with them instead of listing storage. */
+  recent?: Record<string, ChunkRef[]>
 }
+
+export const RECENT_IN_PING = 16
 
 interface WorkerEntry {
   id: string
@@ -80,6 +86,10 @@ export class RouterState {
   private readonly workers = new Map<string, WorkerEntry>()
   /** Live worker ids at the last scheduling; scheduling runs again when this changes. */
   private scheduledFor = ''
+  /** Per dataset: its node's head from the ingest's head file, for the lag (head-lag.ts). */
+  private readonly lags = new Map<string, HeadLag>()
+  /** Called with the URLs of the live workers assigned chunks new to the router (they are told to ping at once). */
+  onNewChunks?: (workerUrls: string[]) => void
 
   constructor(
     private readonly storage: ChunkStorage,
@@ -99,10 +109,11 @@ export class RouterState {
   }
 
   /**
-   * Re-read datasets and chunk lists from storage. Listing errors are logged and the old list kept,
-   * except with `strict` (the first listing at start), where they are thrown.
+   * Re-read datasets and chunk lists from storage (with `only`, that dataset's chunks). Listing
+   * errors are logged and the old list kept, except with `strict` (the first listing at start),
+   * where they are thrown.
    */
-  async relist(strict = false): Promise<void> {
+  async relist(strict = false, only?: string): Promise<void> {
     let infos
     try {
       infos = await this.storage.listDatasets()
@@ -112,7 +123,9 @@ export class RouterState {
       return
     }
     let changed = false
+    const fresh: [DatasetEntry, ChunkRef[]][] = []
     for (const info of infos) {
+      if (only !== undefined && info.name !== only) continue
       let all: ChunkRef[]
       let chunks: ChunkRef[]
       let problems: string[]
@@ -142,6 +155,8 @@ export class RouterState {
       let dsChanged = await ds.swap.update(all, superseded, (c) => this.storage.chunkMeta(info.name, c))
       if (dsChanged) ds.merges++
       if (chunks.length !== ds.listed.length || chunks.some((c, i) => c.path !== ds!.listed[i].path)) {
+        const before = new Set(ds.listed.map((c) => c.path))
+        fresh.push([ds, chunks.filter((c) => !before.has(c.path))])
         ds.listed = chunks
         dsChanged = true
         log.info({ dataset: info.name, chunks: chunks.length, last: chunks.at(-1)?.last ?? -1 }, 'router: chunk list changed')
@@ -154,6 +169,70 @@ export class RouterState {
     }
     if (changed) this.schedule()
     this.advanceHeights()
+    for (const [ds, chunks] of fresh) this.announce(ds, chunks)
+  }
+
+  /**
+   * Chunks named by the dataset's head file: those after the last chunk listed are appended when
+   * they continue it (checked as a listing would, from their meta.json), without listing storage.
+   * Returns false when they do not (a chunk missing in between, an overlap, no chunk listed yet,
+   * problems in the listing): the caller lists the dataset instead.
+   */
+  async appendChunks(dataset: string, announced: ChunkRef[]): Promise<boolean> {
+    const ds = this.datasets.get(dataset)
+    if (!ds || ds.problems.length) return false
+    const lastKnown = ds.listed.at(-1)
+    if (!lastKnown) return false
+    const fresh = announced.filter((c) => c.first > lastKnown.last)
+    if (!fresh.length) return true
+    const metaOf = (c: ChunkRef) => this.storage.chunkMeta(dataset, c)
+    // Each announced chunk must be there (its meta.json is read once and cached) and follow the one before.
+    try {
+      await Promise.all(fresh.map(metaOf))
+    } catch {
+      return false
+    }
+    const { problems } = await checkContinuity([lastKnown, ...fresh], metaOf)
+    if (problems.length) return false
+    if (ds.listed.at(-1) !== lastKnown) return false // listed meanwhile
+    ds.listed = [...ds.listed, ...fresh]
+    log.info({ dataset, chunks: ds.listed.length, last: ds.listed.at(-1)!.last, from: 'head file' }, 'router: chunk list changed')
+    this.applyRouting(ds, ds.swap.routing(ds.listed, (c) => this.servers(ds, c, Date.now()).length > 0, true)!)
+    this.schedule()
+    this.advanceHeights()
+    this.announce(ds, fresh)
+    return true
+  }
+
+  /** The ingest's head file was read: the node's head, for the lag. */
+  noteHead(dataset: string, head: DatasetHead): void {
+    if (!this.datasets.has(dataset)) return
+    let lag = this.lags.get(dataset)
+    if (!lag) this.lags.set(dataset, (lag = new HeadLag()))
+    lag.note(head)
+  }
+
+  /** How far the dataset is behind its node (undefined without a head file). */
+  lag(dataset: string, now = Date.now()): DatasetLag | undefined {
+    const ds = this.datasets.get(dataset)
+    if (!ds) return undefined
+    this.advanceHeights(now)
+    return this.lags.get(dataset)?.lag(ds.height, now)
+  }
+
+  /** Where each dataset lives. */
+  locations(): { name: string; url: string }[] {
+    return [...this.datasets.values()].map((d) => ({ name: d.name, url: d.url }))
+  }
+
+  /** Tell the live workers assigned `chunks` (new to the router) to ping now. */
+  private announce(ds: DatasetEntry, chunks: ChunkRef[]): void {
+    if (!chunks.length || !this.onNewChunks) return
+    const now = Date.now()
+    const ids = new Set<string>()
+    for (const c of chunks) for (const id of ds.assigned.get(c.path) ?? []) ids.add(id)
+    const urls = [...ids].map((id) => this.workers.get(id)).filter((w) => w && this.isAlive(w, now)).map((w) => w!.url)
+    if (urls.length) this.onNewChunks(urls)
   }
 
   /** Chunks assigned to workers: those routed to and the merged chunks they are to fetch. */
@@ -209,7 +288,11 @@ export class RouterState {
         chunks === 0 ? 'router: a worker registered, but there are no chunks to serve yet' : 'router: a worker registered with nothing to serve (every chunk already has its replicas)',
       )
     }
-    return { desired, datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url, merges: d.merges })) }
+    return {
+      desired,
+      datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url, merges: d.merges })),
+      recent: Object.fromEntries([...this.datasets.values()].map((d) => [d.name, d.listed.slice(-RECENT_IN_PING)])),
+    }
   }
 
   /** Called periodically: notices dead workers even when nobody pings or queries. */
@@ -271,6 +354,7 @@ export class RouterState {
         chunks: ds.chunks.length,
         problems: ds.problems,
         lastChunkBlock: ds.chunks.at(-1)?.last ?? -1,
+        lag: this.lags.get(ds.name)?.lag(ds.height, now) ?? null,
       })),
       workers: [...this.workers.values()].map((w) => ({
         id: w.id,

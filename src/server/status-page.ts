@@ -14,6 +14,8 @@ export interface DatasetStatus {
   chunks: number
   lastChunkBlock: number
   problems: string[]
+  /** Behind the node, from the ingest's head.json (absent or null without one). */
+  lag?: { nodeHead: number; blocks: number; seconds: number } | null
 }
 
 export interface WorkerStatus {
@@ -84,15 +86,32 @@ function datasetsTable(datasets: DatasetStatus[]): string {
 <td class="height num" data-height="${d.height}">${d.height >= 0 ? formatInt(d.height) : '—'}</td>
 <td class="chunks num">${formatInt(d.chunks)}</td>
 <td class="last-chunk-block num">${d.lastChunkBlock >= 0 ? formatInt(d.lastChunkBlock) : '—'}</td>
+${lagCell(d)}
 <td class="problems">${d.problems.length ? `<ul>${d.problems.map((p) => `<li class="problem">${escapeHtml(p)}</li>`).join('')}</ul>` : '<span class="ok">none</span>'}</td>
 </tr>`,
   )
   return `<table class="datasets">
-<thead><tr><th>Dataset</th><th>Family</th><th class="num">Height</th><th class="num">Chunks</th><th class="num">Last chunk block</th><th>Problems</th></tr></thead>
+<thead><tr><th>Dataset</th><th>Family</th><th class="num">Height</th><th class="num">Chunks</th><th class="num">Last chunk block</th><th class="num" title="node head minus height, and how long ago the node reported the oldest block not served yet (from the ingest's head.json)">Behind node</th><th>Problems</th></tr></thead>
 <tbody>
 ${rows.join('\n')}
 </tbody>
 </table>`
+}
+
+/** The dataset's lag behind its node: blocks and seconds (— without a head file). */
+function lagCell(d: DatasetStatus): string {
+  const lag = d.lag
+  if (!lag) return '<td class="lag num">—</td>'
+  const late = lag.seconds >= 30 ? ' late' : ''
+  return `<td class="lag num${late}" data-lag-blocks="${lag.blocks}" data-lag-seconds="${lag.seconds.toFixed(1)}" title="node head ${formatInt(lag.nodeHead)}">${formatInt(lag.blocks)} blocks, ${formatSeconds(lag.seconds)}</td>`
+}
+
+function formatSeconds(s: number): string {
+  if (!Number.isFinite(s)) return '?'
+  if (s < 10) return `${s.toFixed(1)} s`
+  if (s < 120) return `${Math.round(s)} s`
+  if (s < 7200) return `${Math.round(s / 60)} min`
+  return `${Math.round(s / 3600)} h`
 }
 
 function workerCard(w: WorkerStatus, colour: string, datasets: DatasetStatus[]): string {
@@ -181,6 +200,7 @@ table.datasets th { background: #eef1f4; font-weight: 600; font-size: 12px; text
 .num { text-align: right !important; font-variant-numeric: tabular-nums; }
 td.problems ul { margin: 0; padding-left: 16px; color: #b3261e; }
 td.problems .ok { color: #2e7d32; }
+td.lag.late { color: #b3261e; font-weight: 600; }
 article.worker { background: #fff; border: 1px solid #dde1e6; border-radius: 6px; padding: 10px 14px; margin-bottom: 12px; }
 article.worker.dead { background: #fbf3f3; border-color: #e7c4c4; }
 article.worker header { display: flex; gap: 10px; align-items: baseline; flex-wrap: wrap; }

@@ -15,6 +15,7 @@ import { Limiter, type LimiterOptions } from './limiter.js'
 import { KeyConcurrency } from './rate-limit.js'
 import { workerQueriesActive, workerQueriesQueued, workerQueryBlocks, workerQueryBytes } from './metrics.js'
 import { WorkerNode, type Lease, type WorkerNodeOptions } from './worker.js'
+import { registerWorkerNudge } from './freshness.js'
 
 export interface WorkerServerOptions extends Omit<WorkerNodeOptions, 'publicUrl' | 'id' | 'queryCount'>, LimiterOptions {
   /** Defaults to the public URL. */
@@ -103,6 +104,7 @@ export class WorkerServer {
   private routes(): void {
     this.app.get('/status', async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret, duckdb: await dbSettings(), node: nodeSettings() }))
     const secret = this.opts.ticketSecret
+    registerWorkerNudge(this.app, () => this.node?.nudge(), secret)
     this.app.post<{ Params: { name: string }; Querystring: { ticket?: unknown } }>('/datasets/:name/query', {
       // Checked before the body is read: without a valid ticket nothing else happens.
       onRequest: secret

@@ -6,9 +6,11 @@ import type { LocalTables } from '../storage/local-forms.js'
 import type { Readiness } from './http.js'
 import { workerChunksHeld } from './metrics.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
-import { lowerBoundLast, type DesiredState, type PingAnswer } from './router.js'
+import type { DesiredState, PingAnswer } from './router.js'
+import { lowerBoundLast } from '../chunks/search.js'
 import { resolveChunks, supersede } from '../chunks/supersede.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
+import { extendListing } from './freshness.js'
 
 /*
  * What a worker holds. With a router, the worker pings it with what it holds and gets back what it
@@ -106,6 +108,7 @@ export class WorkerNode {
   async stop(): Promise<void> {
     this.stopped = true
     if (this.timer) clearTimeout(this.timer)
+    await this.nudging
     await this.settled()
     await this.forming
     await this.opts.storage.close?.()
@@ -119,6 +122,27 @@ export class WorkerNode {
     // settled promise that settled() then awaits forever.
     if (!this.stopped) this.syncing ??= this.sync()
     if (!this.opts.routerUrl) await this.syncing
+  }
+
+  private nudging?: Promise<void>
+  private nudgeAgain = false
+
+  /**
+   * The router says this worker's assignment grew (src/server/freshness.ts): heartbeat now instead
+   * of at the next beat. Nudges during a heartbeat make one more after it.
+   */
+  nudge(): void {
+    if (this.stopped || !this.opts.routerUrl) return
+    if (this.nudging) {
+      this.nudgeAgain = true
+      return
+    }
+    this.nudging = (async () => {
+      do {
+        this.nudgeAgain = false
+        await this.heartbeat()
+      } while (this.nudgeAgain && !this.stopped)
+    })().finally(() => (this.nudging = undefined))
   }
 
   /** Wait until the current fetch/drop pass is done. */
@@ -142,7 +166,14 @@ export class WorkerNode {
     // A pass before the first exchange has nothing to fetch: it does not make the worker ready.
     const knewDesired = this.exchanged
     try {
-      while (!this.stopped && (await this.reconcile()) && this.opts.routerUrl) await this.exchange()
+      for (;;) {
+        // A ping answered during the pass may have changed the assignment after the pass read it.
+        this.desiredChanged = false
+        const changed = await this.reconcile()
+        if (this.stopped) break
+        if (changed && this.opts.routerUrl) await this.exchange()
+        else if (!this.desiredChanged) break
+      }
       if (knewDesired) this.fetchedOnce = true
     } finally {
       this.syncing = undefined
@@ -295,7 +326,7 @@ export class WorkerNode {
     if (!res.ok) throw new Error(`router answered ${res.status}: ${text.slice(0, 300)}`)
     const answer = JSON.parse(text) as PingAnswer
     this.opts.storage.useDatasets(answer.datasets)
-    await this.applyDesired(answer.desired, answer.datasets)
+    await this.applyDesired(answer.desired, answer.datasets, answer.recent)
     this.lastPingOk = Date.now()
     this.lastPingError = undefined
   }
@@ -320,7 +351,7 @@ export class WorkerNode {
     return ds
   }
 
-  private async applyDesired(desired: DesiredState, announced: DatasetAnnouncement[] = []): Promise<void> {
+  private async applyDesired(desired: DesiredState, announced: DatasetAnnouncement[] = [], recent?: PingAnswer['recent']): Promise<void> {
     const missing = Object.keys(desired).filter((name) => !this.datasets.has(name))
     if (missing.length) {
       for (const info of await this.opts.storage.listDatasets()) {
@@ -328,16 +359,22 @@ export class WorkerNode {
       }
     }
     for (const ds of this.datasets.values()) {
-      ds.desired = desired[ds.name] ?? []
+      const next = desired[ds.name] ?? []
+      if (JSON.stringify(next) !== JSON.stringify(ds.desired)) this.desiredChanged = true
+      ds.desired = next
       // The router knows chunks this worker has not listed yet (new ones at the end, or one put back
       // where a chunk was missing): the listed chunks do not cover the desired ranges. List again.
       // Merged chunks (compaction) cover ranges already covered: the router says when there are new ones.
       const covered = mergeRanges(ds.listing.filter((c) => rangesContain(ds.desired, c.first, c.last)))
+      // A new merge (compaction) lies inside ranges already covered: list again. Otherwise the
+      // router's newest chunks usually are what is missing (src/server/freshness.ts).
       const merges = announced.find((a) => a.name === ds.name)?.merges
-      if (JSON.stringify(covered) !== JSON.stringify(ds.desired) || merges !== ds.merges) {
-        setListing(ds, await this.opts.storage.listChunks(ds.name))
-        ds.merges = merges
-      }
+      const coveredAlready = JSON.stringify(covered) === JSON.stringify(ds.desired)
+      if (coveredAlready && merges === ds.merges) continue
+      const extended = merges === ds.merges ? extendListing(ds.listing, recent?.[ds.name]) : undefined
+      const coversNow = extended && JSON.stringify(mergeRanges(extended.filter((c) => rangesContain(ds.desired, c.first, c.last)))) === JSON.stringify(ds.desired)
+      setListing(ds, coversNow ? extended : await this.opts.storage.listChunks(ds.name))
+      ds.merges = merges
     }
   }
 
@@ -422,6 +459,8 @@ export class WorkerNode {
   }
 
   private pruned = false
+  /** Set when a ping changes what is desired (read by `sync`). */
+  private desiredChanged = false
   /**
    * Chunk downloads at once: one after a pass in which a download met a full disk (ENOSPC), since
    * parallel downloads would each take part of the space left and all fail, pass after pass, where

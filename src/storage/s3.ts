@@ -188,6 +188,21 @@ export async function getText(bucket: string, key: string, signal?: AbortSignal)
   }
 }
 
+/**
+ * A small object's text unless its ETag is still `etag` (a conditional GET: `If-None-Match`, no body
+ * when unchanged). `undefined` when it does not exist.
+ */
+export async function getTextIfChanged(bucket: string, key: string, etag: string | undefined, signal?: AbortSignal): Promise<{ text: string; etag?: string } | 'unchanged' | undefined> {
+  try {
+    const r = await (await s3Client()).send(new (cmd().GetObjectCommand)({ Bucket: bucket, Key: key, IfNoneMatch: etag }), { abortSignal: signal })
+    return { text: await (r.Body as any).transformToString('utf8'), etag: r.ETag }
+  } catch (e: any) {
+    if (e?.$metadata?.httpStatusCode === 304 || e?.name === 'NotModified') return 'unchanged'
+    if (isMissing(e)) return undefined
+    throw e
+  }
+}
+
 export interface DownloadResult {
   bytes: number
   sha256: string

@@ -59,10 +59,10 @@ export async function writeDataset(dir: string, name: string, records: AnvilReco
   return chunks
 }
 
-/** Append one chunk holding `records` to the dataset in `dir` (and to `existing`). */
-export async function writeChunk(dir: string, records: AnvilRecord[], existing: ChunkRef[]): Promise<ChunkRef> {
+/** Append one chunk holding `records` to the dataset in `dir` (and to `existing`); `extraMeta` goes into its meta.json. */
+export async function writeChunk(dir: string, records: AnvilRecord[], existing: ChunkRef[], extraMeta?: Record<string, unknown>): Promise<ChunkRef> {
   const bundles = records.map(anvilBundle)
-  const builder = new ChunkBuilder(evmFamily, dir, bundleTables(bundles[0]))
+  const builder = new ChunkBuilder(evmFamily, dir, bundleTables(bundles[0]), extraMeta ? { extraMeta } : {})
   for (const b of bundles) {
     const rows = normalizeEvmBlock(b)
     const header = rows.blocks[0]

@@ -1,0 +1,101 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { parseDatasetHead } from '../src/chunks/head-file.js'
+import { getText } from '../src/storage/s3.js'
+import { startAnvil, type Anvil } from '../test/helpers/anvil.js'
+import { CLI, startCli, until } from '../test/helpers/cli.js'
+import { measureFreshness, quantile, type FreshnessRun } from '../test/helpers/freshness.js'
+import { startS3, type S3Server } from '../test/helpers/s3.js'
+import { machine, printTable } from './lib/report.js'
+
+/*
+ * `bench freshness`: how long a block takes from the node to the archive's clients at the defaults.
+ * anvil mines a block a second (`--block-time 1`, a plain transfer or two in each); `ingest --follow`
+ * and `serve` run as separate processes with no timing flag, over a folder and over s3rver. The lag
+ * of each block runs from the moment the node first reports it (eth_blockNumber polled every 20 ms)
+ * to the router's /height covering it, and to a worker answering it through the router
+ * (`/<block>/worker`, then the query) with the node's hash.
+ */
+
+export interface FreshnessBenchOptions {
+  seconds: number
+  targets: string[]
+  /** Transfers sent per second while measuring. */
+  txs: number
+}
+
+export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'ba-bench-fresh-'))
+  let anvil: Anvil | undefined
+  let s3: S3Server | undefined
+  const procs: ChildProcess[] = []
+  try {
+    anvil = await startAnvil(['--block-time', '1'])
+    if (o.targets.includes('s3')) s3 = await startS3(['fresh'])
+    const env = s3?.env ?? {}
+    const [alice, bob] = await anvil.rpc('eth_accounts')
+    let sending = true
+    const a = anvil
+    const sender = (async () => {
+      for (let i = 0; sending; i++) {
+        if (o.txs > 0) await a.rpc('eth_sendTransaction', [{ from: alice, to: bob, value: '0x' + (i + 1).toString(16) }]).catch(() => undefined)
+        await new Promise((r) => setTimeout(r, o.txs > 0 ? 1000 / o.txs : 1000))
+      }
+    })()
+    const rows: (string | number)[][] = []
+    for (const target of o.targets) {
+      const out = target === 's3' ? `s3://fresh/bench-${Date.now()}` : path.join(dir, `folder-${Date.now()}`)
+      const ingest = spawn(process.execPath, [CLI, 'ingest', '--rpc', anvil.url, '--dataset', 'fresh', '--out', out, '--follow', '--progress', 'none'], {
+        stdio: ['ignore', 'ignore', 'inherit'],
+        env: { ...process.env, LOG_LEVEL: 'warn', ...env },
+      })
+      procs.push(ingest)
+      await until('the ingest\'s first chunk', async () => ((await readHead(out))?.chunks.length ? true : undefined), 60_000)
+      const serve = await startCli(['serve', '--data', out, '--port', '0', '--cache', path.join(dir, `cache-${target}`)], ['router'], env)
+      procs.push(serve.child)
+      const router = serve.lines.get('router')![0]
+      await until('a first height', async () => (Number(await (await fetch(`${router}/datasets/fresh/height`)).text()) >= 0 ? true : undefined), 60_000)
+      const run = await measureFreshness({ anvil, router, dataset: 'fresh', seconds: o.seconds, drainMs: 60_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
+      if (run.mismatches.length || run.unanswered.length) throw new Error(`${target}: ${run.mismatches.length} hash mismatches, unanswered blocks ${run.unanswered}`)
+      rows.push(...summarize(target, run))
+      await Promise.all([stop(serve.child), stop(ingest)])
+    }
+    sending = false
+    await sender
+    console.log(`machine: ${machine()}`)
+    printTable(`block lag at the defaults: node reports it → router /height covers it → answered through the router (${o.seconds} s per target, anvil --block-time 1, ${o.txs} transfer(s)/s)`,
+      ['storage', 'stage', 'blocks', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms'], rows)
+  } finally {
+    await Promise.all(procs.map(stop))
+    await anvil?.stop()
+    await s3?.stop()
+    await rm(dir, { recursive: true, force: true })
+  }
+}
+
+function summarize(target: string, run: FreshnessRun): (string | number)[][] {
+  const line = (stage: string, xs: number[]) => [target, stage, xs.length, ...[0.5, 0.9, 0.99].map((q) => quantile(xs, q).toFixed(0)), Math.max(...xs).toFixed(0)]
+  return [
+    line('node → in storage (head.json)', run.blocks.flatMap((b) => (b.publishedMs === undefined ? [] : [b.publishedMs]))),
+    line('node → router /height', run.blocks.map((b) => b.heightMs)),
+    line('node → answered', run.blocks.map((b) => b.answerMs)),
+  ]
+}
+
+async function readHead(out: string) {
+  const text = out.startsWith('s3://')
+    ? await getText('fresh', `${out.slice('s3://fresh/'.length)}/head.json`)
+    : await readFile(path.join(out, 'head.json'), 'utf8').catch(() => undefined)
+  return text === undefined ? undefined : parseDatasetHead(text)
+}
+
+function stop(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve()
+    child.once('exit', () => resolve())
+    child.kill('SIGTERM')
+    setTimeout(() => child.kill('SIGKILL'), 10_000).unref()
+  })
+}

@@ -1,0 +1,170 @@
+import assert from 'node:assert/strict'
+import type { ChildProcess } from 'node:child_process'
+import { readFile } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { parseDatasetHead } from '../src/chunks/head-file.js'
+import { getText } from '../src/storage/s3.js'
+import { startAnvil, type Anvil } from './helpers/anvil.js'
+import { killChildren, startCli, until } from './helpers/cli.js'
+import { tempDir } from './helpers/dataset.js'
+import { describeFreshness, measureFreshness } from './helpers/freshness.js'
+import { startS3, type S3Server } from './helpers/s3.js'
+
+/*
+ * Freshness at the defaults: a live anvil node mining a block a second, `ingest --follow` and
+ * `serve` as separate processes with no timing flag, over a folder and over a real S3 protocol
+ * server (s3rver). Every block the node reports while the test watches becomes queryable through
+ * the router (height, worker, answer) with the node's hash, without restarting anything; the lag is
+ * printed, not asserted. Then the paths that make it fast, each alone: with the router's periodic
+ * listing and the workers' heartbeat set to an hour, new blocks are still served (the router learns
+ * of them from the head file, the workers from the router's nudge); and with the head file's watch
+ * off, from the ingest's `--notify`.
+ */
+
+const DATASET = 'fresh'
+const WATCH_SECONDS = Number(process.env.FRESHNESS_TEST_SECONDS ?? 30)
+
+let anvil: Anvil
+let tmp: Awaited<ReturnType<typeof tempDir>>
+let s3: S3Server
+const procs: ChildProcess[] = []
+
+before(async () => {
+  tmp = await tempDir('ba-freshness-')
+  anvil = await startAnvil(['--block-time', '1'])
+  s3 = await startS3(['fresh'])
+})
+after(async () => {
+  killChildren()
+  await anvil?.stop()
+  await s3?.stop()
+  await tmp?.cleanup()
+})
+
+/** Stop a child and wait for it (SIGTERM: the ingest writes its open chunk). */
+function stop(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve()
+    child.once('exit', () => resolve())
+    child.kill('SIGTERM')
+    setTimeout(() => child.kill('SIGKILL'), 10_000).unref()
+  })
+}
+
+/** `ingest --follow` from the anvil node, in the background; resolves once its head file exists. */
+async function startIngest(out: string, extra: string[] = [], env: Record<string, string> = {}): Promise<ChildProcess> {
+  const { spawn } = await import('node:child_process')
+  const { CLI } = await import('./helpers/cli.js')
+  const child = spawn(process.execPath, [CLI, 'ingest', '--rpc', anvil.url, '--dataset', DATASET, '--out', out, '--follow', '--progress', 'none', ...extra], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, LOG_LEVEL: 'warn', ...env },
+  })
+  let stderr = ''
+  child.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-5000)))
+  child.once('exit', (code) => {
+    if (code !== 0 && code !== null) console.error(`ingest exited with ${code}: ${stderr}`)
+  })
+  procs.push(child)
+  await until('the ingest\'s head.json', async () => ((await readHead(out))?.chunks.length ? true : undefined), 60_000)
+  return child
+}
+
+async function readHead(out: string) {
+  const text = out.startsWith('s3://') ? await getText('fresh', `${out.slice('s3://fresh/'.length)}/head.json`) : await readFile(path.join(out, 'head.json'), 'utf8').catch(() => undefined)
+  return text === undefined ? undefined : parseDatasetHead(text)
+}
+
+async function startServe(data: string, extra: string[] = [], env: Record<string, string> = {}) {
+  const s = await startCli(['serve', '--data', data, '--port', '0', '--cache', path.join(tmp.dir, `cache-${procs.length}`), ...extra], ['router'], env)
+  procs.push(s.child)
+  return { child: s.child, url: s.lines.get('router')![0] }
+}
+
+async function heightOf(router: string): Promise<number | undefined> {
+  const r = await fetch(`${router}/datasets/${DATASET}/height`)
+  return r.ok ? Number(await r.text()) : undefined
+}
+
+/** Lag gauges of the router's /metrics for the dataset. */
+async function lagMetrics(router: string): Promise<{ blocks?: number; seconds?: number }> {
+  const text = await (await fetch(`${router}/metrics`)).text()
+  const value = (name: string) => {
+    const line = text.split('\n').find((l) => l.startsWith(`${name}{dataset="${DATASET}"}`))
+    return line === undefined ? undefined : Number(line.split(' ').at(-1))
+  }
+  return { blocks: value('block_archive_router_head_lag_blocks'), seconds: value('block_archive_router_head_lag_seconds') }
+}
+
+describe('freshness: ingest --follow and serve at their defaults', { timeout: 600_000 }, () => {
+  for (const where of ['folder', 's3'] as const) {
+    it(`every block the node mines is served through the router, with the node's hash (${where})`, async () => {
+      const out = where === 'folder' ? path.join(tmp.dir, 'defaults') : 's3://fresh/defaults'
+      const ingest = await startIngest(out, [], s3.env)
+      const serve = await startServe(out, [], s3.env)
+      try {
+        await until('a first height', async () => ((await heightOf(serve.url)) ?? -1) >= 0 ? true : undefined, 60_000)
+        const run = await measureFreshness({ anvil, router: serve.url, dataset: DATASET, seconds: WATCH_SECONDS, drainMs: 120_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
+        console.log(describeFreshness(`defaults, ${where}`, run))
+        assert.deepEqual(run.mismatches, [])
+        assert.deepEqual(run.unanswered, [])
+        assert.ok(run.blocks.length >= WATCH_SECONDS / 3, `only ${run.blocks.length} blocks mined in ${WATCH_SECONDS} s`)
+
+        // Operators see the lag: from the head file, in blocks and seconds, on /metrics, /status and the status page.
+        const lag = await lagMetrics(serve.url)
+        assert.ok(lag.blocks !== undefined && lag.blocks >= 0, `lag in blocks on /metrics: ${JSON.stringify(lag)}`)
+        assert.ok(lag.seconds !== undefined && lag.seconds >= 0, `lag in seconds on /metrics: ${JSON.stringify(lag)}`)
+        const status = await (await fetch(`${serve.url}/status`)).json()
+        const ds = status.datasets.find((d: any) => d.name === DATASET)
+        assert.ok(ds.lag && ds.lag.nodeHead >= run.blocks.at(-1)!.block, `/status lag: ${JSON.stringify(ds.lag)}`)
+        const page = await (await fetch(`${serve.url}/`, { headers: { accept: 'text/html' } })).text()
+        assert.match(page, /class="lag[^"]*"[^>]*data-lag-blocks="\d+"/)
+      } finally {
+        await stop(serve.child)
+        await stop(ingest)
+      }
+    })
+  }
+
+  it('a new chunk reaches the router without its periodic listing and the worker without its heartbeat', async () => {
+    const out = path.join(tmp.dir, 'no-periodic')
+    const ingest = await startIngest(out)
+    // Listing and heartbeats once an hour (a worker stays alive that long): only the head file and the nudges can move the height.
+    const serve = await startServe(out, ['--relist-ms', '3600000', '--heartbeat-ms', '3600000', '--missed-heartbeats', '1', '--workers', '1', '--replication', '1'])
+    try {
+      const first = await until('a first height', async () => {
+        const h = (await heightOf(serve.url)) ?? -1
+        return h >= 0 ? h : undefined
+      }, 60_000)
+      const run = await measureFreshness({ anvil, router: serve.url, dataset: DATASET, seconds: 10, drainMs: 120_000 })
+      console.log(describeFreshness('relist and heartbeat at 1 h', run))
+      assert.deepEqual(run.mismatches, [])
+      assert.deepEqual(run.unanswered, [])
+      assert.ok(run.blocks.length >= 3 && run.blocks[0].block > first, `blocks after ${first}: ${run.blocks.map((b) => b.block)}`)
+    } finally {
+      await stop(serve.child)
+      await stop(ingest)
+    }
+  })
+
+  it('with the head file watch off, the ingest\'s --notify tells the router', async () => {
+    const out = path.join(tmp.dir, 'notify')
+    // The router needs the dataset folder to exist: a first ingest run up to the current head.
+    const { runCli } = await import('./helpers/cli.js')
+    const r = await runCli(['ingest', '--rpc', anvil.url, '--dataset', DATASET, '--out', out, '--progress', 'none'])
+    assert.equal(r.code, 0, r.stderr)
+    const serve = await startServe(out, ['--relist-ms', '3600000', '--head-poll-ms', '0'])
+    const ingest = await startIngest(out, ['--notify', serve.url])
+    try {
+      const first = (await heightOf(serve.url)) ?? -1
+      const run = await measureFreshness({ anvil, router: serve.url, dataset: DATASET, seconds: 8, drainMs: 120_000 })
+      console.log(describeFreshness('--notify, no head watch', run))
+      assert.deepEqual(run.mismatches, [])
+      assert.deepEqual(run.unanswered, [])
+      assert.ok(run.blocks.length >= 3 && run.blocks[0].block > first)
+    } finally {
+      await stop(serve.child)
+      await stop(ingest)
+    }
+  })
+})
