@@ -200,7 +200,7 @@ describe('anvil end to end', () => {
   it('the same chain through callTracer and prestateTracer diffs (debug_traceBlockByNumber) matches the node too', async (t) => {
     const dir = path.join(tmp.dir, 'geth')
     const r = await runIngest({
-      rpc: anvil.url, dataset: 'anvil-geth', out: dir, to: followed.last, traces: 'callTracer', stateDiffs: 'prestateTracer',
+      rpc: anvil.url, dataset: 'anvil-geth', out: dir, to: followed.last, finality: 'latest', traces: 'callTracer', stateDiffs: 'prestateTracer',
       chunkBlocks: 100, batchSize: 10, progress: 'none',
     })
     assert.equal(r.last, followed.last)

@@ -98,40 +98,45 @@ describe('resume, kill, reorg, follow', () => {
     }
   })
 
-  it('a reorg deeper than the confirmations stops the ingest naming both blocks; a restart resumes on the new chain; a fork below the written chunks is reported', async () => {
+  it('a reorg above the confirmations is re-read from the fork point, in the open chunk and below written chunks; one deeper than --max-reorg-depth stops the ingest naming both blocks', async () => {
     const server = await serve(light, { head: 20 })
     const dir = out()
     const ac = new AbortController()
+    const hashesAreTheNode = async (last: number) => {
+      const blocks = await checkChain(dir, 0, last)
+      for (const b of blocks) assert.equal(b.hash, server.identity(Number(b.number)).hash, `block ${b.number}`)
+    }
     try {
-      const first = runIngest({ rpc: server.url, dataset: 'reorg', out: dir, follow: true, confirmations: 2, chunkBlocks: 5, pollMs: 20, progress: 'none', signal: ac.signal })
-      first.catch(() => undefined)
-      // caught up (0..18 fetched) once it polls the head again and again
-      while ((server.calls.get('eth_blockNumber') ?? 0) < 4) await new Promise((r) => setTimeout(r, 20))
-      const old18 = server.identity(18).hash
-      server.fork(16) // blocks 16.. get other hashes; the ingest holds the old 16..18 in its open chunk
-      server.head = 30
-      await assert.rejects(first, (e: any) => {
-        assert.ok(e instanceof ReorgError, e.message)
-        assert.match(e.message, new RegExp(`block 19 \\(${server.identity(19).hash}\\) has parent hash ${server.identity(18).hash}, but block 18 has hash ${old18}`))
-        return true
+      const first = runIngest({
+        rpc: server.url, dataset: 'reorg', out: dir, follow: true, confirmations: 2, chunkBlocks: 5, pollMs: 20, flushAfterMs: 50, progress: 'none', signal: ac.signal,
+        onChunk: (c) => c.last >= 28 && ac.abort(),
       })
-      // nothing of the old fork above the last complete chunk was written
-      assert.deepEqual((await listLocalChunks(dir)).map((c) => [c.first, c.last]), [[0, 4], [5, 9], [10, 14]])
-      await checkChain(dir, 0, 14)
-
-      const second = await runIngest({ rpc: server.url, dataset: 'reorg', out: dir, to: 28, confirmations: 2, chunkBlocks: 5, progress: 'none' })
-      assert.equal(second.blocks, 14)
-      const blocks = await checkChain(dir, 0, 28)
-      assert.equal(blocks[16].hash, server.identity(16).hash)
+      first.catch(() => undefined)
+      // caught up (0..18 fetched, 15..18 in the open chunk) once it polls the head again and again
+      while ((server.calls.get('eth_blockNumber') ?? 0) < 4) await new Promise((r) => setTimeout(r, 20))
+      server.fork(16) // blocks 16.. get other hashes
+      server.head = 30
+      const r = await first
+      assert.equal(r.last, 28)
+      assert.equal(r.reorgs.length, 1)
+      assert.equal(r.reorgs[0].forkPoint, 15)
+      await hashesAreTheNode(28)
 
       server.fork(12) // below the written chunks (chunk 10-14 holds the old 12..14)
       server.head = 40
-      await assert.rejects(runIngest({ rpc: server.url, dataset: 'reorg', out: dir, to: 35, confirmations: 2, chunkBlocks: 5, progress: 'none' }), (e: any) => {
+      const second = await runIngest({ rpc: server.url, dataset: 'reorg', out: dir, to: 35, confirmations: 2, chunkBlocks: 5, progress: 'none' })
+      assert.deepEqual(second.reorgs.map((x) => [x.forkPoint, x.tip, x.resumeAt, x.deletedChunks.length]), [[11, 28, 10, 4]])
+      await hashesAreTheNode(35)
+
+      server.fork(20)
+      server.head = 50
+      await assert.rejects(runIngest({ rpc: server.url, dataset: 'reorg', out: dir, to: 45, confirmations: 2, chunkBlocks: 5, maxReorgDepth: 10, progress: 'none' }), (e: any) => {
         assert.ok(e instanceof ReorgError)
-        assert.match(e.message, /block 29 \(0x\w+\) has parent hash 0x\w+, but block 28 has hash 0x\w+ \(chunk 0000000000\/0000000025-0000000028-\w+\)/)
+        assert.match(e.message, /deeper than --max-reorg-depth \(10\): block 36 \(0x\w+\) has parent hash 0x\w+, but block 35 has hash 0x\w+ \(chunk 0000000000\/0000000035-0000000035-\w+\)/)
         return true
       })
-      await checkChain(dir, 0, 28)
+      const blocks = await checkChain(dir, 0, 35)
+      assert.notEqual(blocks[20].hash, server.identity(20).hash, 'nothing was deleted')
     } finally {
       ac.abort()
       await server.close()

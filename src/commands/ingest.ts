@@ -1,7 +1,8 @@
 import { Command, InvalidArgumentError } from 'commander'
 import { configureDb } from '../db.js'
 import { availableParallelism } from 'node:os'
-import { DEFAULT_CHUNK_BLOCKS, DEFAULT_POLL_MS, defaultWorkers, runIngest } from '../ingest/loop.js'
+import { FINALITY_CHOICES, type Finality } from '../ingest/finality.js'
+import { DEFAULT_CHUNK_BLOCKS, DEFAULT_MAX_REORG_DEPTH, DEFAULT_POLL_MS, defaultWorkers, runIngest } from '../ingest/loop.js'
 import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, blockList, suggestIngest, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
 import { ReplayServer } from '../ingest/replay.js'
 import { log } from '../log.js'
@@ -30,6 +31,14 @@ function numberList(value: string): number[] {
   return out
 }
 
+/** `finalized`, `safe`, `latest` or a number of confirmations. */
+function finality(value: string): Finality {
+  const v = value.trim().toLowerCase()
+  if ((FINALITY_CHOICES as readonly string[]).includes(v)) return v as Finality
+  if (/^\d+$/.test(v)) return Number(v)
+  throw new InvalidArgumentError(`expected finalized, safe, latest or a number of confirmations, got "${value}"`)
+}
+
 /** Ctrl-C / SIGTERM: stop fetching and write the open chunk; a second signal exits at once. */
 function abortOnSignal(): AbortController {
   const ac = new AbortController()
@@ -54,10 +63,12 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json at the root of --out', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
     .addOption(opt('--out <folder|s3://bucket/prefix>', 'dataset folder (created if missing) or object-storage prefix (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; see docs/ingest.md)', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
     .addOption(opt('--from <n>', 'first block (default: after the last chunk in --out, else 0)', 'BLOCK_ARCHIVE_FROM', int(0)))
-    .addOption(opt('--to <n>', 'last block; waits for the head to reach it (default: the confirmed head at the time it is reached)', 'BLOCK_ARCHIVE_TO', int(0)))
-    .addOption(opt('--follow', 'keep following the head (stays --confirmations behind it) until stopped', 'BLOCK_ARCHIVE_FOLLOW').default(false))
+    .addOption(opt('--to <n>', 'last block; waits for the head (up to the --finality) to reach it (default: that head at the time it is reached)', 'BLOCK_ARCHIVE_TO', int(0)))
+    .addOption(opt('--follow', 'keep following the head (up to the --finality) until stopped', 'BLOCK_ARCHIVE_FOLLOW').default(false))
     .addOption(opt('--blocks <list>', 'ingest exactly these blocks, e.g. "1000000,18000000-18000010" (a sparse dataset; continuity is checked only between consecutive numbers)', 'BLOCK_ARCHIVE_BLOCKS', numberList))
-    .addOption(opt('--confirmations <k>', 'stay this many blocks behind the head; a parent-hash mismatch (reorg) at this depth stops the ingest', 'BLOCK_ARCHIVE_CONFIRMATIONS', int(0), 0))
+    .addOption(opt('--finality <finalized|safe|latest|k>', 'publish blocks up to the node\'s finalized head (EVM finalized tag, Substrate chain_getFinalizedHead, Starknet ACCEPTED_ON_L1), its safe head (EVM), its latest block, or k blocks below the latest (default: finalized where the node tells it, else latest; the log says which)', 'BLOCK_ARCHIVE_FINALITY', finality))
+    .addOption(opt('--confirmations <k>', 'the same as --finality k: stay k blocks behind the latest block', 'BLOCK_ARCHIVE_CONFIRMATIONS', int(0)))
+    .addOption(opt('--max-reorg-depth <n>', 'a reorg above the finality is re-read (replaced blocks and chunks are dropped); a fork deeper than n blocks below the dataset\'s last block stops the ingest (0: any reorg stops it)', 'BLOCK_ARCHIVE_MAX_REORG_DEPTH', int(0), DEFAULT_MAX_REORG_DEPTH))
     .addOption(opt('--chunk-blocks <n>', 'at most this many blocks per chunk (the --chunk-mb bound usually closes a chunk first on busy chains)', 'BLOCK_ARCHIVE_CHUNK_BLOCKS', int(1), DEFAULT_CHUNK_BLOCKS))
     .addOption(opt('--chunk-mb <n>', 'close a chunk once its rows reach this many MiB (as NDJSON, before compression); a block is never split', 'BLOCK_ARCHIVE_CHUNK_MB', int(1), 256))
     .addOption(opt('--top-dir-size <n>', 'chunks per top folder', 'BLOCK_ARCHIVE_TOP_DIR_SIZE', int(1), 500))
@@ -91,6 +102,7 @@ export function registerIngest(program: Command): void {
       if (o.follow && o.to != null) throw new InvalidArgumentError('--follow and --to exclude each other')
       if (o.notify && !o.follow) throw new InvalidArgumentError('--notify needs --follow')
       for (const url of o.notify ?? []) if (!/^https?:\/\/[^/]+/.test(url)) throw new InvalidArgumentError(`--notify ${url}: expected a router base URL such as http://127.0.0.1:8080`)
+      if (o.finality != null && o.confirmations != null) throw new InvalidArgumentError('--finality and --confirmations say the same thing: give one')
       const starknet = o.family === 'starknet'
       if (o.family === 'substrate' ? [o.rpc, o.sidecar, o.decodedDir].filter((x) => x).length !== 1 : !o.rpc) {
         throw new InvalidArgumentError(o.family === 'substrate'
@@ -119,7 +131,8 @@ export function registerIngest(program: Command): void {
         to: o.to,
         blocks: o.blocks,
         follow: o.follow,
-        confirmations: o.confirmations,
+        finality: o.finality ?? o.confirmations,
+        maxReorgDepth: o.maxReorgDepth,
         chunkBlocks: o.chunkBlocks,
         chunkBytes: o.chunkMb * 1024 * 1024,
         topDirSize: o.topDirSize,

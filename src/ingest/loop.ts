@@ -8,7 +8,9 @@ import { availableParallelism } from 'node:os'
 import { Worker } from 'node:worker_threads'
 import type { MissingReceipts, ReceiptsMode, StateDiffsMode, TracesMode } from './evm/source.js'
 import { FetchPool } from './fetch-pool.js'
-import { BlockNotAvailable, type BlockSource, type RowsBatch } from './source.js'
+import { chooseFinality, FinalityHead, reorgsExpected, type Finality } from './finality.js'
+import { DatasetHashes, findForkPoint } from './reorg.js'
+import { BlockNotAvailable, type RowsBatch } from './source.js'
 import { createSource, type SourceSpec } from './sources.js'
 import { IngestProgress, type ProgressMode } from './progress.js'
 import { newTransferStats, type RpcClientOptions } from './rpc.js'
@@ -49,8 +51,19 @@ export interface IngestOptions {
   blocks?: number[]
   /** Keep going: poll the head and ingest new blocks as they are confirmed. */
   follow?: boolean
-  /** Stay this many blocks behind the head (default 0). */
+  /**
+   * Publish blocks up to the node's `finalized` or `safe` head, its `latest` block, or the latest
+   * block minus this many confirmations. Default: finalized where the node tells it, else latest.
+   */
+  finality?: Finality
+  /** Same as a number `finality` (the older option). */
   confirmations?: number
+  /**
+   * A reorg above the finality is re-read: the dataset's blocks above the fork point are dropped
+   * (the open chunk, and written chunks newest first). A fork deeper than this many blocks below
+   * the dataset's last block stops the ingest with ReorgError (default 300; 0: any reorg stops it).
+   */
+  maxReorgDepth?: number
   /** A chunk holds at most this many blocks (default 10,000)... */
   chunkBlocks?: number
   /** ...and is closed once its rows reach this many bytes (NDJSON size, default 256 MiB). */
@@ -127,6 +140,20 @@ export interface IngestResult {
   stages: IngestStages
   /** `s3://` targets: the chunk uploads of this run. */
   upload?: UploadStats
+  /** The finality the ingest published up to. */
+  finality: Finality
+  /** Reorgs re-read during this run. */
+  reorgs: ReorgInfo[]
+}
+
+export interface ReorgInfo {
+  /** The highest block the dataset and the node agreed on. */
+  forkPoint: number
+  /** The dataset's last block when the reorg was seen. */
+  tip: number
+  /** Written chunks deleted (their blocks are read again from `resumeAt`). */
+  deletedChunks: string[]
+  resumeAt: number
 }
 
 export interface IngestStages {
@@ -169,8 +196,10 @@ export function defaultCloses(): number {
   return Math.min(2, availableParallelism())
 }
 
-/** The chain does not continue where we are: a reorg deeper than the confirmation depth, or a wrong dataset. */
+/** The chain does not continue where we are: a reorg deeper than --max-reorg-depth, or a wrong dataset. */
 export class ReorgError extends Error {}
+
+export const DEFAULT_MAX_REORG_DEPTH = 300
 
 const MiB = 1024 * 1024
 
@@ -192,7 +221,8 @@ export const DEFAULT_POLL_MS = 250
 
 export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const started = performance.now()
-  const confirmations = o.confirmations ?? 0
+  if (o.finality != null && o.confirmations != null) throw new Error('give --finality or --confirmations (the same thing as a number), not both')
+  const maxReorgDepth = Math.max(0, o.maxReorgDepth ?? DEFAULT_MAX_REORG_DEPTH)
   const chunkBlocks = o.chunkBlocks ?? DEFAULT_CHUNK_BLOCKS
   const chunkBytes = o.chunkBytes ?? 256 * MiB
   const topDirSize = o.topDirSize ?? 500
@@ -232,13 +262,19 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const head = o.follow ? new HeadWriter({ out: o.out, dataset: o.dataset, written, notify: o.notify }) : undefined
     const transfer = newTransferStats()
     const source = await createSource(spec, transfer)
-    compactor = o.follow && o.compact ? startCompactor(target, source.family, o.dataset, chunkBlocks, chunkBytes, o.compact) : undefined
-    const plan = new Planner(source, {
+    const finality = await chooseFinality(source, o.finality ?? o.confirmations).catch(async (e) => {
+      await source.close?.()
+      throw e
+    })
+    // Below a node-announced finality nothing is re-read; with `latest` or confirmations a reorg up to
+    // --max-reorg-depth drops written chunks, so only chunks below that depth are merged.
+    const mergeBelow = typeof finality === 'string' && finality !== 'latest' ? undefined : () => result.last - maxReorgDepth
+    const heads = new FinalityHead(source, finality)
+    const plan = new Planner(heads, {
       list: o.blocks ? [...new Set(o.blocks)].sort((a, b) => a - b).filter((n) => !prev || n > prev.number) : undefined,
       from: Math.max(o.from ?? 0, prev ? prev.number + 1 : 0),
       to: o.to,
       follow: o.follow ?? false,
-      confirmations,
       batchSize,
       pollMs,
       signal: o.signal,
@@ -253,7 +289,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const progress = new IngestProgress(o.progress ?? 'auto')
     const stages: IngestStages = { fetchWaitMs: 0, normalizeMs: 0, addBlockMs: 0, finishWaitMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0, cpuMs: 0, spooledBlocks: 0 }
     const cpu0 = process.cpuUsage()
-    const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: transfer, stages, ...(target.upload ? { upload: target.upload } : {}) }
+    const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: transfer, stages, ...(target.upload ? { upload: target.upload } : {}), finality, reorgs: [] }
+    compactor = o.follow && o.compact ? startCompactor(target, source.family, o.dataset, chunkBlocks, chunkBytes, { maxBlock: mergeBelow, ...o.compact }) : undefined
     let rowTotal = 0
     const tables = source.tables()
     const extraMeta = { dataset: o.dataset, sources: source.describe() }
@@ -308,16 +345,9 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       }).finally(() => closing.splice(closing.indexOf(done), 1))
     }
 
-    const continuing = (f: { number: number; hash: string; parentHash: string }) => {
-      if (prev && prev.number === f.number - 1 && prev.hash !== f.parentHash) {
-        throw new ReorgError(
-          `chain mismatch below the confirmation depth (${confirmations}): block ${f.number} (${f.hash}) has parent hash ` +
-            `${f.parentHash}, but block ${prev.number} has hash ${prev.hash} (${prev.where}). The chain was reorganised ` +
-            `deeper than --confirmations, or the node serves another chain. Nothing of block ${f.number} was written; ` +
-            `if the dataset's blocks are on the abandoned fork, delete the chunks from block ${prev.number} on and ingest again.`,
-        )
-      }
-    }
+    const hashes = new DatasetHashes(target, () => written, maxReorgDepth + 1)
+    /** Whether `f` does not continue the dataset's chain (its parent is not the block before it). */
+    const forks = (f: { number: number; parentHash: string }) => prev != null && prev.number === f.number - 1 && prev.hash !== f.parentHash
     const pool = workers > 0
       ? new FetchPool(workers, {
         // The requests in flight are spread over the workers.
@@ -326,10 +356,67 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       : undefined
     const fetcher = pool ? (nums: number[]) => pool.fetch(nums) : (nums: number[]) => source.fetchRows(nums)
 
+    /**
+     * `f` does not continue the dataset: find the fork point, drop the blocks above it (the open
+     * chunk, written chunks newest first) and read on from there. Returns where to read from.
+     */
+    const reorg = async (f: { number: number; hash: string; parentHash: string }): Promise<number> => {
+      const tip = prev!
+      const mismatch = `block ${f.number} (${f.hash}) has parent hash ${f.parentHash}, but block ${tip.number} has hash ${tip.hash} (${tip.where})`
+      if (o.blocks || maxReorgDepth === 0 || !source.blockHashes) {
+        const why = o.blocks ? 'with --blocks, a mismatch is not re-read' : maxReorgDepth === 0 ? '--max-reorg-depth is 0' : 'this source cannot tell the hashes of its blocks, so a reorg cannot be re-read'
+        throw new ReorgError(`chain mismatch: ${mismatch}; ${why}. Nothing of block ${f.number} was written; ` +
+          `if the dataset's blocks are on the abandoned fork, delete the chunks from block ${tip.number} on and ingest again.`)
+      }
+      // the chunks closing now are placed first: the search and the deletion see every written block
+      await builder?.abort()
+      const open = builder?.first
+      builder = undefined
+      await Promise.allSettled([...closing])
+      if (pendingError) throw pendingError
+      const found = await findForkPoint(tip.number, maxReorgDepth, (n) => hashes.hashOf(n), (ns) => source.blockHashes!(ns), batchSize)
+      if (!('fork' in found)) {
+        throw new ReorgError(
+          `chain mismatch deeper than --max-reorg-depth (${maxReorgDepth}): ${mismatch}. ` +
+            ('missing' in found
+              ? `The node's chain shares no block with the dataset down to its first block${found.missing >= 0 ? ` (the dataset has no block ${found.missing})` : ''}: it serves another chain, or the dataset was written from another fork. `
+              : `The node's chain and the dataset differ on each of the ${maxReorgDepth} blocks below ${tip.number + 1}. `) +
+            `Nothing of block ${f.number} was written; if the dataset's blocks are on the abandoned fork, delete its chunks down to the fork point and ingest again, or pass a larger --max-reorg-depth.`,
+        )
+      }
+      const fork = found.fork
+      const orphaned = await hashes.hashOf(fork + 1)
+      const [replacing] = await source.blockHashes([fork + 1])
+      const finalHead = Math.max(heads.known, reorgsExpected(finality) ? (await source.finalizedHead?.('finalized').catch(() => undefined)) ?? -1 : -1)
+      if (fork < finalHead) {
+        log.error({ block: fork + 1, datasetHash: orphaned, nodeHash: replacing, finalizedHead: finalHead },
+          `a reorg replaced block ${fork + 1}, below the finalized head ${finalHead} the node announced: the node's finality is not final`)
+      }
+      const deleted: ChunkRef[] = []
+      while (written.length && written[written.length - 1].last > fork) {
+        const c = written.pop()!
+        await target.deleteChunk(c)
+        deleted.push(c)
+        log.warn({ chunk: c.path }, 'reorg: deleted a chunk of replaced blocks')
+      }
+      for (const c of deleted) if (result.chunks.includes(c)) result.chunks.splice(result.chunks.indexOf(c), 1)
+      tops.splice(0, tops.length, ...written.map((c) => ({ top: c.top })))
+      chunkEnd = written.at(-1)?.last ?? -1
+      const resumeAt = Math.min(fork + 1, open ?? Infinity, ...deleted.map((c) => c.first))
+      hashes.forget(resumeAt)
+      const below = await hashes.hashOf(resumeAt - 1)
+      prev = below ? { number: resumeAt - 1, hash: below, where: 'in the dataset below the fork point' } : undefined
+      result.last = resumeAt - 1
+      result.reorgs.push({ forkPoint: fork, tip: tip.number, deletedChunks: deleted.map((c) => c.path), resumeAt })
+      log.warn({ forkPoint: fork, depth: tip.number - fork, datasetHash: orphaned, nodeHash: replacing, deletedChunks: deleted.length, resumeAt },
+        `chain reorganisation above the finality: blocks ${fork + 1}–${tip.number} replaced; reading the node's chain from block ${resumeAt}`)
+      return resumeAt
+    }
+
+    let batches = fetchInOrder(plan, concurrency, fetcher)
     try {
-      const batches = fetchInOrder(plan, concurrency, fetcher)
       try {
-        for (;;) {
+        batch: for (;;) {
           let t0 = performance.now()
           const next = await batches.next()
           stages.fetchWaitMs += performance.now() - t0
@@ -339,8 +426,12 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
           stages.normalizeMs += batch.normalizeMs
           // every block of the batch before any is written, so that a file is not deleted before its last block is in a chunk
           for (const f of batch.blocks) if (f.spool) spool?.add(f.spool.files, f.number)
+          let forked: { number: number; hash: string; parentHash: string } | undefined
           for (const f of batch.blocks) {
-            continuing(f)
+            if (forks(f)) {
+              forked = f
+              break
+            }
             const rows = f.rows
             if (!builder) {
               builder = new ChunkBuilder(source.family, target.buildRoot, tables, { extraMeta: { ...extraMeta, previousLast: chunkEnd }, spool: spoolWriter })
@@ -358,12 +449,17 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
             result.blocks++
             result.last = f.number
             prev = { number: f.number, hash: f.hash, where: 'fetched earlier in this run' }
+            hashes.remember(f.number, f.hash)
             if (builder.blockCount >= chunkBlocks || builder.bytes >= chunkBytes) await flush()
           }
-          if (batch.error) {
-            if (batch.error.block) continuing(batch.error.block)
-            throw batch.error.error
+          if (!forked && batch.error?.block && forks(batch.error.block)) forked = batch.error.block
+          if (forked) {
+            await batches.return(undefined) // the blocks in flight follow the old chain
+            plan.rewind(await reorg(forked))
+            batches = fetchInOrder(plan, concurrency, fetcher)
+            continue batch
           }
+          if (batch.error) throw batch.error.error
           // Caught up: don't sit on blocks. While a chunk is still being written (uploaded), the open one
           // waits for it and gathers the blocks meanwhile: when writing a chunk takes longer than a
           // block, chunks do not queue up (each behind the last) and the lag stays about one write.
@@ -449,7 +545,6 @@ interface PlannerOptions {
   from: number
   to?: number
   follow: boolean
-  confirmations: number
   batchSize: number
   pollMs: number
   signal?: AbortSignal
@@ -457,7 +552,7 @@ interface PlannerOptions {
   onHead?: (head: number, confirmed: number) => void
 }
 
-/** Hands out block numbers to fetch, never past the confirmed head. */
+/** Hands out block numbers to fetch, never past the head the finality allows. */
 class Planner {
   private next: number
   private listPos = 0
@@ -465,7 +560,7 @@ class Planner {
   readonly start: number
   target?: number
 
-  constructor(private readonly source: BlockSource, private readonly o: PlannerOptions) {
+  constructor(private readonly heads: FinalityHead, private readonly o: PlannerOptions) {
     this.next = o.from
     this.start = o.list ? (o.list[0] ?? 0) : o.from
     if (o.list) this.target = o.list[o.list.length - 1]
@@ -494,12 +589,16 @@ class Planner {
     return batch
   }
 
+  /** A reorg: hand out blocks from `n` again. */
+  rewind(n: number): void {
+    this.next = n
+  }
+
   /** Nothing to hand out: refresh the head. Returns false when the ingest should end. */
   async refresh(first: boolean): Promise<boolean> {
     if (this.o.signal?.aborted) return false
-    const head = await this.source.head()
-    this.confirmed = head - this.o.confirmations
-    this.o.onHead?.(head, this.confirmed)
+    this.confirmed = await this.heads.read()
+    this.o.onHead?.(this.heads.latest, this.confirmed)
     if (!this.o.list) this.target = this.o.to ?? (this.o.follow ? Math.max(this.confirmed, this.next - 1) : this.confirmed)
     if (this.done) return false
     const waiting = this.o.list ? this.o.list[this.listPos] : this.next
@@ -508,7 +607,7 @@ class Planner {
       throw new BlockNotAvailable(waiting) // a listed block above the head: the node does not have it
     }
     if (!this.o.follow && this.o.to == null) return false // caught up with the confirmed head
-    if (first || this.o.to != null) log.info({ waitingFor: waiting, head, confirmations: this.o.confirmations }, 'waiting for the head to move')
+    if (first || this.o.to != null) log.info({ waitingFor: waiting, head: this.confirmed, finality: this.heads.finality }, 'waiting for the head to move')
     await sleep(this.o.pollMs, this.o.signal)
     return !this.o.signal?.aborted
   }

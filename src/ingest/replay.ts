@@ -16,6 +16,9 @@ import { normalizeHex } from '../families/declaration.js'
  *   receipts, logs and traces keep their content). For measuring ingest rates, resume and reorgs:
  *   `fork(n)` switches the chain from block n on to other hashes, as a reorg does.
  *
+ * Starknet: `starknet_getBlockWithTxHashes` answers from the recorded block (with the `l1_accepted`
+ * tag: the head).
+ *
  * A method none of the recorded blocks has answers of (trace_block on a chain recorded without
  * traces, …) answers -32601, as a node without the method does; one recorded for other blocks only
  * answers -32000 naming the block.
@@ -394,6 +397,10 @@ export class ReplayServer {
         return String(this.head)
       case 'starknet_getBlockWithReceipts':
         return JSON.stringify(this.starknetBlock(params[0]).block)
+      case 'starknet_getBlockWithTxHashes': {
+        const { transactions, ...header } = this.starknetBlock(params[0]).block
+        return JSON.stringify({ ...header, transactions: (transactions ?? []).map((t: any) => t.transaction?.transaction_hash ?? t.receipt?.transaction_hash) })
+      }
       case 'starknet_traceBlockTransactions': {
         const b = this.starknetBlock(params[0])
         if (!b.traces) throw new RpcError(-32000, `starknet_traceBlockTransactions of block ${b.block.block_number} was not recorded`)

@@ -6,6 +6,7 @@ import { log } from '../log.js'
 import { abortMultipartUploads, deleteObjects, downloadObject, getText, joinKey, listObjects, parseS3Url, putText, s3Url, uploadFile, type S3Location } from '../storage/s3.js'
 import { S3Lease, type LeaseOptions } from './s3-lease.js'
 import { alive } from '../pid.js'
+import { readBlockHashes } from './reorg.js'
 import type { IngestTarget, UploadStats } from './target.js'
 
 /*
@@ -95,6 +96,25 @@ export class S3IngestTarget implements IngestTarget {
     this.upload.ms += ms
     log.info({ chunk: ref.path, bytes, ms: Math.round(ms) }, 'chunk uploaded')
     return ref
+  }
+
+  async deleteChunk(ref: ChunkRef): Promise<void> {
+    await this.lease.check()
+    const keys = (await listObjects(this.loc.bucket, this.key(ref.path) + '/')).map((o) => o.key)
+    const blocks = this.key(ref.path, 'blocks.parquet')
+    await deleteObjects(this.loc.bucket, [blocks]) // the chunk leaves the listing
+    await deleteObjects(this.loc.bucket, keys.filter((k) => k !== blocks))
+    log.info({ chunk: ref.path, dataset: this.where }, 'chunk deleted')
+  }
+
+  async blockHashes(ref: ChunkRef): Promise<Map<number, string>> {
+    const file = path.join(this.buildRoot, `.blocks-${path.basename(ref.path)}.parquet`)
+    try {
+      await downloadObject(this.loc.bucket, this.key(ref.path, 'blocks.parquet'), file)
+      return await readBlockHashes(file)
+    } finally {
+      await rm(file, { force: true })
+    }
   }
 
   async close(): Promise<void> {

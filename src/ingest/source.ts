@@ -35,6 +35,9 @@ export interface RowsBatch {
   normalizeMs: number
 }
 
+/** Heads a node may tell besides its latest block. */
+export type FinalityLevel = 'finalized' | 'safe'
+
 export interface BlockSource {
   readonly family: FamilyDecl
   /** Tables every chunk of this ingest holds (optional tables the options leave out are absent). */
@@ -43,6 +46,13 @@ export interface BlockSource {
   describe(): Record<string, string>
   /** The node's latest block number. */
   head(): Promise<number>
+  /** The node's finalized (or safe) head; undefined when the node, or the family, does not tell it. */
+  finalizedHead?(level: FinalityLevel): Promise<number | undefined>
+  /**
+   * The node's hashes of these blocks, written as the dataset stores them (undefined for a block it
+   * does not have): what a reorg's fork point is found with.
+   */
+  blockHashes?(numbers: number[]): Promise<(string | undefined)[]>
   /** Fetch and normalise blocks, in the given order; a failure comes back with the blocks before it. */
   fetchRows(numbers: number[]): Promise<RowsBatch>
   /** Close connections (a WebSocket), when the source holds any. */

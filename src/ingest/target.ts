@@ -1,10 +1,11 @@
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, readFile, rename, rm, rmdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { listLocalChunks, scanLocalChunks, readChunkMeta, readDatasetMeta, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { log } from '../log.js'
 import { isS3Url } from '../storage/s3.js'
 import { DatasetLocked } from './locked.js'
+import { readBlockHashes } from './reorg.js'
 import type { LeaseOptions } from './s3-lease.js'
 import { S3IngestTarget } from './s3-target.js'
 import { alive } from '../pid.js'
@@ -36,6 +37,14 @@ export interface IngestTarget {
   readChunkMeta(ref: ChunkRef): Promise<ChunkMeta>
   /** Make a chunk that ChunkBuilder finished visible to readers. Called for one chunk at a time, in order. */
   publish(ref: ChunkRef): Promise<ChunkRef>
+  /**
+   * Remove a chunk of blocks a reorg replaced: it leaves the listing at once (its blocks.parquet
+   * goes first), then its other files go. The loop removes chunks newest first, so the dataset stays
+   * a prefix of the chain.
+   */
+  deleteChunk(ref: ChunkRef): Promise<void>
+  /** Number → hash (lower case) of a chunk's blocks. */
+  blockHashes(ref: ChunkRef): Promise<Map<number, string>>
   /** Unlock (after `open` succeeded). */
   close(): Promise<void>
   /** Compaction (src/compact/): every complete chunk, superseded ones included, ascending. */
@@ -88,6 +97,18 @@ export class FolderTarget implements IngestTarget {
 
   async publish(ref: ChunkRef): Promise<ChunkRef> {
     return ref
+  }
+
+  async deleteChunk(ref: ChunkRef): Promise<void> {
+    // a rename takes the chunk out of the listing at once; a `.tmp-*` folder left by a crash is removed at the next start
+    const gone = path.join(this.where, `.tmp-${process.pid}-orphaned-${path.basename(ref.path)}`)
+    await rename(path.join(this.where, ref.path), gone)
+    await rm(gone, { recursive: true, force: true })
+    await rmdir(path.join(this.where, path.dirname(ref.path))).catch(() => undefined) // the top folder, once empty
+  }
+
+  blockHashes(ref: ChunkRef): Promise<Map<number, string>> {
+    return readBlockHashes(path.join(this.where, ref.path, 'blocks.parquet'))
   }
 
   async close(): Promise<void> {

@@ -1,7 +1,7 @@
 import { log } from '../../log.js'
 import { RpcError, type RpcCall, type RpcClient } from '../rpc.js'
 import { evmFamily } from '../../families/evm.js'
-import { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable, type BlockSource, type RowsBatch } from '../source.js'
+import { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable, type BlockSource, type FinalityLevel, type RowsBatch } from '../source.js'
 import { fetchRows, methodOf } from './fetch.js'
 import { EvmSpoolWriter } from './spool-write.js'
 import { bundleTables, type EvmBlockBundle } from './normalize.js'
@@ -118,6 +118,25 @@ export class EvmRpcSource implements BlockSource {
     const h = await this.rpc.call('eth_blockNumber')
     if (typeof h !== 'string' || !/^0x[0-9a-f]+$/i.test(h)) throw new BadRpcAnswer(-1, 'eth_blockNumber', `expected a hex quantity, got ${JSON.stringify(h)}`)
     return parseInt(h, 16)
+  }
+
+  /** The `finalized` / `safe` block tag; a node that answers an error or null for it does not tell that head. */
+  async finalizedHead(level: FinalityLevel): Promise<number | undefined> {
+    const [b] = await this.rpc.batch([{ method: 'eth_getBlockByNumber', params: [level, false] }]) as any[]
+    if (b instanceof RpcError || b == null) return undefined
+    const n = typeof b.number === 'string' && /^0x[0-9a-f]+$/i.test(b.number) ? parseInt(b.number, 16) : NaN
+    if (!Number.isSafeInteger(n)) throw new BadRpcAnswer(-1, `eth_getBlockByNumber("${level}")`, `expected a block with a hex number, got ${JSON.stringify(b.number)}`)
+    return n
+  }
+
+  async blockHashes(numbers: number[]): Promise<(string | undefined)[]> {
+    const answers = await this.callMany('eth_getBlockByNumber', numbers, (n) => [q(n), false])
+    return answers.map((b: any, i) => {
+      if (b instanceof RpcError) throw b
+      if (b == null) return undefined
+      checkBlockIdentity(numbers[i], b)
+      return b.hash.toLowerCase()
+    })
   }
 
   /** Fetch blocks (in the given order) with everything the options ask for; `answered`: the blocks' answers, when already fetched. */
@@ -263,7 +282,8 @@ export class EvmRpcSource implements BlockSource {
   }
 }
 
-export function checkBlock(n: number, b: any): void {
+/** Number, hash and parent hash of an `eth_getBlockByNumber` answer. */
+function checkBlockIdentity(n: number, b: any): void {
   const bad = (m: string) => new BadRpcAnswer(n, 'eth_getBlockByNumber', m)
   if (!isObj(b)) throw bad(`expected a block object, got ${JSON.stringify(b).slice(0, 100)}`)
   const num = typeof b.number === 'string' && /^0x[0-9a-f]+$/i.test(b.number) ? parseInt(b.number, 16) : NaN
@@ -271,6 +291,11 @@ export function checkBlock(n: number, b: any): void {
   for (const k of ['hash', 'parentHash']) {
     if (typeof b[k] !== 'string' || !/^0x[0-9a-f]{64}$/i.test(b[k])) throw bad(`${k} is ${JSON.stringify(b[k])}, not a 32-byte hex string`)
   }
+}
+
+export function checkBlock(n: number, b: any): void {
+  const bad = (m: string) => new BadRpcAnswer(n, 'eth_getBlockByNumber', m)
+  checkBlockIdentity(n, b)
   if (!Array.isArray(b.transactions)) throw bad('transactions is not an array')
   b.transactions.forEach((t: unknown, i: number) => {
     if (!isObj(t)) throw bad(`transaction ${i} is not an object (the node ignored the full-transactions flag)`)

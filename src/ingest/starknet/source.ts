@@ -1,6 +1,7 @@
 import { starknetFamily } from '../../families/starknet.js'
 import { RpcError, type RpcCall, type RpcClient } from '../rpc.js'
-import { BadRpcAnswer, BlockChanged, BlockNotAvailable, fetchAndNormalize, type BlockSource, type RowsBatch } from '../source.js'
+import { BadRpcAnswer, BlockChanged, BlockNotAvailable, fetchAndNormalize, type BlockSource, type FinalityLevel, type RowsBatch } from '../source.js'
+import { highestAccepted } from './finality.js'
 import { feltOf, normalizeStarknetBlock, type StarknetBlockBundle } from './normalize.js'
 
 /*
@@ -30,6 +31,10 @@ export class StarknetRpcSource implements BlockSource {
   readonly traces: boolean
   readonly stateUpdates: boolean
   readonly batchSize: number
+  /** False once the node turned out not to know the `l1_accepted` block tag (RPC before 0.9). */
+  private l1Tag = true
+  /** The highest block seen ACCEPTED_ON_L1 (-1: none yet): where the next status search starts. */
+  private l1Known = -1
 
   constructor(readonly rpc: RpcClient, opts: StarknetSourceOptions = {}) {
     this.traces = opts.traces ?? false
@@ -57,6 +62,51 @@ export class StarknetRpcSource implements BlockSource {
     const h = await this.rpc.call('starknet_blockNumber')
     if (!Number.isSafeInteger(h) || h < 0) throw new BadRpcAnswer(-1, 'starknet_blockNumber', `expected a block number, got ${JSON.stringify(h)}`)
     return h
+  }
+
+  /**
+   * The finalized head: the highest block ACCEPTED_ON_L1. From the `l1_accepted` block tag, or, on a
+   * node without it, by the blocks' status (a binary search between the highest block known accepted
+   * on L1 and the latest block, at most STATUS_SEARCH_BOUND blocks back). Starknet has no "safe" head.
+   */
+  async finalizedHead(level: FinalityLevel): Promise<number | undefined> {
+    if (level !== 'finalized') return undefined
+    if (this.l1Tag) {
+      const [b] = await this.rpc.batch([{ method: 'starknet_getBlockWithTxHashes', params: ['l1_accepted'] }]) as any[]
+      if (!(b instanceof RpcError)) {
+        if (!Number.isSafeInteger(b?.block_number)) throw new BadRpcAnswer(-1, 'starknet_getBlockWithTxHashes("l1_accepted")', `expected a block with a number, got ${JSON.stringify(b?.block_number)}`)
+        return (this.l1Known = b.block_number)
+      }
+      this.l1Tag = false
+    }
+    const latest = await this.head()
+    const found = await highestAccepted(this.l1Known, latest, (n) => this.statusOf(n))
+    if (found != null) this.l1Known = found
+    return found
+  }
+
+  /** A block's `status` (ACCEPTED_ON_L1, ACCEPTED_ON_L2, …); undefined for a block the node does not have. */
+  async statusOf(n: number): Promise<string | undefined> {
+    const [b] = await this.callMany('starknet_getBlockWithTxHashes', [n]) as any[]
+    if (b instanceof RpcError) {
+      if (b.code === BLOCK_NOT_FOUND) return undefined
+      throw b
+    }
+    if (typeof b?.status !== 'string') throw new BadRpcAnswer(n, 'starknet_getBlockWithTxHashes', `expected a status, got ${JSON.stringify(b?.status)}`)
+    return b.status
+  }
+
+  async blockHashes(numbers: number[]): Promise<(string | undefined)[]> {
+    const answers = await this.callMany('starknet_getBlockWithTxHashes', numbers)
+    return answers.map((b: any, i) => {
+      if (b instanceof RpcError) {
+        if (b.code === BLOCK_NOT_FOUND) return undefined
+        throw b
+      }
+      if (b == null || b.block_hash == null) return undefined // pending
+      if (b.block_number !== numbers[i]) throw new BadRpcAnswer(numbers[i], 'starknet_getBlockWithTxHashes', `answered block ${JSON.stringify(b.block_number)}`)
+      return feltOf(b.block_hash) ?? undefined
+    })
   }
 
   async fetch(numbers: number[]): Promise<StarknetBlockBundle[]> {

@@ -1,5 +1,5 @@
 import { substrateFamily } from '../../../families/substrate.js'
-import { fetchAndNormalize, type BlockSource, type RowsBatch } from '../../source.js'
+import { fetchAndNormalize, type BlockSource, type FinalityLevel, type RowsBatch } from '../../source.js'
 import { SubstrateRpcSource } from './fetch.js'
 import { substrateRows } from './rows.js'
 import type { TransportOptions } from './transport.js'
@@ -24,6 +24,15 @@ export class SubstrateNodeSource implements BlockSource {
 
   head(): Promise<number> {
     return this.node.head()
+  }
+
+  /** `chain_getFinalizedHead` (GRANDPA finality); Substrate has no "safe" head. */
+  async finalizedHead(level: FinalityLevel): Promise<number | undefined> {
+    return level === 'finalized' ? this.node.finalizedHead() : undefined
+  }
+
+  blockHashes(numbers: number[]): Promise<(string | undefined)[]> {
+    return this.node.blockHashes(numbers)
   }
 
   fetchRows(numbers: number[]): Promise<RowsBatch> {

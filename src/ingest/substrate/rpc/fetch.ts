@@ -135,6 +135,16 @@ export class SubstrateRpcSource {
     return this.decode(await this.fetchRaw(numbers))
   }
 
+  /** The canonical hashes of blocks (lower case; undefined for a block the node does not have). */
+  async blockHashes(numbers: number[]): Promise<(string | undefined)[]> {
+    const hashes = await this.batch(numbers.map((n) => ({ method: 'chain_getBlockHash', params: [n] })))
+    return hashes.map((h, i) => {
+      if (h == null) return undefined
+      if (typeof h !== 'string') throw new BadRpcAnswer(numbers[i], 'chain_getBlockHash', JSON.stringify(h))
+      return h.toLowerCase()
+    })
+  }
+
   /** The raw answers for blocks, in the given order. */
   async fetchRaw(numbers: number[]): Promise<RawSubstrateBlock[]> {
     if (numbers.length === 0) return []

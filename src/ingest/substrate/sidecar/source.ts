@@ -1,7 +1,7 @@
 import { substrateFamily } from '../../../families/substrate.js'
 import { log } from '../../../log.js'
 import { newTransferStats, RpcUnavailable, type TransferStats } from '../../rpc.js'
-import { BadRpcAnswer, BlockNotAvailable, fetchAndNormalize, type BlockSource, type RowsBatch } from '../../source.js'
+import { BadRpcAnswer, BlockNotAvailable, fetchAndNormalize, type BlockSource, type FinalityLevel, type RowsBatch } from '../../source.js'
 import { normalizeSidecarBlock } from './normalize.js'
 
 /*
@@ -61,6 +61,11 @@ export class SidecarSource implements BlockSource {
     const n = typeof h?.number === 'string' && /^\d+$/.test(h.number) ? Number(h.number) : h?.number
     if (!Number.isSafeInteger(n) || n < 0) throw new BadRpcAnswer(-1, 'GET /blocks/head/header', `expected a block number, got ${JSON.stringify(h?.number)}`)
     return n
+  }
+
+  /** Sidecar's head is its node's finalized head already. */
+  async finalizedHead(level: FinalityLevel): Promise<number | undefined> {
+    return level === 'finalized' ? this.head() : undefined
   }
 
   /** The sidecar answer of block n (checked to be block n). */
