@@ -6,6 +6,7 @@ import type { QueryBudgets } from '../query/types.js'
 import { loadTicketSecret, randomSecret } from '../server/auth.js'
 import { startCluster } from '../server/cluster.js'
 import { DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, RouterServer, type RouterAccessOptions } from '../server/router-http.js'
+import { DEFAULT_GROUP_CHUNKS } from '../server/router.js'
 import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { ArchiveStorage } from '../server/storage.js'
 import { ChunkCache, spillFolder } from '../storage/chunk-cache.js'
@@ -124,6 +125,7 @@ function routerOptions(cmd: Command): Command {
     .addOption(opt('--replication <n>', 'workers holding each chunk', 'BLOCK_ARCHIVE_REPLICATION', int(1), DEFAULT_ROUTER_OPTIONS.replication))
     .addOption(opt('--missed-heartbeats <n>', 'a worker silent for this many intervals is not routed to', 'BLOCK_ARCHIVE_MISSED_HEARTBEATS', int(1), DEFAULT_ROUTER_OPTIONS.missedHeartbeats))
     .addOption(opt('--relist-ms <ms>', 'how often storage is listed for new chunks', 'BLOCK_ARCHIVE_RELIST_MS', int(100), DEFAULT_ROUTER_OPTIONS.relistMs))
+    .addOption(opt('--group-chunks <n>', 'consecutive chunks assigned to the same workers, on average (1: each chunk on its own; docs/serving.md, "Chunk assignment")', 'BLOCK_ARCHIVE_GROUP_CHUNKS', int(1), DEFAULT_GROUP_CHUNKS))
 }
 
 function workerOptions(cmd: Command): Command {
@@ -250,6 +252,7 @@ export function registerServe(program: Command): void {
       heartbeatMs: o.heartbeatMs,
       missedHeartbeats: o.missedHeartbeats,
       relistMs: o.relistMs,
+      groupChunks: o.groupChunks,
       ...workerSettings(o, o.workers),
       access,
     })
@@ -277,6 +280,7 @@ export function registerServe(program: Command): void {
       heartbeatMs: o.heartbeatMs,
       missedHeartbeats: o.missedHeartbeats,
       relistMs: o.relistMs,
+      groupChunks: o.groupChunks,
       access: accessSettings(o, false),
     })
     await server.start(o.host, o.port)

@@ -17,6 +17,8 @@ export interface ClusterOptions {
   heartbeatMs?: number
   missedHeartbeats?: number
   relistMs?: number
+  /** Average consecutive chunks assigned together (router default: 8). */
+  groupChunks?: number
   budgets?: Partial<QueryBudgets>
   bodyLimit?: number
   concurrency?: number
@@ -45,6 +47,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     heartbeatMs,
     missedHeartbeats: opts.missedHeartbeats ?? DEFAULT_ROUTER_OPTIONS.missedHeartbeats,
     relistMs: opts.relistMs ?? DEFAULT_ROUTER_OPTIONS.relistMs,
+    groupChunks: opts.groupChunks,
     access: opts.access,
   })
   const routerUrl = await router.start(host, opts.port ?? 0)
