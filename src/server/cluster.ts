@@ -55,6 +55,8 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   try {
     for (let i = 0; i < (opts.workers ?? 2); i++) {
       const w = new WorkerServer({
+        // Stable across restarts (unlike the port): a restarted cluster gets the same assignment.
+        id: `worker-${i}`,
         storage: opts.workerStorage?.(i) ?? opts.storage,
         routerUrl,
         heartbeatMs,

@@ -15,10 +15,13 @@ import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
  * listing and the same live workers give the same assignment in any router. A worker *serves* a
  * chunk when it reports holding it and it is either assigned to it, or no live assigned worker holds
  * it yet (so a chunk moved to another worker stays reachable until the new holder has it). The
- * desired state sent back to a worker is exactly what it should serve or keep. For one liveness
- * window after the first ping (a router just started, while the workers come back one by one) a
- * worker is told to keep only what it holds: no download is ordered on a partial view of the workers.
+ * desired state sent back to a worker is exactly what it should serve or keep. For two heartbeats
+ * after the first ping (a router just started, while the workers come back one by one) a worker is
+ * told to keep only what it holds: no download is ordered on a partial view of the workers.
  */
+
+/** Heartbeats after the first ping during which no download is ordered. */
+const SETTLE_HEARTBEATS = 2
 
 export interface RouterOptions {
   /** Chunks are held by this many workers (fewer if fewer are alive). */
@@ -282,7 +285,7 @@ export class RouterState {
   }
 
   private settling(now: number): boolean {
-    return this.firstPing === undefined || now - this.firstPing < this.opts.heartbeatMs * this.opts.missedHeartbeats
+    return this.firstPing === undefined || now - this.firstPing < SETTLE_HEARTBEATS * this.opts.heartbeatMs
   }
 
   /**
