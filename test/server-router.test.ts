@@ -3,6 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import type { ChunkRef } from '../src/chunks/layout.js'
+import { DatasetAssignment } from '../src/server/assignment.js'
 import { mergeRanges, rangesContain } from '../src/server/ranges.js'
 import { RouterServer } from '../src/server/router-http.js'
 import { LocalStorage } from '../src/server/storage.js'
@@ -59,7 +60,7 @@ describe('router', { timeout: 60_000 }, () => {
     await mkdir(path.join(tmp.dir, 'empty'))
     await writeFile(path.join(tmp.dir, 'empty', 'dataset.json'), JSON.stringify({ name: 'empty', family: 'evm' }))
     storage = new LocalStorage(tmp.dir)
-    router = new RouterServer({ storage, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: MISSED, relistMs: 100 })
+    router = new RouterServer({ storage, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: MISSED, relistMs: 100, groupChunks: 1 })
     await router.start('127.0.0.1', 0)
   })
 
@@ -122,26 +123,20 @@ describe('router', { timeout: 60_000 }, () => {
     }
   })
 
-  it('registers workers, balances chunks in contiguous runs and announces the height once served', async () => {
+  it('registers workers, assigns each chunk by rendezvous hashing and announces the height once served', async () => {
     nodes.push(startNode(storage, router.url, 'w1'), startNode(storage, router.url, 'w2'))
     await Promise.all(nodes.map((n) => n.start()))
-    await until('both workers serving', async () => {
+    // Replication 1: every chunk ends up on exactly the worker the rendezvous hashing of the same inputs picks.
+    const expected = new DatasetAssignment('dense', { replication: 1, groupChunks: 1 })
+    expected.setLive(['w1', 'w2'])
+    expected.setChunks(denseChunks)
+    const shares = nodes.map((n) => expected.rangesOf(n.opts.id!))
+    assert.ok(shares.every((r) => r.length > 0), `both workers get chunks: ${JSON.stringify(shares)}`)
+    await until('both workers serving their share', async () => {
       const h = await get(`${base('dense')}/height`)
       const s = nodes.map((n) => n.state().dense ?? [])
-      return h.text === String(denseChunks.at(-1)!.last) && s.every((r) => r.length > 0) ? true : undefined
+      return h.text === String(denseChunks.at(-1)!.last) && JSON.stringify(s) === JSON.stringify(shares) ? true : undefined
     })
-    // Replication 1: every chunk is held by exactly one worker and the loads differ by at most one.
-    const states = nodes.map((n) => n.state().dense)
-    const owners = denseChunks.map((c) => states.filter((s) => rangesContain(s, c.first, c.last)).length)
-    await until('handover finished', async () => {
-      const s = nodes.map((n) => n.state().dense)
-      return denseChunks.every((c) => s.filter((r) => rangesContain(r, c.first, c.last)).length === 1) ? true : undefined
-    })
-    const finalStates = nodes.map((n) => n.state().dense)
-    const loads = finalStates.map((s) => denseChunks.filter((c) => rangesContain(s, c.first, c.last)).length)
-    assert.ok(Math.abs(loads[0] - loads[1]) <= 1, `loads ${loads}`)
-    assert.ok(finalStates.every((s) => s.length === 1), `each worker holds one contiguous range: ${JSON.stringify(finalStates)}`)
-    assert.ok(owners.every((n) => n >= 1))
   })
 
   it('sends each block to a worker that holds it', async () => {
@@ -251,11 +246,10 @@ describe('router with replication 2', { timeout: 30_000 }, () => {
       await router.start('127.0.0.1', 0)
       nodes.push(startNode(storage, router.url, 'r1'), startNode(storage, router.url, 'r2'), startNode(storage, router.url, 'r3'))
       await Promise.all(nodes.map((n) => n.start()))
-      await until('two replicas of every chunk, balanced', async () => {
+      await until('two replicas of every chunk', async () => {
         const states = nodes.map((n) => n.state().d ?? [])
         const perChunk = chunks.map((c) => states.filter((s) => rangesContain(s, c.first, c.last)).length)
-        const loads = states.map((s) => chunks.filter((c) => rangesContain(s, c.first, c.last)).length)
-        return perChunk.every((n) => n === 2) && Math.max(...loads) - Math.min(...loads) <= 1 ? true : undefined
+        return perChunk.every((n) => n === 2) ? true : undefined
       })
       // Consecutive lookups of one block alternate between its two holders.
       const seen = new Set<string>()
@@ -270,11 +264,11 @@ describe('router with replication 2', { timeout: 30_000 }, () => {
 })
 
 describe('router rebalancing', { timeout: 30_000 }, () => {
-  it('gives a worker back after missed heartbeats the chunks it still holds, not others', async () => {
+  it('gives a worker back after missed heartbeats its own chunks, served by the other until it holds them', async () => {
     const tmp = await tempDir()
     const storage = new LocalStorage(path.join(tmp.dir, 'd'))
     const chunks = await writeDataset(path.join(tmp.dir, 'd'), 'd', (await anvilRecords()).slice(0, 64), 16)
-    const router = new RouterServer({ storage, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: MISSED, relistMs: 1000 })
+    const router = new RouterServer({ storage, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: MISSED, relistMs: 1000, groupChunks: 1 })
     // Fake workers: each ping reports what they hold and returns what the router wants them to hold.
     const ping = async (id: string, held: ChunkRef[]) => {
       const res = await fetch(`${router.url}/ping`, {
@@ -290,14 +284,23 @@ describe('router rebalancing', { timeout: 30_000 }, () => {
       await router.start('127.0.0.1', 0)
       // `a` alone holds everything (while `b` was gone, its chunks moved to `a`).
       await until('everything assigned to a', async () => (wanted(await ping('a', chunks)).length === chunks.length ? true : undefined))
-      // `b` comes back with the first half still on disk.
-      const bHolds = chunks.slice(0, chunks.length / 2)
-      const forB = await until('b assigned half', async () => {
+      // `b` comes back with its share (as rendezvous hashing gives it with both alive) still on disk.
+      const expected = new DatasetAssignment('d', { replication: 1, groupChunks: 1 })
+      expected.setLive(['a', 'b'])
+      expected.setChunks(chunks)
+      const bHolds = [...expected.chunksOf('b')]
+      assert.ok(bHolds.length > 0 && bHolds.length < chunks.length)
+      const forB = await until('b assigned its share', async () => {
         await ping('a', chunks)
         const got = wanted(await ping('b', bHolds))
-        return got.length === chunks.length / 2 ? got : undefined
+        return got.length === bHolds.length ? got : undefined
       })
       assert.deepEqual(forB.map((c) => c.path), bHolds.map((c) => c.path))
+      // `a` gives b's chunks up only now that b reports them.
+      assert.deepEqual(wanted(await ping('a', chunks)).map((c) => c.path), expected.chunksOf('a').map((c) => c.path))
+      // b without its chunks on disk: a keeps serving them until b has them.
+      await ping('b', [])
+      assert.deepEqual(wanted(await ping('a', chunks)).length, chunks.length)
     } finally {
       await router.stop()
       await tmp.cleanup()

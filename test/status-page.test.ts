@@ -46,8 +46,8 @@ describe('operator view', { timeout: 120_000 }, () => {
     chunks.beta = await writeDataset(path.join(tmp.dir, 'beta'), 'beta', records.slice(0, 64), 8)
     // Nothing here is about dead workers: a generous miss count keeps a worker that a loaded CI machine
     // stalls for a few heartbeats from being declared dead, which would move its chunks mid-test.
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 50 })
-    // Both workers serve, and every chunk is on exactly one of them (the first assignment may move some).
+    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 50, groupChunks: 1 })
+    // Both workers serve (chunk by chunk, worker ids worker-0 and worker-1: a fixed assignment), and every chunk is on exactly one of them.
     await until('chunks spread over both workers, one copy each', async () => {
       const s = await status()
       const spread = Object.entries(chunks).every(([name, cs]) => {

@@ -1,4 +1,4 @@
-import { Channel } from './channel.js'
+import { orderedSegments } from './ordered-segments.js'
 import { httpRequest, RequestFailed, type HttpAnswer, type HttpRequestOptions } from './http-request.js'
 
 /*
@@ -56,8 +56,8 @@ export interface RangeOptions {
   /** Requests in flight at once; the range is split into segments and answers are still in order (default 1). */
   parallel?: number
   /**
-   * Blocks per segment in parallel mode. Default: after a first answer, the rest of the range in 4
-   * segments per request in flight, each at least twice the blocks that first answer covered.
+   * Blocks per segment in parallel mode. Default: after a first answer, segments of twice the blocks
+   * one answer covers (learned from the answers as they come).
    */
   segmentBlocks?: number
   signal?: AbortSignal
@@ -259,15 +259,15 @@ export class ArchiveClient {
   }
 
   /**
-   * Split the range into segments, run up to `parallel` segment loops at once, and hand out their
-   * answers in range order. Each segment buffers at most two answers ahead of the reader.
+   * A first answer alone, then the rest of the range in short segments run `parallel` at once,
+   * their answers handed out in range order (`ordered-segments.ts`).
    */
   private async *parallelAnswers(query: ArchiveQuery, range: RangeOptions, parallel: number): AsyncGenerator<Answer> {
     const { end, height } = await this.rangeEnd(range)
     let from = range.fromBlock
     if (end < from) return
-    let size = range.segmentBlocks
-    if (size === undefined) {
+    let span = range.segmentBlocks ?? 1
+    if (range.segmentBlocks === undefined) {
       // The first answer, alone, shows how many blocks one answer covers. Segments shorter than two
       // such answers would make several requests read the same chunks (measured on short ranges:
       // 2 in flight slower than 1), and a range that one answer covers is not split at all.
@@ -278,37 +278,17 @@ export class ArchiveClient {
       yield first.value
       const last = first.value.last ?? parsed(first.value).last
       if (last >= end) return
-      const span = last - from + 1
+      span = last - from + 1
       from = last + 1
-      size = Math.max(2 * span, Math.ceil((end - from + 1) / (parallel * 4)))
     }
-    const segments: [number, number][] = []
-    for (let a = from; a <= end; a += size) segments.push([a, Math.min(end, a + size - 1)])
-    const channels = segments.map(() => new Channel<Answer>(2))
-    let next = 0
-    let failed: unknown
-    const runSegment = async (): Promise<void> => {
-      while (next < segments.length && failed === undefined) {
-        const i = next++
-        const [a, b] = segments[i]
-        try {
-          for await (const answer of this.answers(query, a, b, { ...range, follow: false }, height, true)) await channels[i].push(answer)
-          channels[i].close()
-        } catch (e) {
-          if (!channels[i].isClosed) failed ??= e
-          channels[i].close(e)
-          // Unblock readers of later segments so the generator can end.
-          for (const c of channels) c.close(failed)
-        }
-      }
-    }
-    const runners = Array.from({ length: Math.min(parallel, segments.length) }, runSegment)
-    try {
-      for (const c of channels) yield* c
-    } finally {
-      for (const c of channels) c.close()
-      await Promise.allSettled(runners)
-    }
+    yield* orderedSegments({
+      from,
+      end,
+      parallel,
+      segmentBlocks: range.segmentBlocks,
+      span,
+      run: (a, b) => this.answers(query, a, b, { ...range, follow: false }, height, true),
+    })
   }
 
   /** Some server answered this client: from then on, a refused connection is a restart worth waiting for. */

@@ -7,6 +7,7 @@ import { loadTicketSecret, randomSecret } from '../server/auth.js'
 import { startCluster } from '../server/cluster.js'
 import { DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, RouterServer, type RouterAccessOptions } from '../server/router-http.js'
 import { DEFAULT_HEAD_WATCH } from '../server/head-watch.js'
+import { DEFAULT_GROUP_CHUNKS } from '../server/router.js'
 import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { ArchiveStorage } from '../server/storage.js'
 import { ChunkCache, spillFolder } from '../storage/chunk-cache.js'
@@ -128,6 +129,7 @@ function routerOptions(cmd: Command): Command {
     .addOption(opt('--relist-ms <ms>', 'how often storage is listed for new chunks (new chunks of a following ingest come sooner through its head.json: --head-poll-ms)', 'BLOCK_ARCHIVE_RELIST_MS', int(100), DEFAULT_ROUTER_OPTIONS.relistMs))
     .addOption(opt('--head-poll-ms <ms>', 'how often the head.json of a dataset in a folder is checked for new chunks (a stat; 0 = never)', 'BLOCK_ARCHIVE_HEAD_POLL_MS', int(0), DEFAULT_HEAD_WATCH.folderMs))
     .addOption(opt('--head-poll-s3-ms <ms>', 'how often the head.json of a dataset in object storage is checked (a GET with If-None-Match; 0 = never)', 'BLOCK_ARCHIVE_HEAD_POLL_S3_MS', int(0), DEFAULT_HEAD_WATCH.s3Ms))
+    .addOption(opt('--group-chunks <n>', 'consecutive chunks assigned to the same workers, on average (1: each chunk on its own; docs/serving.md, "Chunk assignment")', 'BLOCK_ARCHIVE_GROUP_CHUNKS', int(1), DEFAULT_GROUP_CHUNKS))
 }
 
 function workerOptions(cmd: Command): Command {
@@ -256,6 +258,7 @@ export function registerServe(program: Command): void {
       missedHeartbeats: o.missedHeartbeats,
       relistMs: o.relistMs,
       headWatch: { folderMs: o.headPollMs, s3Ms: o.headPollS3Ms },
+      groupChunks: o.groupChunks,
       ...workerSettings(o, o.workers),
       access,
     })
@@ -284,6 +287,7 @@ export function registerServe(program: Command): void {
       missedHeartbeats: o.missedHeartbeats,
       relistMs: o.relistMs,
       headWatch: { folderMs: o.headPollMs, s3Ms: o.headPollS3Ms },
+      groupChunks: o.groupChunks,
       access: accessSettings(o, false),
     })
     await server.start(o.host, o.port)

@@ -20,6 +20,8 @@ export interface ClusterOptions {
   relistMs?: number
   /** How often head files are checked (default DEFAULT_HEAD_WATCH). */
   headWatch?: HeadWatchOptions
+  /** Average consecutive chunks assigned together (router default: 8). */
+  groupChunks?: number
   budgets?: Partial<QueryBudgets>
   bodyLimit?: number
   concurrency?: number
@@ -49,6 +51,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     missedHeartbeats: opts.missedHeartbeats ?? DEFAULT_ROUTER_OPTIONS.missedHeartbeats,
     relistMs: opts.relistMs ?? DEFAULT_ROUTER_OPTIONS.relistMs,
     headWatch: opts.headWatch,
+    groupChunks: opts.groupChunks,
     access: opts.access,
   })
   const routerUrl = await router.start(host, opts.port ?? 0)
@@ -56,6 +59,8 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   try {
     for (let i = 0; i < (opts.workers ?? 2); i++) {
       const w = new WorkerServer({
+        // Stable across restarts (unlike the port): a restarted cluster gets the same assignment.
+        id: `worker-${i}`,
         storage: opts.workerStorage?.(i) ?? opts.storage,
         routerUrl,
         heartbeatMs,

@@ -1,24 +1,32 @@
-import type { DatasetHead } from '../chunks/head-file.js'
 import type { ChunkRef } from '../chunks/layout.js'
+import type { DatasetHead } from '../chunks/head-file.js'
 import { lowerBoundLast } from '../chunks/search.js'
+import { supersede } from '../chunks/supersede.js'
+import { DatasetAssignment } from './assignment.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { QueryRate } from './query-rate.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
 import { checkContinuity } from './continuity.js'
-import { supersede } from '../chunks/supersede.js'
-import { MergeSwap } from './swap.js'
 import { HeadLag, type DatasetLag } from './head-lag.js'
+import { MergeSwap } from './swap.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
 
 /*
  * The router's state: datasets and their chunks (from periodic storage listings), registered workers
  * (from pings), which worker should hold which chunk, and where to send a client for a block.
  *
- * A worker *serves* a chunk when it reports holding it and it is either assigned to it, or no live
- * assigned worker holds it yet (so a chunk moved to another worker stays reachable until the new
- * holder has it). The desired state sent back to a worker is exactly what it should serve or keep.
+ * Chunks are assigned by rendezvous hashing over the live workers (`assignment.ts`): the same
+ * listing and the same live workers give the same assignment in any router. A worker *serves* a
+ * chunk when it reports holding it and it is either assigned to it, or no live assigned worker holds
+ * it yet (so a chunk moved to another worker stays reachable until the new holder has it). The
+ * desired state sent back to a worker is exactly what it should serve or keep. For two heartbeats
+ * after the first ping (a router just started, while the workers come back one by one) a worker is
+ * told to keep only what it holds: no download is ordered on a partial view of the workers.
  */
+
+/** Heartbeats after the first ping during which no download is ordered. */
+const SETTLE_HEARTBEATS = 2
 
 export interface RouterOptions {
   /** Chunks are held by this many workers (fewer if fewer are alive). */
@@ -27,7 +35,11 @@ export interface RouterOptions {
   heartbeatMs: number
   /** A worker that has not pinged for this many intervals is dead: not routed to, its chunks reassigned. */
   missedHeartbeats: number
+  /** Average consecutive chunks assigned together (default 8; 1: each chunk on its own). */
+  groupChunks?: number
 }
+
+export const DEFAULT_GROUP_CHUNKS = 8
 
 export interface PingMessage {
   worker_id: string
@@ -75,8 +87,8 @@ interface DatasetEntry {
   merges: number
   /** What is wrong with the listing (gaps, overlaps), as last found. */
   problems: string[]
-  /** chunk path → assigned worker ids */
-  assigned: Map<string, Set<string>>
+  /** Which workers hold which chunks of `chunks` (assignment.ts); merged chunks pending go with their first part's workers. */
+  assignment: DatasetAssignment
   /** Highest block such that every chunk up to it has been served (docs/protocol.md §1); never goes down. */
   height: number
 }
@@ -84,8 +96,10 @@ interface DatasetEntry {
 export class RouterState {
   private readonly datasets = new Map<string, DatasetEntry>()
   private readonly workers = new Map<string, WorkerEntry>()
-  /** Live worker ids at the last scheduling; scheduling runs again when this changes. */
-  private scheduledFor = ''
+  /** Live worker ids as the assignments know them. */
+  private readonly live = new Set<string>()
+  /** Time of the first ping: orders to download wait one liveness window after it. */
+  private firstPing?: number
   /** Per dataset: its node's head from the ingest's head file, for the lag (head-lag.ts). */
   private readonly lags = new Map<string, HeadLag>()
   /** Called with the URLs of the live workers assigned chunks new to the router (they are told to ping at once). */
@@ -122,7 +136,6 @@ export class RouterState {
       log.error({ err: e, storage: this.storage.location }, 'router: cannot list datasets')
       return
     }
-    let changed = false
     const fresh: [DatasetEntry, ChunkRef[]][] = []
     for (const info of infos) {
       if (only !== undefined && info.name !== only) continue
@@ -142,7 +155,9 @@ export class RouterState {
       }
       let ds = this.datasets.get(info.name)
       if (!ds) {
-        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], listed: [], pending: [], swap: new MergeSwap(), merges: 0, problems: [], assigned: new Map(), height: -1 }
+        const assignment = new DatasetAssignment(info.name, { replication: this.opts.replication, groupChunks: this.opts.groupChunks ?? DEFAULT_GROUP_CHUNKS })
+        assignment.setLive(this.live)
+        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], listed: [], pending: [], swap: new MergeSwap(), merges: 0, problems: [], assignment, height: -1 }
         this.datasets.set(info.name, ds)
         log.info({ dataset: info.name, family: info.family.name, url: info.url }, 'router: new dataset')
       }
@@ -163,11 +178,9 @@ export class RouterState {
       }
       if (dsChanged) {
         const entry = ds
-        this.applyRouting(entry, entry.swap.routing(entry.listed, (c) => this.servers(entry, c, Date.now()).length > 0, true)!)
-        changed = true
+        this.applyRouting(entry, entry.swap.routing(entry.listed, (c) => this.heldByLive(entry, c, Date.now()), true)!)
       }
     }
-    if (changed) this.schedule()
     this.advanceHeights()
     for (const [ds, chunks] of fresh) this.announce(ds, chunks)
   }
@@ -197,8 +210,7 @@ export class RouterState {
     if (ds.listed.at(-1) !== lastKnown) return false // listed meanwhile
     ds.listed = [...ds.listed, ...fresh]
     log.info({ dataset, chunks: ds.listed.length, last: ds.listed.at(-1)!.last, from: 'head file' }, 'router: chunk list changed')
-    this.applyRouting(ds, ds.swap.routing(ds.listed, (c) => this.servers(ds, c, Date.now()).length > 0, true)!)
-    this.schedule()
+    this.applyRouting(ds, ds.swap.routing(ds.listed, (c) => this.heldByLive(ds, c, Date.now()), true)!)
     this.advanceHeights()
     this.announce(ds, fresh)
     return true
@@ -230,37 +242,44 @@ export class RouterState {
     if (!chunks.length || !this.onNewChunks) return
     const now = Date.now()
     const ids = new Set<string>()
-    for (const c of chunks) for (const id of ds.assigned.get(c.path) ?? []) ids.add(id)
+    for (const c of chunks) for (const id of this.assigneesOf(ds, c)) ids.add(id)
     const urls = [...ids].map((id) => this.workers.get(id)).filter((w) => w && this.isAlive(w, now)).map((w) => w!.url)
     if (urls.length) this.onNewChunks(urls)
   }
 
-  /** Chunks assigned to workers: those routed to and the merged chunks they are to fetch. */
-  private assignable(ds: DatasetEntry): ChunkRef[] {
-    return ds.pending.length ? [...ds.chunks, ...ds.pending].sort((a, b) => a.first - b.first || a.last - b.last) : ds.chunks
-  }
-
-  /** Take a new routing (swap.ts); assignments of chunks no longer assignable go. */
+  /** Take a new routing (swap.ts): the assignment follows the chunks routed to. */
   private applyRouting(ds: DatasetEntry, r: { chunks: ChunkRef[]; pending: ChunkRef[] }): void {
+    const same = r.chunks.length === ds.chunks.length && r.chunks.every((c, i) => c.path === ds.chunks[i].path)
     ds.chunks = r.chunks
     ds.pending = r.pending
-    const known = new Set(this.assignable(ds).map((c) => c.path))
-    for (const p of ds.assigned.keys()) if (!known.has(p)) ds.assigned.delete(p)
+    if (!same) ds.assignment.setChunks(ds.chunks)
+  }
+
+  /**
+   * Workers assigned chunk `c`: one routed to (by its index), or a merged chunk pending, which goes
+   * to the workers of the first chunk it replaces (they serve its blocks meanwhile).
+   */
+  private assigneesOf(ds: DatasetEntry, c: ChunkRef): readonly string[] {
+    const i = lowerBoundLast(ds.chunks, c.first)
+    return i < ds.chunks.length ? ds.assignment.assignedAt(i) : []
+  }
+
+  /** Whether a live worker holds the chunk (whether or not it is assigned it). */
+  private heldByLive(ds: DatasetEntry, c: ChunkRef, now: number): boolean {
+    for (const w of this.workers.values()) if (this.isAlive(w, now) && this.holds(w, ds, c)) return true
+    return false
   }
 
   /** A merged chunk got (or lost) its first live server: route to it (or to the chunks it replaces) from now on. */
   private swapMerged(now: number): void {
-    let changed = false
     for (const ds of this.datasets.values()) {
-      const r = ds.swap.routing(ds.listed, (c) => this.servers(ds, c, now).length > 0)
+      const r = ds.swap.routing(ds.listed, (c) => this.heldByLive(ds, c, now))
       if (!r) continue
       const before = ds.chunks.map((c) => c.path).join() + '|' + ds.pending.map((c) => c.path).join()
       this.applyRouting(ds, r)
       if (before === ds.chunks.map((c) => c.path).join() + '|' + ds.pending.map((c) => c.path).join()) continue
-      changed = true
       log.info({ dataset: ds.name, chunks: ds.chunks.length, pending: ds.pending.map((c) => c.path) }, 'router: merged chunks swapped in')
     }
-    if (changed) this.schedule(now)
   }
 
   /** Register or refresh a worker; answer its desired state and the datasets' locations. */
@@ -278,10 +297,11 @@ export class RouterState {
     w.lastPing = now
     w.state = new Map(Object.entries(msg.state).filter(([name]) => this.datasets.has(name)))
     w.queryRate.report(msg.queries, now)
-    this.scheduleIfLiveSetChanged(now)
+    this.firstPing ??= now
+    this.updateLive(now)
     this.advanceHeights(now)
     const desired = this.desiredFor(w, now)
-    if (registering && Object.values(desired).every((r) => r.length === 0)) {
+    if (registering && !this.settling(now) && Object.values(desired).every((r) => r.length === 0)) {
       const chunks = [...this.datasets.values()].reduce((n, d) => n + d.chunks.length, 0)
       log.warn(
         { worker: w.id, datasets: this.datasets.size, chunks, liveWorkers: this.liveWorkers(now).length, replication: this.opts.replication },
@@ -297,7 +317,7 @@ export class RouterState {
 
   /** Called periodically: notices dead workers even when nobody pings or queries. */
   tick(now = Date.now()): void {
-    this.scheduleIfLiveSetChanged(now)
+    this.updateLive(now)
   }
 
   height(dataset: string, now = Date.now()): number {
@@ -320,8 +340,8 @@ export class RouterState {
       )
     }
     // The first chunk whose last block is ≥ block: it holds the block, or the block is in the gap before it.
-    const chunk = ds.chunks[lowerBoundLast(ds.chunks, block)]
-    const candidates = chunk ? this.servers(ds, chunk, now) : []
+    const i = lowerBoundLast(ds.chunks, block)
+    const candidates = i < ds.chunks.length ? this.servers(ds, i, now) : []
     if (candidates.length === 0) {
       throw new ApiError(
         503,
@@ -384,19 +404,47 @@ export class RouterState {
     return !!ranges && rangesContain(ranges, c.first, c.last)
   }
 
-  /** Live workers that hold the chunk and are meant to serve it (see the comment at the top). */
-  private servers(ds: DatasetEntry, c: ChunkRef, now: number): WorkerEntry[] {
-    const holders = [...this.workers.values()].filter((w) => this.isAlive(w, now) && this.holds(w, ds, c))
-    const assigned = ds.assigned.get(c.path)
-    const assignedHolders = holders.filter((w) => assigned?.has(w.id))
-    return assignedHolders.length > 0 ? assignedHolders : holders
+  /** Live workers that hold chunk `i` and are meant to serve it (see the comment at the top). */
+  private servers(ds: DatasetEntry, i: number, now: number): WorkerEntry[] {
+    const c = ds.chunks[i]
+    const assignedHolders: WorkerEntry[] = []
+    for (const id of ds.assignment.assignedAt(i)) {
+      const w = this.workers.get(id)
+      if (w && this.isAlive(w, now) && this.holds(w, ds, c)) assignedHolders.push(w)
+    }
+    if (assignedHolders.length > 0) return assignedHolders
+    return [...this.workers.values()].filter((w) => this.isAlive(w, now) && this.holds(w, ds, c))
   }
 
+  /** Whether a live worker chunk `i` is assigned to holds it. */
+  private hasAssignedHolder(ds: DatasetEntry, i: number, now: number): boolean {
+    return ds.assignment.assignedAt(i).some((id) => {
+      const w = this.workers.get(id)
+      return !!w && this.isAlive(w, now) && this.holds(w, ds, ds.chunks[i])
+    })
+  }
+
+  private settling(now: number): boolean {
+    return this.firstPing === undefined || now - this.firstPing < SETTLE_HEARTBEATS * this.opts.heartbeatMs
+  }
+
+  /**
+   * What `w` should hold: its assigned chunks (only those it holds while settling), and the chunks it
+   * holds that no live assigned worker holds yet.
+   */
   private desiredFor(w: WorkerEntry, now: number): DesiredState {
     const out: DesiredState = {}
+    const settling = this.settling(now)
     for (const ds of this.datasets.values()) {
-      const keep = this.assignable(ds).filter((c) => ds.assigned.get(c.path)?.has(w.id) || (this.holds(w, ds, c) && this.servers(ds, c, now).includes(w)))
-      out[ds.name] = mergeRanges(keep)
+      const held = w.state.get(ds.name) ?? []
+      const keep: ChunkRef[] = []
+      forEachHeld(ds.chunks, held, (c, i) => {
+        if (ds.assignment.isAssigned(i, w.id) ? settling : !this.hasAssignedHolder(ds, i, now)) keep.push(c)
+      })
+      // merged chunks not served yet: fetched by the workers of the chunks they replace
+      if (!settling) for (const m of ds.pending) if (this.assigneesOf(ds, m).includes(w.id)) keep.push(m)
+      const mine = settling ? [] : ds.assignment.rangesOf(w.id)
+      out[ds.name] = keep.length === 0 ? mine : mergeRanges([...mine.map(([first, last]) => ({ first, last })), ...keep])
     }
     return out
   }
@@ -405,109 +453,40 @@ export class RouterState {
     this.swapMerged(now)
     for (const ds of this.datasets.values()) {
       let i = lowerBoundLast(ds.chunks, ds.height + 1)
-      while (i < ds.chunks.length && this.servers(ds, ds.chunks[i], now).length > 0) {
+      while (i < ds.chunks.length && this.servers(ds, i, now).length > 0) {
         ds.height = ds.chunks[i].last
         i++
       }
     }
   }
 
-  private scheduleIfLiveSetChanged(now: number): void {
-    const key = this.liveWorkers(now).sort().join('\n')
-    if (key !== this.scheduledFor) this.schedule(now)
+  /** Bring the live set up to date; the assignments follow its changes. */
+  private updateLive(now: number): void {
+    let changed = false
+    for (const w of this.workers.values()) {
+      const alive = this.isAlive(w, now)
+      if (alive === this.live.has(w.id)) continue
+      if (alive) this.live.add(w.id)
+      else this.live.delete(w.id)
+      changed = true
+    }
+    if (!changed) return
+    for (const ds of this.datasets.values()) ds.assignment.setLive(this.live)
+    log.info({ live: this.live.size, datasets: this.datasets.size }, 'router: chunks assigned')
   }
 
   private assignedCount(id: string): number {
     let n = 0
-    for (const ds of this.datasets.values()) for (const set of ds.assigned.values()) if (set.has(id)) n++
+    for (const ds of this.datasets.values()) n += ds.assignment.chunksOf(id).length
     return n
-  }
-
-  /**
-   * Assign every chunk to `replication` live workers, dataset by dataset: keep live assignees, then
-   * top up, preferring workers that already hold the chunk, then the workers of the previous chunk
-   * while they are under their fair share of the dataset (so each worker gets long contiguous
-   * ranges), then the least loaded. Finally move chunks from the most to the least loaded worker
-   * until the dataset's loads differ by less than 2.
-   */
-  private schedule(now = Date.now()): void {
-    const live = this.liveWorkers(now).sort()
-    this.scheduledFor = live.join('\n')
-    const liveSet = new Set(live)
-    const want = Math.min(this.opts.replication, live.length)
-    /** Across datasets: breaks ties so that the odd chunks of several datasets go to different workers. */
-    const total = new Map(live.map((id) => [id, 0]))
-    for (const ds of this.datasets.values()) {
-      const chunks = this.assignable(ds)
-      const load = new Map(live.map((id) => [id, 0]))
-      for (const c of chunks) {
-        const set = new Set([...(ds.assigned.get(c.path) ?? [])].filter((id) => liveSet.has(id)))
-        ds.assigned.set(c.path, set)
-        for (const id of set) load.set(id, load.get(id)! + 1)
-      }
-      const fairShare = live.length ? Math.ceil((chunks.length * want) / live.length) : 0
-      let prev = new Set<string>()
-      for (const c of chunks) {
-        const set = ds.assigned.get(c.path)!
-        while (set.size < want) {
-          const rank = (id: string) => [
-            this.holdsId(id, ds, c) ? 0 : 1,
-            prev.has(id) && load.get(id)! < fairShare ? 0 : 1,
-            load.get(id)!,
-            total.get(id)!,
-          ]
-          const pick = live.filter((id) => !set.has(id)).sort((a, b) => compareTuples(rank(a), rank(b)))[0]
-          set.add(pick)
-          load.set(pick, load.get(pick)! + 1)
-        }
-        prev = set
-      }
-      this.rebalance(ds, live, load, total)
-      for (const [id, n] of load) total.set(id, total.get(id)! + n)
-    }
-    log.info({ live, load: Object.fromEntries(total) }, 'router: chunks assigned')
-  }
-
-  private rebalance(ds: DatasetEntry, live: string[], load: Map<string, number>, total: Map<string, number>): void {
-    if (live.length < 2) return
-    const order = (a: string, b: string) => load.get(a)! - load.get(b)! || total.get(a)! - total.get(b)!
-    for (;;) {
-      const byLoad = [...live].sort(order)
-      const min = byLoad[0]
-      const max = byLoad[byLoad.length - 1]
-      if (load.get(max)! - load.get(min)! < 2 || !this.moveOne(ds, max, min)) return
-      load.set(max, load.get(max)! - 1)
-      load.set(min, load.get(min)! + 1)
-    }
-  }
-
-  /**
-   * Move one chunk assigned to `from` and not to `to`: preferably the latest one `to` already holds
-   * (a worker back after missing heartbeats gets its own chunks back instead of fetching others),
-   * else the latest one (earlier ranges stay where they are).
-   */
-  private moveOne(ds: DatasetEntry, from: string, to: string): boolean {
-    const chunks = this.assignable(ds)
-    for (const mustHold of [true, false]) {
-      for (let i = chunks.length - 1; i >= 0; i--) {
-        const set = ds.assigned.get(chunks[i].path)!
-        if (set.has(from) && !set.has(to) && (!mustHold || this.holdsId(to, ds, chunks[i]))) {
-          set.delete(from)
-          set.add(to)
-          return true
-        }
-      }
-    }
-    return false
-  }
-
-  private holdsId(id: string, ds: DatasetEntry, c: ChunkRef): boolean {
-    const w = this.workers.get(id)
-    return !!w && this.holds(w, ds, c)
   }
 }
 
-function compareTuples(a: number[], b: number[]): number {
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i] - b[i]
-  return 0
+/** Call `f` for each chunk (with its index) that lies inside the ascending disjoint `ranges`. */
+function forEachHeld(chunks: readonly ChunkRef[], ranges: readonly Range[], f: (c: ChunkRef, i: number) => void): void {
+  for (const [first, last] of ranges) {
+    for (let i = lowerBoundLast(chunks, first); i < chunks.length && chunks[i].last <= last; i++) {
+      if (chunks[i].first >= first) f(chunks[i], i)
+    }
+  }
 }

@@ -1,0 +1,189 @@
+import type { ChunkRef } from '../chunks/layout.js'
+import { mergeRanges, type Range } from './ranges.js'
+
+/*
+ * Which workers should hold which chunks of one dataset: highest-random-weight (rendezvous) hashing
+ * of chunk groups × live workers. Each group goes to the `replication` live workers with the highest
+ * score `hash(dataset, group) ⊕ hash(worker)`, so the result depends only on the chunk listing and the
+ * set of live workers: two routers over the same storage with the same workers agree, and a router
+ * restarted with the same workers comes back to the same assignment. A worker joining takes over the
+ * groups where it scores in the top `replication`, a worker leaving hands on only its own groups:
+ * either moves about `replication / N` of the groups.
+ *
+ * Groups are runs of consecutive chunks (so a worker gets contiguous ranges and one answer covers
+ * several chunks). A chunk starts a new group when the hash of its path is 0 modulo `groupChunks`
+ * (and the first chunk always does): groups average `groupChunks` chunks, depend on nothing but the
+ * chunks' own paths, and chunks appended to a dataset join its last group until one starts a new
+ * one. A group is named by its first chunk's path.
+ */
+
+export interface AssignmentOptions {
+  replication: number
+  /** Average chunks per group (1: every chunk on its own). */
+  groupChunks: number
+}
+
+interface Pick {
+  id: string
+  score: number
+}
+
+interface Group {
+  key: string
+  /** Index of the group's first chunk in the listing, and one past its last. */
+  start: number
+  end: number
+  /** Highest score first, at most `replication`. */
+  picks: Pick[]
+}
+
+export class DatasetAssignment {
+  private chunks: ChunkRef[] = []
+  private groups: Group[] = []
+  /** Chunk index → its group. */
+  private groupAt: Group[] = []
+  private live = new Map<string, number>()
+  /** Worker → its chunks, ascending; built when asked, dropped when anything changes. */
+  private perWorker?: Map<string, ChunkRef[]>
+  private perWorkerRanges = new Map<string, Range[]>()
+
+  constructor(
+    private readonly dataset: string,
+    private readonly opts: AssignmentOptions,
+  ) {}
+
+  /** The listing changed: keep the groups of a listing that only grew, rebuild otherwise. */
+  setChunks(chunks: ChunkRef[]): void {
+    const old = this.chunks
+    const grew = old.length > 0 && chunks.length >= old.length && chunks[old.length - 1].path === old[old.length - 1].path && chunks[0].path === old[0].path
+    if (grew) {
+      for (let i = old.length; i < chunks.length; i++) this.place(chunks, i)
+    } else {
+      const known = new Map(this.groups.map((g) => [g.key, g.picks]))
+      this.groups = []
+      this.groupAt = []
+      for (let i = 0; i < chunks.length; i++) this.place(chunks, i, known)
+    }
+    this.chunks = chunks
+    this.changed()
+  }
+
+  /** Put chunk `i` into the last group or start a group with it. */
+  private place(chunks: ChunkRef[], i: number, known?: Map<string, Pick[]>): void {
+    const last = this.groups.at(-1)
+    if (!last || hash32(chunks[i].path) % this.opts.groupChunks === 0) {
+      const key = chunks[i].path
+      const g: Group = { key, start: i, end: i + 1, picks: known?.get(key) ?? this.pickAll(key) }
+      this.groups.push(g)
+      this.groupAt.push(g)
+    } else {
+      last.end = i + 1
+      this.groupAt.push(last)
+    }
+  }
+
+  /** The live workers changed: groups take in joiners that outscore their picks and replace leavers. */
+  setLive(ids: Iterable<string>): void {
+    const next = new Map<string, number>()
+    for (const id of ids) next.set(id, this.live.get(id) ?? hash32(id))
+    const joined = [...next.keys()].filter((id) => !this.live.has(id))
+    const left = new Set([...this.live.keys()].filter((id) => !next.has(id)))
+    if (!joined.length && !left.size) return
+    this.live = next
+    const want = Math.min(this.opts.replication, next.size)
+    for (const g of this.groups) {
+      if (g.picks.some((p) => left.has(p.id)) || g.picks.length > want) {
+        g.picks = this.pickAll(g.key)
+        continue
+      }
+      const gh = hash32(`${this.dataset}\n${g.key}`)
+      for (const id of joined) insertPick(g.picks, { id, score: score(gh, next.get(id)!) }, want)
+    }
+    this.changed()
+  }
+
+  private pickAll(key: string): Pick[] {
+    const want = Math.min(this.opts.replication, this.live.size)
+    const gh = hash32(`${this.dataset}\n${key}`)
+    const picks: Pick[] = []
+    for (const [id, wh] of this.live) insertPick(picks, { id, score: score(gh, wh) }, want)
+    return picks
+  }
+
+  /** Workers the chunk at `index` of the listing is assigned to. */
+  assignedAt(index: number): readonly string[] {
+    return this.groupAt[index]?.picks.map((p) => p.id) ?? []
+  }
+
+  isAssigned(index: number, worker: string): boolean {
+    return !!this.groupAt[index]?.picks.some((p) => p.id === worker)
+  }
+
+  /** The chunks assigned to `worker`, ascending. */
+  chunksOf(worker: string): readonly ChunkRef[] {
+    if (!this.perWorker) {
+      this.perWorker = new Map()
+      for (const g of this.groups) {
+        for (const p of g.picks) {
+          let list = this.perWorker.get(p.id)
+          if (!list) this.perWorker.set(p.id, (list = []))
+          for (let i = g.start; i < g.end; i++) list.push(this.chunks[i])
+        }
+      }
+    }
+    return this.perWorker.get(worker) ?? []
+  }
+
+  /** The chunks assigned to `worker` as merged ranges. */
+  rangesOf(worker: string): Range[] {
+    let r = this.perWorkerRanges.get(worker)
+    if (!r) this.perWorkerRanges.set(worker, (r = mergeRanges(this.chunksOf(worker))))
+    return r
+  }
+
+  private changed(): void {
+    this.perWorker = undefined
+    this.perWorkerRanges.clear()
+  }
+
+  get groupCount(): number {
+    return this.groups.length
+  }
+}
+
+/** Keep `picks` the `want` highest scores, highest first (ties: the smaller id). */
+function insertPick(picks: Pick[], p: Pick, want: number): void {
+  let i = picks.length
+  while (i > 0 && better(p, picks[i - 1])) i--
+  if (i >= want) return
+  picks.splice(i, 0, p)
+  if (picks.length > want) picks.pop()
+}
+
+function better(a: Pick, b: Pick): boolean {
+  return a.score !== b.score ? a.score > b.score : a.id < b.id
+}
+
+/** A worker's score for a group: the two hashes mixed (murmur3's finaliser), as an unsigned 32-bit number. */
+function score(groupHash: number, workerHash: number): number {
+  return fmix32((groupHash ^ fmix32(workerHash + 0x9e3779b9)) >>> 0)
+}
+
+function fmix32(h: number): number {
+  h ^= h >>> 16
+  h = Math.imul(h, 0x85ebca6b)
+  h ^= h >>> 13
+  h = Math.imul(h, 0xc2b2ae35)
+  h ^= h >>> 16
+  return h >>> 0
+}
+
+/** FNV-1a over the UTF-16 code units, finalised: a stable 32-bit hash of a string. */
+export function hash32(s: string): number {
+  let h = 0x811c9dc5
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i)
+    h = Math.imul(h, 0x01000193)
+  }
+  return fmix32(h >>> 0)
+}
