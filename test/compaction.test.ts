@@ -118,7 +118,8 @@ describe('compaction', { timeout: 300_000 }, () => {
     assert.equal(chunks.length, 8)
     const storage = new LocalStorage(data)
     const HEARTBEAT = 100
-    const router = new RouterServer({ storage, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 30, relistMs: 100 })
+    // one chunk per assignment group: the eight parts are spread over both workers
+    const router = new RouterServer({ storage, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 30, relistMs: 100, groupChunks: 1 })
     await router.start('127.0.0.1', 0)
     const workers: WorkerServer[] = []
     let polling = true
