@@ -1,0 +1,125 @@
+import assert from 'node:assert/strict'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { existsSync, readFileSync, readdirSync } from 'node:fs'
+import { writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { ArchiveClient } from '../src/client/archive-client.js'
+import { startCluster, type Cluster } from '../src/server/cluster.js'
+import { LocalStorage } from '../src/server/storage.js'
+import { startAnvil, type Anvil } from './helpers/anvil.js'
+import { CLI, until } from './helpers/cli.js'
+import { stallTolerant, tempDir } from './helpers/dataset.js'
+import { RUNNER } from './helpers/processor-expect.js'
+
+/*
+ * Clients following the head of a live chain: anvil mines a block a second; `ingest --follow`
+ * writes a chunk per block and compacts them in the background (fanout 2, chunks more than 4 blocks
+ * below the head, a short grace, so merged chunks are swapped in and their parts deleted during the
+ * run); the ingest is killed with SIGKILL and started again halfway. Our client (`blocks()` with `follow`) and the real
+ * `@subsquid/evm-processor` (no `to`: it follows the archive's height) must each receive every block
+ * exactly once, in order, with the node's hashes.
+ */
+
+const FOLLOW_SECONDS = 40
+
+describe('following the head across compactions and an ingest restart', { timeout: 600_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let anvil: Anvil
+  let cluster: Cluster
+  let ingest: ChildProcess | undefined
+  let processor: ChildProcess | undefined
+  const data = () => path.join(tmp.dir, 'data')
+
+  const startIngest = () => {
+    const child = spawn(process.execPath, [
+      CLI, 'ingest', '--rpc', anvil.url, '--dataset', 'live', '--out', path.join(data(), 'live'), '--follow',
+      '--finality', 'latest', '--max-reorg-depth', '4', '--compact-fanout', '2', '--compact-grace-ms', '3000', '--progress', 'none',
+    ], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+    let stderr = ''
+    child.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-5000)))
+    child.once('exit', (code, signal) => {
+      if (code && signal !== 'SIGKILL') console.error(`ingest exited with ${code}: ${stderr}`)
+    })
+    return child
+  }
+
+  before(async () => {
+    tmp = await tempDir('ba-follow-')
+    anvil = await startAnvil(['--block-time', '1'])
+  })
+
+  after(async () => {
+    ingest?.kill('SIGKILL')
+    processor?.kill('SIGKILL')
+    await cluster?.stop()
+    await anvil?.stop()
+    await tmp?.cleanup()
+  })
+
+  it('our client and the real evm-processor get every block once, with the node hashes', async () => {
+    ingest = startIngest()
+    await until('the first chunk', async () => (existsSync(path.join(data(), 'live', 'dataset.json')) ? true : undefined), 60_000)
+    cluster = await startCluster({ storage: new LocalStorage(data()), workers: 2, replication: 1, ...stallTolerant(200) })
+    const gateway = cluster.datasets.get('live') ?? (await until('the dataset at the router', async () => cluster.datasets.get('live'), 30_000))
+
+    // our client, following from block 0
+    const client = new ArchiveClient(gateway)
+    const stop = new AbortController()
+    const got: { number: number; hash: string }[] = []
+    const following = (async () => {
+      try {
+        for await (const b of client.blocks({ includeAllBlocks: true, fields: { block: { number: true, hash: true } } }, { fromBlock: 0, follow: true, pollMs: 200, signal: stop.signal })) {
+          got.push({ number: b.header.number, hash: b.header.hash as string })
+        }
+      } catch (e) {
+        if (!stop.signal.aborted) throw e
+      }
+    })()
+
+    // the real SDK, following from block 0 (its handler appends each batch to a file)
+    const out = path.join(tmp.dir, 'processor.ndjson')
+    const config = path.join(tmp.dir, 'processor.json')
+    await writeFile(config, JSON.stringify({ gateway, from: 0, includeAllBlocks: true, fields: { block: { hash: true } }, out }))
+    processor = spawn(process.execPath, [RUNNER], { env: { ...process.env, PROCESSOR_RUN_CONFIG: config, SQD_DEBUG: '' }, stdio: ['ignore', 'ignore', 'pipe'] })
+    let processorErr = ''
+    processor.stderr!.on('data', (d) => (processorErr = (processorErr + d).slice(-10_000)))
+    const processed = () => (existsSync(out) ? readFileSync(out, 'utf8').split('\n').filter(Boolean).flatMap((l) => JSON.parse(l).blocks) : [])
+
+    // halfway, the ingest dies without warning and is started again
+    await new Promise((r) => setTimeout(r, (FOLLOW_SECONDS / 2) * 1000))
+    ingest.kill('SIGKILL')
+    await new Promise((r) => ingest!.once('exit', r))
+    ingest = startIngest()
+    await new Promise((r) => setTimeout(r, (FOLLOW_SECONDS / 2) * 1000))
+
+    const target = Number(BigInt(await anvil.rpc('eth_blockNumber')))
+    await until(`our client at block ${target}`, async () => (got.at(-1)!.number >= target ? true : undefined), 120_000)
+    await until(`the processor at block ${target}`, async () => (processed().some((b: any) => b.header.height >= target) ? true : undefined), 120_000)
+    stop.abort()
+    await following
+    processor.kill('SIGTERM')
+
+    const node = new Map<number, string>()
+    for (let n = 0; n <= target; n++) node.set(n, (await anvil.rpc('eth_getBlockByNumber', ['0x' + n.toString(16), false])).hash)
+
+    const check = (who: string, blocks: { number: number; hash: string }[]) => {
+      const upTo = blocks.filter((b) => b.number <= target)
+      assert.deepEqual(upTo.map((b) => b.number), [...node.keys()], `${who}: every block from 0 to ${target} once, in order`)
+      for (const b of upTo) assert.equal(b.hash, node.get(b.number), `${who}: hash of block ${b.number}`)
+      const all = blocks.map((b) => b.number)
+      assert.equal(new Set(all).size, all.length, `${who}: no block twice`)
+    }
+    check('ArchiveClient', got)
+    check('evm-processor', processed().map((b: any) => ({ number: b.header.height, hash: b.header.hash })))
+
+    // compaction ran during the run: merged chunks (meta.json names the chunks they replace) were served
+    const merged = readdirSync(path.join(data(), 'live')).filter((d) => /^\d{10}$/.test(d)).flatMap((top) =>
+      readdirSync(path.join(data(), 'live', top)).filter((c) => {
+        const meta = path.join(data(), 'live', top, c, 'meta.json')
+        return existsSync(meta) && Array.isArray(JSON.parse(readFileSync(meta, 'utf8')).replaces)
+      }))
+    assert.ok(merged.length > 0, `expected merged chunks; processor stderr: ${processorErr.slice(-500)}`)
+    console.log(`followed ${target + 1} blocks; ${merged.length} merged chunks in storage`)
+  })
+})
