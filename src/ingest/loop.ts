@@ -118,8 +118,10 @@ export interface IngestOptions {
 }
 
 export interface IngestResult {
+  /** Blocks (and rows) taken from the node, counting those a reorg then dropped and had read again. */
   blocks: number
   rows: Record<string, number>
+  /** Chunks written by this run and still in the dataset. */
   chunks: ChunkRef[]
   /** Last block in the dataset after this run (-1 if none). */
   last: number
