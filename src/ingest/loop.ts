@@ -431,7 +431,18 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
             batches = fetchInOrder(plan, concurrency, fetcher)
             continue batch
           }
-          if (batch.error) throw batch.error.error
+          if (batch.error) {
+            const e = batch.error.error
+            // a reorg to a shorter chain took a block the head had announced: wait for the node to have it again
+            if (e instanceof BlockNotAvailable && !o.blocks && reorgsExpected(finality) && e.block > (await source.head())) {
+              log.warn({ block: e.block }, 'the node no longer has this block (a reorg made its chain shorter); waiting for it again')
+              await batches.return(undefined)
+              plan.rewind(e.block)
+              batches = fetchInOrder(plan, concurrency, fetcher)
+              continue batch
+            }
+            throw e
+          }
           if (batch.blocks.length === 0 && builder && performance.now() - openedAt >= flushAfterMs) await flush() // caught up: don't sit on blocks forever
           progress.update({ block: result.last, blocks: result.blocks, rows: rowTotal, target: plan.target, start: plan.start })
         }
@@ -554,9 +565,10 @@ class Planner {
     return batch
   }
 
-  /** A reorg: hand out blocks from `n` again. */
+  /** A reorg: hand out blocks from `n` again, once the head has been read again. */
   rewind(n: number): void {
     this.next = n
+    this.confirmed = Math.min(this.confirmed, n - 1)
   }
 
   /** Nothing to hand out: refresh the head. Returns false when the ingest should end. */
