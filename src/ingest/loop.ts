@@ -21,9 +21,10 @@ export { DatasetLocked, LeaseLost } from './locked.js'
 
 /*
  * The ingest loop: resume after the last complete chunk, fetch blocks concurrently (in order),
- * check continuity (parentHash = previous block's hash), normalise, and cut chunks bounded by block
- * count and bytes; each chunk appears atomically (ChunkBuilder: temp folder, then rename; in object
- * storage, blocks.parquet uploaded last: target.ts).
+ * never above the head the finality allows (finality.ts), check continuity (parentHash = previous
+ * block's hash; a reorg is re-read from its fork point: reorg.ts), normalise, and cut chunks bounded
+ * by block count and bytes; each chunk appears atomically (ChunkBuilder: temp folder, then rename; in
+ * object storage, blocks.parquet uploaded last: target.ts).
  */
 
 export interface IngestOptions {
