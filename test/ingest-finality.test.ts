@@ -171,4 +171,27 @@ describe('reorgs on anvil', () => {
     assert.equal(again.last, 14)
     await sameAsNode(dir, 14)
   })
+
+  it('a reorg below the finalized head the node announced is re-read, and logged as an error naming both hashes', async () => {
+    await anvil.stop()
+    anvil = await startAnvil(['--slots-in-an-epoch', '1']) // finalized = latest − 2
+    const d = path.join(tmp.dir, 'below-finalized')
+    await anvil.rpc('anvil_mine', [hexq(12)])
+    const first = await runCli(['ingest', '--rpc', anvil.url, '--dataset', 'f', '--out', d, '--finality', 'latest', '--progress', 'none', '--workers', '0'])
+    assert.equal(first.code, 0, first.stderr)
+    const old10 = (await anvil.rpc('eth_getBlockByNumber', [hexq(10), false])).hash
+    await anvil.rpc('anvil_reorg', [3, []]) // replaces 10..12; the node had announced 10 finalized
+    await anvil.rpc('anvil_mine', [hexq(1)])
+    const finalized = await numberOf('finalized')
+    assert.ok(finalized >= 10, `finalized ${finalized}`)
+    const r = await runCli(['ingest', '--rpc', anvil.url, '--dataset', 'f', '--out', d, '--finality', 'latest', '--progress', 'none', '--workers', '0'], undefined, { LOG_LEVEL: 'info' })
+    assert.equal(r.code, 0, r.stderr)
+    const errors = (r.stdout + r.stderr).split('\n').filter((l) => l.includes('"level":50'))
+    assert.equal(errors.length, 1, r.stdout + r.stderr)
+    const e = JSON.parse(errors[0])
+    assert.deepEqual({ block: e.block, datasetHash: e.datasetHash, nodeHash: e.nodeHash }, { block: 10, datasetHash: old10, nodeHash: (await anvil.rpc('eth_getBlockByNumber', [hexq(10), false])).hash })
+    assert.match(e.msg, /below the finalized head \d+ the node announced/)
+    assert.match(r.stdout, /last block in the dataset: 13/)
+    await sameAsNode(d, 13)
+  })
 })

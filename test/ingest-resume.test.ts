@@ -143,6 +143,48 @@ describe('resume, kill, reorg, follow', () => {
     }
   })
 
+  it('a reorg to a shorter chain (a block the head had announced is gone) is waited for and re-read, not fatal', async () => {
+    let server: ReplayServer
+    let gone = false
+    let asked15 = 0
+    const mutate = (method: string, params: any[], result: unknown) => {
+      if (method === 'eth_getBlockByNumber' && params[0] === '0xf') {
+        asked15++
+        if (!gone) {
+          gone = true // the node answered its head is 20, then lost 13.. to a shorter fork
+          server.fork(13)
+          server.head = 14
+          return null
+        }
+      }
+      return result
+    }
+    server = await serve(light, { head: 20, mutate })
+    const dir = out()
+    const ac = new AbortController()
+    try {
+      const running = runIngest({
+        rpc: server.url, dataset: 'shorter', out: dir, follow: true, finality: 'latest', chunkBlocks: 5, batchSize: 5, concurrency: 1, pollMs: 20, flushAfterMs: 50,
+        workers: 0, progress: 'none', signal: ac.signal, onChunk: (c) => c.last >= 24 && ac.abort(),
+      })
+      running.catch(() => undefined)
+      // block 15 is asked for 5 times (a lagging node would have it by then), then the loop sees the head below it and polls the head
+      while (asked15 < 5) await new Promise((r) => setTimeout(r, 20))
+      const polls = server.calls.get('eth_blockNumber')!
+      while (server.calls.get('eth_blockNumber')! < polls + 5) await new Promise((r) => setTimeout(r, 20))
+      assert.equal(asked15, 5, 'block 15 is not asked for while the head is below it')
+      server.head = 24
+      const r = await running
+      assert.equal(r.last, 24)
+      assert.deepEqual(r.reorgs.map((x) => [x.forkPoint, x.tip]), [[12, 14]])
+      const blocks = await checkChain(dir, 0, 24)
+      for (const b of blocks) assert.equal(b.hash, server.identity(Number(b.number)).hash, `block ${b.number}`)
+    } finally {
+      ac.abort()
+      await server.close()
+    }
+  })
+
   it('--follow keeps up with a moving head, never fetching above head − confirmations', async () => {
     const fetchedAbove: string[] = []
     let server: ReplayServer

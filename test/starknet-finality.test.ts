@@ -38,6 +38,19 @@ describe('starknet finality', () => {
     assert.deepEqual(hashes, [...numbers.map((n) => feltOf(recorded.find((r) => r.number === n)!.starknet!.block.block_hash)), undefined])
   })
 
+  it('a node without the l1_accepted tag: the finalized head comes from the blocks\' status (recorded: the latest block is accepted on L1)', async () => {
+    const old = new ReplayServer(recorded, { noL1AcceptedTag: true })
+    await old.start()
+    try {
+      const src = new StarknetRpcSource(new RpcClient({ url: old.url }))
+      assert.equal(await src.finalizedHead('finalized'), old.head)
+      assert.equal(old.calls.get('starknet_blockNumber'), 1)
+      assert.ok((old.calls.get('starknet_getBlockWithTxHashes') ?? 0) >= 2, 'the tag was asked, then the status of the latest block')
+    } finally {
+      await old.close()
+    }
+  })
+
   it('without the tag, the boundary between L1 and L2 statuses is found in about 2·log2(distance) status reads, and a known L1 block shortens the search', async () => {
     const l1Status = recorded[0].starknet!.block.status
     for (const [boundary, latest] of [[0, 0], [0, 1000], [999, 1000], [1000, 1000], [123_456, 130_000], [5, 130_000], [64, 65]]) {

@@ -161,7 +161,8 @@ export function registerIngest(program: Command): void {
           `(${Object.entries(r.rows).map(([t, n]) => `${n} ${t}`).join(', ') || 'no rows'}); ` +
           `RPC: ${r.rpc.requests} requests, ${r.rpc.calls} calls, ${r.rpc.retries} retries, ${(r.rpc.bytes / 1e6).toFixed(1)} MB; ` +
           `last block in the dataset: ${r.last}` +
-          (r.upload ? `; uploaded ${(r.upload.bytes / 1e6).toFixed(1)} MB in ${r.upload.chunks} chunks` : ''),
+          (r.upload ? `; uploaded ${(r.upload.bytes / 1e6).toFixed(1)} MB in ${r.upload.chunks} chunks` : '') +
+          (r.reorgs.length ? `; reorgs re-read: ${r.reorgs.map((x) => `blocks ${x.forkPoint + 1}–${x.tip} from ${x.resumeAt}`).join(', ')}` : ''),
       )
     })
 

@@ -47,7 +47,11 @@ export class FinalityHead {
     }
     const [h, latest] = await Promise.all([this.source.finalizedHead?.(f), this.source.head()])
     this.latest = latest
-    if (h == null) throw new FinalityNotAvailable(`the node no longer tells its ${f} head`)
+    if (h == null) {
+      if (this.highest < 0) throw new FinalityNotAvailable(`the node does not tell its ${f} head`)
+      log.warn({ finality: f, highestSeen: this.highest }, `the node did not tell its ${f} head this time; keeping the highest one seen`)
+      return this.highest
+    }
     if (h < this.highest) {
       this.regressions++
       log.warn({ finality: f, announced: h, highestSeen: this.highest }, `the node's ${f} head went backwards; keeping the highest one seen`)

@@ -65,6 +65,15 @@ export class HeadWriter {
     this.write(true)
   }
 
+  /** A reorg deleted the newest chunks: the file names what is left (routers list the dataset again). */
+  rewound(written: ChunkRef[]): void {
+    this.head.chunks = written.slice(-HEAD_RECENT_CHUNKS).map((c) => c.path)
+    this.head.last = written.at(-1)?.last ?? -1
+    this.sightings.length = 0
+    this.updateBehind()
+    this.write(true)
+  }
+
   /** Wait for the last write. */
   async close(): Promise<void> {
     while (this.writing) await this.writing

@@ -24,9 +24,10 @@ export { DatasetLocked, LeaseLost } from './locked.js'
 
 /*
  * The ingest loop: resume after the last complete chunk, fetch blocks concurrently (in order),
- * check continuity (parentHash = previous block's hash), normalise, and cut chunks bounded by block
- * count and bytes; each chunk appears atomically (ChunkBuilder: temp folder, then rename; in object
- * storage, blocks.parquet uploaded last: target.ts).
+ * never above the head the finality allows (finality.ts), check continuity (parentHash = previous
+ * block's hash; a reorg is re-read from its fork point: reorg.ts), normalise, and cut chunks bounded
+ * by block count and bytes; each chunk appears atomically (ChunkBuilder: temp folder, then rename; in
+ * object storage, blocks.parquet uploaded last: target.ts).
  */
 
 export interface IngestOptions {
@@ -129,8 +130,10 @@ export interface IngestOptions {
 }
 
 export interface IngestResult {
+  /** Blocks (and rows) taken from the node, counting those a reorg then dropped and had read again. */
   blocks: number
   rows: Record<string, number>
+  /** Chunks written by this run and still in the dataset. */
   chunks: ChunkRef[]
   /** Last block in the dataset after this run (-1 if none). */
   last: number
@@ -401,6 +404,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       }
       for (const c of deleted) if (result.chunks.includes(c)) result.chunks.splice(result.chunks.indexOf(c), 1)
       tops.splice(0, tops.length, ...written.map((c) => ({ top: c.top })))
+      if (deleted.length) head?.rewound(written)
       chunkEnd = written.at(-1)?.last ?? -1
       const resumeAt = Math.min(fork + 1, open ?? Infinity, ...deleted.map((c) => c.first))
       hashes.forget(resumeAt)
@@ -459,7 +463,18 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
             batches = fetchInOrder(plan, concurrency, fetcher)
             continue batch
           }
-          if (batch.error) throw batch.error.error
+          if (batch.error) {
+            const e = batch.error.error
+            // a reorg to a shorter chain took a block the head had announced: wait for the node to have it again
+            if (e instanceof BlockNotAvailable && !o.blocks && reorgsExpected(finality) && e.block > (await source.head())) {
+              log.warn({ block: e.block }, 'the node no longer has this block (a reorg made its chain shorter); waiting for it again')
+              await batches.return(undefined)
+              plan.rewind(e.block)
+              batches = fetchInOrder(plan, concurrency, fetcher)
+              continue batch
+            }
+            throw e
+          }
           // Caught up: don't sit on blocks. While a chunk is still being written (uploaded), the open one
           // waits for it and gathers the blocks meanwhile: when writing a chunk takes longer than a
           // block, chunks do not queue up (each behind the last) and the lag stays about one write.
@@ -589,9 +604,10 @@ class Planner {
     return batch
   }
 
-  /** A reorg: hand out blocks from `n` again. */
+  /** A reorg: hand out blocks from `n` again, once the head has been read again. */
   rewind(n: number): void {
     this.next = n
+    this.confirmed = Math.min(this.confirmed, n - 1)
   }
 
   /** Nothing to hand out: refresh the head. Returns false when the ingest should end. */

@@ -70,6 +70,8 @@ export interface ReplayOptions {
   head?: number
   /** `eth_chainId` answer (default: the chainId of the first recorded transaction, else 0x1). */
   chainId?: string
+  /** Starknet: answer the `l1_accepted` block tag as a node before JSON-RPC 0.9 does (invalid block id). */
+  noL1AcceptedTag?: boolean
   /** Test hook: change a result before it is sent (e.g. to break one field). */
   mutate?: (method: string, params: any[], result: unknown) => unknown
   /** Test hook: answer this HTTP request with a failure instead (status code), e.g. to test retries. */
@@ -419,6 +421,7 @@ export class ReplayServer {
   /** The recorded Starknet block a block id (`{block_number}`, `{block_hash}`, `"latest"`) names; error 24 when there is none. */
   private starknetBlock(id: unknown): StarknetRecorded {
     let n: number | undefined
+    if (id === 'l1_accepted' && this.opts.noL1AcceptedTag) throw new RpcError(-32602, `invalid block id ${JSON.stringify(id)}`)
     if (id === 'latest' || id === 'pending' || id === 'pre_confirmed' || id === 'l1_accepted') n = this.head
     else if (id && typeof id === 'object' && 'block_number' in id) n = Number((id as any).block_number)
     else if (id && typeof id === 'object' && 'block_hash' in id) {
