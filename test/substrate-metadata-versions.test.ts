@@ -1,4 +1,7 @@
 import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { mkdtemp, rm } from 'node:fs/promises'
+import os from 'node:os'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import { describe, it } from 'node:test'
@@ -9,6 +12,7 @@ import { JsonCodec } from '@subsquid/scale-codec'
 import { setGearProgramId } from '@subsquid/substrate-data/lib/extension/gear.js'
 import { decodeEvents } from '@subsquid/substrate-data/lib/parsing/event.js'
 import { metadataVersion, substrateRuntime, UnsupportedMetadata } from '../src/ingest/substrate/rpc/metadata.js'
+import { loadRecordedSubstrate, SubstrateReplayServer } from '../src/ingest/substrate/rpc/replay.js'
 import { REPO_ROOT } from './helpers/dataset.js'
 
 /*
@@ -21,7 +25,8 @@ import { REPO_ROOT } from './helpers/dataset.js'
  * Gear.MessageQueued / Gear.UserMessageSent rows of a real Gear indexer's database (the gear-js
  * IDEA explorer dump): each version's System.Events bytes are encoded from them by @polkadot/types
  * (an independent encoder reading the same metadata) and must decode back to them. Polkadot's
- * metadata V15 decodes; its V16 is refused with an error naming the version.
+ * metadata V15 decodes; its V16 is refused with an error naming the version, also by the ingest of a
+ * node that serves it (a recorded chain served with that metadata).
  */
 
 const FIX = path.join(REPO_ROOT, 'fixtures/substrate')
@@ -181,5 +186,26 @@ describe('Substrate metadata across versions: Vara 160 / 1310 / 11000 Gear event
       (e: unknown) => e instanceof UnsupportedMetadata && e.version === 16 && /metadata V16 of polkadot@2003000 is not supported/.test(e.message),
     )
     assert.throws(() => metadataVersion('0x00'), /magic number/)
+  })
+
+  it('a node serving metadata V16 stops `ingest --family substrate` with a one-line error naming the version', async () => {
+    // Recorded Rococo Contracts blocks, served with Polkadot's V16 metadata instead of their own.
+    const recorded = loadRecordedSubstrate('rococo-contracts')
+    recorded.metadata = u8aToHex(metadataBytes('polkadot-js-api/metadata/polkadot-v16.scale.gz'))
+    const server = new SubstrateReplayServer(recorded, { port: 0 })
+    const url = await server.start()
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'ba-v16-'))
+    try {
+      const args = ['ingest', '--family', 'substrate', '--rpc', url, '--dataset', 'v16', '--out', path.join(dir, 'v16'), '--blocks', '2841323-2841325', '--workers', '0']
+      const child = spawn(process.execPath, [path.join(REPO_ROOT, 'dist/src/cli.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+      let stderr = ''
+      child.stderr!.on('data', (d) => (stderr += d))
+      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve))
+      assert.equal(code, 1, stderr)
+      assert.equal(stderr.trim(), 'runtime metadata V16 of contracts-rococo@9420 is not supported: block-archive decodes metadata V9–V15')
+    } finally {
+      await server.close()
+      await rm(dir, { recursive: true, force: true })
+    }
   })
 })
