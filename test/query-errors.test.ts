@@ -1,6 +1,11 @@
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
+import { listLocalChunks } from '../src/chunks/layout.js'
+import { ApiError } from '../src/errors.js'
+import { evmFamily } from '../src/families/evm.js'
+import { prepareQuery } from '../src/query/engine.js'
+import type { DatasetView } from '../src/query/types.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
@@ -250,7 +255,8 @@ describe('query errors', { timeout: 110_000 }, () => {
         const body = errorBody(res, 409, `fork at ${from}`)
         assert.equal(body.error, 'fork')
         const prev: { number: number; hash: string }[] = body.previousBlocks
-        assert.ok(Array.isArray(prev) && prev.length >= 1 && prev.length <= 100, `${prev?.length} previous blocks`)
+        // Up to 100 blocks, read back across the earlier chunks (16 blocks each here).
+        assert.equal(prev.length, Math.min(100, from), `${prev?.length} previous blocks at ${from}`)
         assert.equal(prev.at(-1)!.number, from - 1, 'previousBlocks do not end at fromBlock − 1')
         for (const [i, p] of prev.entries()) {
           assert.deepEqual(Object.keys(p).sort(), ['hash', 'number'])
@@ -262,6 +268,37 @@ describe('query errors', { timeout: 110_000 }, () => {
     // fromBlock 0 has no parent in the dataset: nothing to check.
     await expect200({ fromBlock: 0, toBlock: 0, parentBlockHash: wrong }, 'fromBlock 0')
     await alive()
+  })
+
+  it('parentBlockHash: previousBlocks read back across the earlier chunks a worker holds, and stop where a chunk is held elsewhere', async () => {
+    const root = path.join(tmp.dir, 'anvil')
+    const refs = await listLocalChunks(root)
+    assert.ok(refs.length >= 8, `${refs.length} chunks`)
+    const chunks = refs.map((ref, i) => ({ ...ref, coverFrom: i > 0 ? refs[i - 1].last + 1 : 0, dir: path.join(root, ref.path) }))
+    const hash = (n: number) => records[n].block.hash.toLowerCase()
+    /** previousBlocks of a fork answer at `from` by a worker holding `held` of the chunks. */
+    const previousAt = async (held: number[], from: number): Promise<number[]> => {
+      const view: DatasetView = { name: 'anvil', family: evmFamily, chunks: held.map((i) => chunks[i]), height: chunks.at(-1)!.last }
+      const err = await prepareQuery(view, { fromBlock: from, parentBlockHash: '0x' + 'ef'.repeat(32) }, { sizeBytes: 1 << 20, timeMs: 2000 }).then(
+        () => assert.fail(`no fork answer at ${from}`),
+        (e: unknown) => e,
+      )
+      assert.ok(err instanceof ApiError && err.status === 409, String(err))
+      const prev = err.extra!.previousBlocks as { number: number; hash: string }[]
+      for (const p of prev) assert.equal(p.hash, hash(p.number), `hash of ${p.number}`)
+      return prev.map((p) => p.number)
+    }
+    const all = chunks.map((_, i) => i)
+    const last = chunks.at(-1)!.last
+    // Every chunk held: 100 blocks, over seven 16-block chunks.
+    assert.deepEqual(await previousAt(all, last), range(last - 100, last - 1))
+    assert.deepEqual(await previousAt(all, 40), range(0, 39))
+    // Chunk 3 (blocks 48–63) is on another worker: the blocks above it only, no hole in the list.
+    const without3 = all.filter((i) => i !== 3)
+    assert.deepEqual(await previousAt(without3, last), range(64, last - 1))
+    // The parent is that chunk's last block: only the parent, as named by the first block held.
+    assert.deepEqual(await previousAt(without3, 64), [63])
+    assert.deepEqual(await previousAt(without3, 47), range(0, 46))
   })
 
   it('parentBlockHash in a sparse dataset: checked only when the parent exists; previous blocks skip gaps', async () => {

@@ -3,9 +3,11 @@ import { spawn } from 'node:child_process'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
+import { gunzipSync } from 'node:zlib'
 import { createInterface } from 'node:readline'
 import { after, before, describe, it } from 'node:test'
 import { loadRecordedChain, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS } from '../src/ingest/recorded.js'
+import { RECORDED_SUBSTRATE_CHAINS } from '../src/ingest/substrate/rpc/replay.js'
 import { children, CLI, killChildren, runCli, until } from './helpers/cli.js'
 import { freePort } from './helpers/http.js'
 
@@ -116,9 +118,10 @@ describe('the README session without a node, verbatim', { timeout: 180_000 }, ()
 
   it('replay-rpc → ingest → serve → query prints the recorded blocks', async (t) => {
     const rpcPort = await freePort()
+    const substratePort = await freePort()
     const httpPort = await freePort()
     const readme = await readFile(path.join(REPO, 'README.md'), 'utf8')
-    const lines = readmeSession(readme).map((l) => l.replaceAll('8545', String(rpcPort)).replaceAll('8080', String(httpPort)))
+    const lines = readmeSession(readme).map((l) => l.replaceAll('8545', String(rpcPort)).replaceAll('9933', String(substratePort)).replaceAll('8080', String(httpPort)))
     const running: ReturnType<typeof background>[] = []
     const timings: string[] = []
     const outputs: { args: string[]; stdout: string }[] = []
@@ -157,7 +160,7 @@ describe('the README session without a node, verbatim', { timeout: 180_000 }, ()
 
     const ingest = outputs.find((o) => o.args[0] === 'ingest')!
     assert.match(ingest.stdout, /ingested 4 blocks into 1 chunks .*last block in the dataset: 18500000/)
-    const [headers, logs] = outputs.filter((o) => o.args[0] === 'query').map((o) => ndjson(o.stdout))
+    const [headers, logs, contracts] = outputs.filter((o) => o.args[0] === 'query').map((o) => ndjson(o.stdout))
     // the headers are the recorded blocks
     assert.deepEqual(headers.map((b) => b.header.number), ethereum.map((b) => b.number))
     for (const [i, b] of headers.entries()) {
@@ -175,6 +178,16 @@ describe('the README session without a node, verbatim', { timeout: 180_000 }, ()
       count += want.length
     }
     assert.ok(count > 10, `USDT logs in the recorded blocks: ${count}`)
+
+    // The Substrate dataset: the contract's events, as @polkadot/types decoded the recording.
+    const substrateIngest = outputs.find((o) => o.args[0] === 'ingest' && o.args.includes('substrate'))!
+    assert.match(substrateIngest.stdout, /ingested 20 blocks into 1 chunks .*last block in the dataset: 2841342/)
+    const oracle = JSON.parse(gunzipSync(await readFile(path.join(REPO, 'fixtures/substrate/ocelloids-sdk/derived/contracts2841323.decoded.json.gz'))).toString('utf8'))
+    const emitted = oracle.blocks.flatMap((b: any) => b.events.filter((e: any) => e.name === 'contracts.ContractEmitted').map((e: any) => ({ block: b.number, index: e.index, data: e.data[1] })))
+    assert.equal(emitted.length, 3)
+    const got = contracts.flatMap((b) => b.events.map((e: any) => ({ block: b.header.number, index: e.index, name: e.name, data: e.args.data, extrinsic: b.extrinsics.find((x: any) => x.index === e.extrinsicIndex)?.hash })))
+    assert.deepEqual(got.map(({ block, index, data }) => ({ block, index, data })), emitted)
+    assert.ok(got.every((e) => e.name === 'Contracts.ContractEmitted' && /^0x[0-9a-f]{64}$/.test(e.extrinsic)), JSON.stringify(got))
   })
 })
 
@@ -226,7 +239,7 @@ describe('replay-rpc prints the ingest commands that fit what it serves', { time
   })
 
   it('every other recorded chain: each printed command, run as printed, succeeds', async () => {
-    const chains = [...RECORDED_CHAINS, ...RECORDED_STARKNET_CHAINS].filter((c) => c !== 'ethereum')
+    const chains = [...RECORDED_CHAINS, ...RECORDED_STARKNET_CHAINS, ...RECORDED_SUBSTRATE_CHAINS].filter((c) => c !== 'ethereum')
     const runChain = async (chain: string) => {
       const node = background(['replay-rpc', '--chain', chain, '--port', '0'], ['rpc', 'ingest'])
       await node.ready
@@ -247,6 +260,7 @@ describe('replay-rpc prints the ingest commands that fit what it serves', { time
     assert.match(joined, /--dataset cronos .*--missing-receipts null/) // 6541's receipt is 6542's
     assert.match(joined, /--dataset starknet-sepolia .*--state-updates/) // its one block has a recorded state update
     assert.match(joined, /--dataset starknet-mainnet-traces .*--blocks 25 --traces starknet/)
+    assert.match(joined, /--family substrate .*--dataset polkadot .*--blocks 16037760,18977445/)
   })
 })
 

@@ -189,6 +189,39 @@ describe('Starknet: recorded mainnet blocks through ingest, router + 2 workers, 
     assert.equal(n, 12 + 72 + 191)
   })
 
+  it('DEPLOY / DEPLOY_ACCOUNT: contractAddress is the deployed address (from the receipt), found by the contractAddress filter', async () => {
+    // The deployed address read here from the recorded answers: on the feeder transaction, on the
+    // RPC receipt (RPC DEPLOY_ACCOUNT transactions have no contract_address of their own).
+    const feeder = (v: string, n: number) => fixture('katana', 'crates', 'gateway', 'gateway-client', 'tests', 'fixtures', v, 'state_update_with_block', `mainnet_${n}.json.gz`)
+    const expected = new Map<number, { transactionIndex: number; type: string; contractAddress: string }[]>()
+    for (const [v, n] of [['0.10.0', 6500], ['0.11.1', 65000], ['0.13.0', 550000]] as const) {
+      const f = feeder(v, n)
+      const deployed = new Set((f.state_update.state_diff.deployed_contracts as any[]).map((c) => felt(c.address)))
+      const txs = (f.block.transactions as any[]).map((t, i) => ({ t, i })).filter(({ t }) => t.type === 'DEPLOY' || t.type === 'DEPLOY_ACCOUNT')
+      // A cross-check of the recorded data itself: each such address is in the block's state diff.
+      for (const { t } of txs) assert.ok(deployed.has(felt(t.contract_address)), `block ${n}: ${t.contract_address} not deployed`)
+      expected.set(n, txs.map(({ t, i }) => ({ transactionIndex: i, type: t.type, contractAddress: felt(t.contract_address)! })))
+    }
+    for (const n of RPC_BLOCKS) {
+      expected.set(n, (rpc.get(n).transactions as any[]).flatMap(({ transaction: t, receipt }, i) => {
+        if (t.type !== 'DEPLOY' && t.type !== 'DEPLOY_ACCOUNT') return []
+        assert.equal(t.contract_address, undefined, `block ${n}: an RPC ${t.type} transaction names no address itself`)
+        return [{ transactionIndex: i, type: t.type, contractAddress: felt(receipt.contract_address)! }]
+      }))
+    }
+    assert.deepEqual([6500, 65000, 550000, ...RPC_BLOCKS].map((n) => expected.get(n)!.length), [38, 9, 3, 1, 1, 1])
+    const fields = { transaction: { type: true, contractAddress: true } }
+    const blocks = await walk(client, { type: 'starknet', transactions: [{ type: ['DEPLOY', 'DEPLOY_ACCOUNT'] }], fields }, 0, height)
+    assert.deepEqual(new Map(blocks.map((b) => [b.header.number, b.transactions])), new Map([...expected].sort(([a], [b]) => a - b)))
+    // Each deployed address selects its deploying transaction.
+    for (const [n, txs] of expected) {
+      for (const tx of [txs[0], txs.at(-1)!]) {
+        const [b] = await walk(client, { type: 'starknet', transactions: [{ contractAddress: [tx.contractAddress] }], fields }, n, n)
+        assert.ok(b.transactions.some((t: any) => t.transactionIndex === tx.transactionIndex && t.contractAddress === tx.contractAddress), `block ${n}: ${tx.contractAddress}`)
+      }
+    }
+  })
+
   it('traces of block 25 and state updates of the feeder blocks', async () => {
     const traces = fixture('nethermind-idealis', 'starknet', 'trace_block_25.json.gz')
     const [b25] = await walk(client, { type: 'starknet', traces: [{}], fields: { trace: { contractAddress: true, invocationType: true } } }, 25, 25)

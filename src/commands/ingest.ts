@@ -5,6 +5,7 @@ import { FINALITY_CHOICES, type Finality } from '../ingest/finality.js'
 import { DEFAULT_CHUNK_BLOCKS, DEFAULT_MAX_REORG_DEPTH, DEFAULT_POLL_MS, defaultWorkers, runIngest } from '../ingest/loop.js'
 import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, blockList, suggestIngest, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
 import { ReplayServer } from '../ingest/replay.js'
+import { loadRecordedSubstrate, RECORDED_SUBSTRATE_CHAINS, SubstrateReplayServer, type RecordedSubstrateChain } from '../ingest/substrate/rpc/replay.js'
 import { log } from '../log.js'
 import { isS3Url } from '../storage/s3.js'
 import { choice, int, opt } from './options.js'
@@ -169,7 +170,7 @@ export function registerIngest(program: Command): void {
   program
     .command('replay-rpc')
     .description('serve recorded node answers (fixtures/) as a JSON-RPC node, for trying and measuring the ingest without a node; prints the ingest commands that fit what it serves')
-    .addOption(choice('--chain <name>', 'recorded chain', 'BLOCK_ARCHIVE_REPLAY_CHAIN', [...RECORDED_CHAINS, ...RECORDED_STARKNET_CHAINS], 'ethereum'))
+    .addOption(choice('--chain <name>', 'recorded chain (EVM, Starknet, or Substrate: raw SCALE blocks with their events and metadata)', 'BLOCK_ARCHIVE_REPLAY_CHAIN', [...RECORDED_CHAINS, ...RECORDED_STARKNET_CHAINS, ...RECORDED_SUBSTRATE_CHAINS], 'ethereum'))
     .addOption(opt('--repeat <times>', 'serve the recorded blocks this many times over as one chain (renumbered from --first, hashes re-linked)', 'BLOCK_ARCHIVE_REPLAY_REPEAT', int(1)))
     .addOption(opt('--first <n>', 'with --repeat: number of the first block', 'BLOCK_ARCHIVE_REPLAY_FIRST', int(0), 0))
     .addOption(opt('--only <list>', 'serve only these recorded blocks (e.g. 18500000 for the one with trace_block)', 'BLOCK_ARCHIVE_REPLAY_ONLY', numberList))
@@ -177,7 +178,9 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_REPLAY_PORT', int(0), 8545))
     .action(async (o) => {
       const starknet = (RECORDED_STARKNET_CHAINS as readonly string[]).includes(o.chain)
-      if (starknet && o.repeat) throw new InvalidArgumentError('--repeat serves EVM chains only')
+      const substrate = (RECORDED_SUBSTRATE_CHAINS as readonly string[]).includes(o.chain)
+      if ((starknet || substrate) && o.repeat) throw new InvalidArgumentError('--repeat serves EVM chains only')
+      if (substrate) return replaySubstrate(o.chain, o)
       let recorded = starknet ? loadRecordedStarknet(o.chain as RecordedStarknetChain) : loadRecordedChain(o.chain as RecordedChainName)
       if (o.only) recorded = recorded.filter((r) => o.only.includes(r.number))
       const server = new ReplayServer(recorded, { host: o.host, port: o.port, repeat: o.repeat ? { times: o.repeat, first: o.first } : undefined })
@@ -194,6 +197,22 @@ export function registerIngest(program: Command): void {
       process.once('SIGINT', stop)
       process.once('SIGTERM', stop)
     })
+}
+
+/** `replay-rpc` for a recorded Substrate chain: serves it and prints the ingest command that fits. */
+async function replaySubstrate(chain: RecordedSubstrateChain, o: { only?: number[]; host?: string; port?: number }): Promise<void> {
+  const recorded = loadRecordedSubstrate(chain)
+  if (o.only) recorded.blocks = recorded.blocks.filter((b) => o.only!.includes(b.number))
+  if (recorded.blocks.length === 0) throw new InvalidArgumentError(`--only leaves none of the recorded blocks of ${chain}`)
+  const server = new SubstrateReplayServer(recorded, { host: o.host, port: o.port })
+  const url = await server.start()
+  const blocks = blockList(server.numbers())
+  console.log(`rpc: ${url}`)
+  console.log(`blocks: ${blocks} (only these: other numbers answer null, so ingest them with --blocks)`)
+  console.log(`ingest: npx block-archive ingest --family substrate --rpc ${url} --dataset ${chain} --out data/replay/${chain} --blocks ${blocks}`)
+  const stop = () => server.close().then(() => process.exit(0))
+  process.once('SIGINT', stop)
+  process.once('SIGTERM', stop)
 }
 
 /**

@@ -338,7 +338,8 @@ async function checkParent(con: Sql, view: DatasetView, from: number, expected: 
   const numberCol = ident(tableOf(view.family, header.table).blockColumn)
   const file = (c: HeldChunk) => `read_parquet(${lit(path.join(c.dir, `${header.table}.parquet`))})`
   let actual: string | undefined
-  const at = view.chunks[lowerBoundLast(view.chunks, parent)]
+  const atIndex = lowerBoundLast(view.chunks, parent)
+  const at = view.chunks[atIndex]
   const holder = at && at.first <= parent ? at : undefined
   if (holder) {
     const r = await con.runAndReadAll(`SELECT hash FROM ${file(holder)} WHERE ${numberCol} = ${parent}`)
@@ -353,18 +354,8 @@ async function checkParent(con: Sql, view: DatasetView, from: number, expected: 
     }
   }
   if (actual === undefined || actual === expected) return
-  const previous: { number: number; hash: string }[] = []
-  // From the chunk of the parent backwards, until FORK_BLOCKS blocks are found.
-  for (let i = Math.min(lowerBoundLast(view.chunks, parent), view.chunks.length - 1); i >= 0 && previous.length < FORK_BLOCKS; i--) {
-    const c = view.chunks[i]
-    if (c.first > parent) continue
-    const r = await con.runAndReadAll(
-      `SELECT ${numberCol}, hash FROM ${file(c)} WHERE ${numberCol} <= ${parent} ORDER BY ${numberCol} DESC LIMIT ${FORK_BLOCKS - previous.length}`,
-    )
-    for (const [n, h] of r.getRows()) previous.push({ number: Number(n), hash: h as string })
-  }
+  const previous = holder ? await blocksBefore(con, view.chunks, atIndex, parent, file, numberCol) : []
   if (previous.length === 0) previous.push({ number: parent, hash: actual })
-  previous.reverse()
   throw new ApiError(
     409,
     'fork',
@@ -373,4 +364,28 @@ async function checkParent(con: Sql, view: DatasetView, from: number, expected: 
     undefined,
     { previousBlocks: previous },
   )
+}
+
+/**
+ * Up to FORK_BLOCKS existing blocks ending at `last`, ascending, read back from `chunks[index]` (which
+ * holds `last`) across the earlier chunks as long as they follow each other in the dataset: a chunk
+ * held by another worker in between would leave a hole the client could not tell from a gap.
+ */
+async function blocksBefore(
+  con: Sql,
+  chunks: HeldChunk[],
+  index: number,
+  last: number,
+  file: (c: HeldChunk) => string,
+  numberCol: string,
+): Promise<{ number: number; hash: string }[]> {
+  const found: { number: number; hash: string }[] = []
+  for (let i = index; i >= 0 && found.length < FORK_BLOCKS; i--) {
+    if (i < index && chunks[i].last + 1 !== chunks[i + 1].coverFrom) break
+    const r = await con.runAndReadAll(
+      `SELECT ${numberCol}, hash FROM ${file(chunks[i])} WHERE ${numberCol} <= ${last} ORDER BY ${numberCol} DESC LIMIT ${FORK_BLOCKS - found.length}`,
+    )
+    for (const [n, h] of r.getRows()) found.push({ number: Number(n), hash: h as string })
+  }
+  return found.reverse()
 }

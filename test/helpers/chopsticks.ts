@@ -14,7 +14,8 @@ import { connectApi } from './node-view.js'
  * fully offline from the Rococo Asset Hub chain spec that @substrate/connect-known-chains ships (raw
  * genesis storage with the wasm runtime, "statemine" spec 900; no remote endpoint), on 127.0.0.1,
  * building blocks only when asked (`dev_newBlock`). The genesis endows no dev account, so Alice, Bob,
- * Charlie and Dave get a balance through chopsticks' storage override (`import-storage`).
+ * Charlie and Dave get a balance through chopsticks' storage override (`import-storage`). Another
+ * chain can be given as its raw chain spec and config (helpers/gear.ts: Vara).
  */
 
 export interface Chopsticks {
@@ -24,6 +25,8 @@ export interface Chopsticks {
   rpc(method: string, params?: unknown[]): Promise<any>
   /** Build one block with what is in the pool; returns its number and hash. */
   newBlock(): Promise<{ number: number; hash: string }>
+  /** The node's recent output (its last 10,000 characters). */
+  log(): string
   stop(): Promise<void>
 }
 
@@ -36,23 +39,44 @@ function chopsticksCli(): string {
   return path.join(REPO_ROOT, 'node_modules/@acala-network/chopsticks/chopsticks.cjs')
 }
 
-export async function startChopsticks(opts: { timeoutMs?: number } = {}): Promise<Chopsticks> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'chopsticks-'))
-  const specPath = path.join(dir, 'asset-hub-rococo.json')
-  await writeFile(specPath, chainSpec)
+/** A chain for chopsticks to start from: its raw chain spec, and the config entries it needs. */
+export interface ChopsticksChain {
+  /** File name for the spec in the node's folder, and its text. */
+  specFile: string
+  spec: string | Buffer
+  /** Extra chopsticks config (e.g. `import-storage`, `allow-unresolved-imports`). */
+  config?: Record<string, unknown>
+}
+
+/** The default chain: Rococo Asset Hub, its dev accounts endowed. */
+function assetHub(): ChopsticksChain {
   const keyring = new Keyring({ type: 'sr25519', ss58Format: 42 })
   const accounts = DEV_ACCOUNTS.map((n) => keyring.addFromUri(`//${n}`).address)
+  return {
+    specFile: 'asset-hub-rococo.json',
+    spec: chainSpec,
+    config: {
+      'import-storage': {
+        System: {
+          Account: accounts.map((a) => [[a], { providers: 1, data: { free: ENDOWMENT.toString() } }]),
+        },
+      },
+    },
+  }
+}
+
+export async function startChopsticks(opts: { timeoutMs?: number; chain?: ChopsticksChain } = {}): Promise<Chopsticks> {
+  const chain = opts.chain ?? assetHub()
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'chopsticks-'))
+  const specPath = path.join(dir, chain.specFile)
+  await writeFile(specPath, chain.spec)
   const config = {
     genesis: specPath,
     host: '127.0.0.1',
     port: 0,
     'build-block-mode': 'Manual',
     'runtime-log-level': 0,
-    'import-storage': {
-      System: {
-        Account: accounts.map((a) => [[a], { providers: 1, data: { free: ENDOWMENT.toString() } }]),
-      },
-    },
+    ...chain.config,
   }
   const configPath = path.join(dir, 'config.json')
   await writeFile(configPath, JSON.stringify(config))
@@ -115,6 +139,7 @@ export async function startChopsticks(opts: { timeoutMs?: number } = {}): Promis
       const header = await rpc('chain_getHeader', [hash])
       return { number: parseInt(header.number, 16), hash }
     },
+    log: () => output,
     async stop() {
       await stopChild()
       await rm(dir, { recursive: true, force: true })

@@ -30,6 +30,9 @@ export interface SubstrateProcessorRunConfig {
   to: number
   events?: object[]
   calls?: object[]
+  /** Gear requests (`addGearMessageQueued`, `addGearUserMessageSent`). */
+  gearMessagesQueued?: object[]
+  gearUserMessagesSent?: object[]
   includeAllBlocks?: boolean
   fields: object
   out: string
@@ -105,6 +108,8 @@ function run(config: SubstrateProcessorRunConfig): void {
     .setFields(config.fields as any)
   for (const r of config.events ?? []) processor.addEvent(r as any)
   for (const r of config.calls ?? []) processor.addCall(r as any)
+  for (const r of config.gearMessagesQueued ?? []) processor.addGearMessageQueued(r as any)
+  for (const r of config.gearUserMessagesSent ?? []) processor.addGearUserMessageSent(r as any)
   if (config.includeAllBlocks) processor.includeAllBlocks()
 
   const database = {

@@ -3,11 +3,12 @@ import { MissingStorageValue, STORAGE, type Block as SqdBlock, type DataRequest 
 import type { RawBlock } from '@subsquid/substrate-data/lib/interfaces/data-raw.js'
 import { parseBlock } from '@subsquid/substrate-data/lib/parsing/block.js'
 import { supportsFeeCalc } from '@subsquid/substrate-data/lib/parsing/fee/calc.js'
-import { Runtime } from '@subsquid/substrate-runtime'
+import type { Runtime } from '@subsquid/substrate-runtime'
 import type { OldSpecsBundle, OldTypesBundle } from '@subsquid/substrate-runtime/lib/metadata/index.js'
 import { getNameHash } from '@subsquid/substrate-runtime/lib/runtime/storage.js'
 import { RpcError, type RpcCall } from '../../rpc.js'
 import { BadRpcAnswer, BlockChanged, BlockNotAvailable } from '../../source.js'
+import { substrateRuntime } from './metadata.js'
 import { createTransport, type SubstrateTransport, type TransportOptions } from './transport.js'
 import type {
   DecodedSubstrateBlock, Json, RawSubstrateBlock, RuntimeVersion, SubstrateCall, SubstrateEvent, SubstrateExtrinsic,
@@ -205,7 +206,7 @@ export class SubstrateRpcSource {
         const metadata = await this.rpc.call('state_getMetadata', [hash])
         if (typeof metadata !== 'string') throw new BadRpcAnswer(-1, 'state_getMetadata', `no metadata at ${hash}`)
         this.stats.metadataFetched++
-        const rt = new Runtime(v, metadata, this.typesBundle, { call: (m, p) => this.rpc.call(m, p), batchCall: (c) => this.batch(c.map((x) => ({ method: x.method, params: x.params ?? [] }))) })
+        const rt = substrateRuntime(v, metadata, this.typesBundle, { call: (m, p) => this.rpc.call(m, p), batchCall: (c) => this.batch(c.map((x) => ({ method: x.method, params: x.params ?? [] }))) })
         this.stats.runtimesBuilt++
         return rt
       })()
