@@ -356,7 +356,8 @@ describe('query errors: a worker asked for blocks it does not hold', { timeout: 
     tmp = await tempDir('ba-errors-cluster-')
     records = await anvilRecords()
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
-    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, ...stallTolerant(100) })
+    // chunk by chunk (groupChunks 1): the eight chunks are spread over both workers
+    cluster = await startCluster({ storage: new LocalStorage(tmp.dir), workers: 2, replication: 1, groupChunks: 1, ...stallTolerant(100) })
   })
 
   after(async () => {
