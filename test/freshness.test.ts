@@ -76,7 +76,7 @@ async function readHead(out: string) {
 }
 
 async function startServe(data: string, extra: string[] = [], env: Record<string, string> = {}) {
-  const s = await startCli(['serve', '--data', data, '--port', '0', '--cache', path.join(tmp.dir, `cache-${procs.length}`), ...extra], ['router'], env)
+  const s = await startCli(['serve', '--data', data, '--port', '0', '--cache', path.join(tmp.dir, `cache-${procs.length}`), ...extra], ['router'], env, 180_000)
   procs.push(s.child)
   return { child: s.child, url: s.lines.get('router')![0] }
 }
