@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseDatasetHead } from '../src/chunks/head-file.js'
@@ -50,6 +50,7 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
       }
     })()
     const rows: (string | number)[][] = []
+    const load0 = loadavg()[0]
     for (const target of o.targets) {
       const out = target === 's3' ? `s3://fresh/bench-${Date.now()}` : path.join(dir, `folder-${Date.now()}`)
       const ingest = spawn(process.execPath, [CLI, 'ingest', '--rpc', anvil.url, '--dataset', 'fresh', '--out', out, '--follow', '--progress', 'none', ...(o.normalizer ? ['--normalizer', o.normalizer] : [])], {
@@ -69,7 +70,7 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
     }
     sending = false
     await sender
-    console.log(`machine: ${machine()}`)
+    console.log(`machine: ${machine()}; 1-min load average ${load0.toFixed(1)} at the start, ${loadavg()[0].toFixed(1)} at the end (the processes measured add about 1)`)
     printTable(`block lag at the defaults${o.normalizer ? ` (but ingest --normalizer ${o.normalizer})` : ''}: node reports it → router /height covers it → answered through the router (${o.seconds} s per target, anvil --block-time 1, ${o.txs} transfer(s)/s)`,
       ['storage', 'stage', 'blocks', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms'], rows)
   } finally {
