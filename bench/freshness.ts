@@ -1,13 +1,16 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { parseDatasetHead } from '../src/chunks/head-file.js'
 import { getText } from '../src/storage/s3.js'
 import { startAnvil, type Anvil } from '../test/helpers/anvil.js'
 import { CLI, startCli, until } from '../test/helpers/cli.js'
 import { measureFreshness, quantile, type FreshnessRun } from '../test/helpers/freshness.js'
-import { startS3, type S3Server } from '../test/helpers/s3.js'
+import { freePort } from '../test/helpers/http.js'
+import { setEnv } from '../test/helpers/s3.js'
+import { resetS3Client } from '../src/storage/s3.js'
 import { machine, printTable } from './lib/report.js'
 
 /*
@@ -24,16 +27,18 @@ export interface FreshnessBenchOptions {
   targets: string[]
   /** Transfers sent per second while measuring. */
   txs: number
+  /** The ingest's --normalizer (default: its own default). */
+  normalizer?: string
 }
 
 export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
   const dir = await mkdtemp(path.join(tmpdir(), 'ba-bench-fresh-'))
   let anvil: Anvil | undefined
-  let s3: S3Server | undefined
+  let s3: { env: Record<string, string>; stop(): Promise<void> } | undefined
   const procs: ChildProcess[] = []
   try {
     anvil = await startAnvil(['--block-time', '1'])
-    if (o.targets.includes('s3')) s3 = await startS3(['fresh'])
+    if (o.targets.includes('s3')) s3 = await startS3Process(path.join(dir, 's3'))
     const env = s3?.env ?? {}
     const [alice, bob] = await anvil.rpc('eth_accounts')
     let sending = true
@@ -45,15 +50,16 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
       }
     })()
     const rows: (string | number)[][] = []
+    const load0 = loadavg()[0]
     for (const target of o.targets) {
       const out = target === 's3' ? `s3://fresh/bench-${Date.now()}` : path.join(dir, `folder-${Date.now()}`)
-      const ingest = spawn(process.execPath, [CLI, 'ingest', '--rpc', anvil.url, '--dataset', 'fresh', '--out', out, '--follow', '--progress', 'none'], {
+      const ingest = spawn(process.execPath, [CLI, 'ingest', '--rpc', anvil.url, '--dataset', 'fresh', '--out', out, '--follow', '--progress', 'none', ...(o.normalizer ? ['--normalizer', o.normalizer] : [])], {
         stdio: ['ignore', 'ignore', 'inherit'],
         env: { ...process.env, LOG_LEVEL: 'warn', ...env },
       })
       procs.push(ingest)
       await until('the ingest\'s first chunk', async () => ((await readHead(out))?.chunks.length ? true : undefined), 60_000)
-      const serve = await startCli(['serve', '--data', out, '--port', '0', '--cache', path.join(dir, `cache-${target}`)], ['router'], env)
+      const serve = await startCli(['serve', '--data', out, '--port', '0', '--cache', path.join(dir, `cache-${target}`)], ['router'], env, 180_000)
       procs.push(serve.child)
       const router = serve.lines.get('router')![0]
       await until('a first height', async () => (Number(await (await fetch(`${router}/datasets/fresh/height`)).text()) >= 0 ? true : undefined), 60_000)
@@ -64,14 +70,36 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
     }
     sending = false
     await sender
-    console.log(`machine: ${machine()}`)
-    printTable(`block lag at the defaults: node reports it → router /height covers it → answered through the router (${o.seconds} s per target, anvil --block-time 1, ${o.txs} transfer(s)/s)`,
+    console.log(`machine: ${machine()}; 1-min load average ${load0.toFixed(1)} at the start, ${loadavg()[0].toFixed(1)} at the end (the processes measured add about 1)`)
+    printTable(`block lag at the defaults${o.normalizer ? ` (but ingest --normalizer ${o.normalizer})` : ''}: node reports it → router /height covers it → answered through the router (${o.seconds} s per target, anvil --block-time 1, ${o.txs} transfer(s)/s)`,
       ['storage', 'stage', 'blocks', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms'], rows)
   } finally {
     await Promise.all(procs.map(stop))
     await anvil?.stop()
     await s3?.stop()
     await rm(dir, { recursive: true, force: true })
+  }
+}
+
+/**
+ * s3rver in a process of its own (not in this one, whose polling would share its event loop), with
+ * the bucket `fresh`; this process's S3 client pointed at it.
+ */
+async function startS3Process(dir: string): Promise<{ env: Record<string, string>; stop(): Promise<void> }> {
+  const port = await freePort()
+  const bin = path.join(path.dirname(fileURLToPath(import.meta.url)), '../../node_modules/s3rver/bin/s3rver.js')
+  const child = spawn(process.execPath, [bin, '-d', dir, '-a', '127.0.0.1', '-p', String(port), '-s', '--configure-bucket', 'fresh'], { stdio: 'ignore' })
+  const env = { AWS_ENDPOINT_URL: `http://127.0.0.1:${port}`, AWS_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER' }
+  const restore = setEnv(env)
+  resetS3Client()
+  await until('s3rver', async () => ((await fetch(`${env.AWS_ENDPOINT_URL}/fresh`).catch(() => undefined))?.status ? true : undefined), 60_000)
+  return {
+    env,
+    async stop() {
+      restore()
+      resetS3Client()
+      await stop(child)
+    },
   }
 }
 

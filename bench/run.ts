@@ -181,6 +181,7 @@ program
   .option('--seconds <n>', 'how long new blocks are followed per storage', int, 60)
   .option('--targets <which...>', 'storage: folder, s3', ['folder', 's3'])
   .option('--txs <n>', 'transfers sent per second meanwhile', int, 2)
+  .option('--normalizer <how>', 'the ingest\'s --normalizer (default: its default, sql)')
   .action(async (o) => (await import('./freshness.js')).runFreshness(o))
 
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */

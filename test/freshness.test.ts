@@ -5,7 +5,8 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { parseDatasetHead } from '../src/chunks/head-file.js'
 import { getText } from '../src/storage/s3.js'
-import { startAnvil, type Anvil } from './helpers/anvil.js'
+import { callData, compile, startAnvil, type Anvil } from './helpers/anvil.js'
+import { compareRows, expectTables, readTable, type NodeBlock } from './helpers/ingest-expect.js'
 import { killChildren, startCli, until } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
 import { describeFreshness, measureFreshness } from './helpers/freshness.js'
@@ -23,19 +24,46 @@ import { startS3, type S3Server } from './helpers/s3.js'
  */
 
 const DATASET = 'fresh'
+const TOKEN = `// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.20;
+contract Token {
+    mapping(address => uint256) public balanceOf;
+    event Transfer(address indexed from, address indexed to, uint256 value);
+    constructor() { balanceOf[msg.sender] = 1e27; emit Transfer(address(0), msg.sender, 1e27); }
+    function transfer(address to, uint256 v) external returns (bool) {
+        balanceOf[msg.sender] -= v; balanceOf[to] += v;
+        emit Transfer(msg.sender, to, v);
+        return true;
+    }
+}
+`
 const WATCH_SECONDS = Number(process.env.FRESHNESS_TEST_SECONDS ?? 30)
 
 let anvil: Anvil
 let tmp: Awaited<ReturnType<typeof tempDir>>
 let s3: S3Server
 const procs: ChildProcess[] = []
+/** Token transfers (a transaction and a log each) and plain transfers, sent while the tests run. */
+let sending: NodeJS.Timeout | undefined
 
 before(async () => {
   tmp = await tempDir('ba-freshness-')
   anvil = await startAnvil(['--block-time', '1'])
   s3 = await startS3(['fresh'])
+  const token = compile(TOKEN).Token
+  const [alice, bob] = await anvil.rpc('eth_accounts')
+  const deployed = await anvil.rpc('eth_sendTransaction', [{ from: alice, data: token.bytecode }])
+  let receipt: any
+  while (!(receipt = await anvil.rpc('eth_getTransactionReceipt', [deployed]))) await new Promise((r) => setTimeout(r, 100))
+  let i = 0
+  sending = setInterval(() => {
+    i++
+    const tx = i % 2 ? { from: alice, to: receipt.contractAddress, data: callData(token, 'transfer(address,uint256)', bob, i) } : { from: bob, to: alice, value: '0x' + i.toString(16) }
+    anvil.rpc('eth_sendTransaction', [tx]).catch(() => undefined)
+  }, 700)
 })
 after(async () => {
+  clearInterval(sending)
   killChildren()
   await anvil?.stop()
   await s3?.stop()
@@ -76,7 +104,7 @@ async function readHead(out: string) {
 }
 
 async function startServe(data: string, extra: string[] = [], env: Record<string, string> = {}) {
-  const s = await startCli(['serve', '--data', data, '--port', '0', '--cache', path.join(tmp.dir, `cache-${procs.length}`), ...extra], ['router'], env)
+  const s = await startCli(['serve', '--data', data, '--port', '0', '--cache', path.join(tmp.dir, `cache-${procs.length}`), ...extra], ['router'], env, 180_000)
   procs.push(s.child)
   return { child: s.child, url: s.lines.get('router')![0] }
 }
@@ -122,6 +150,19 @@ describe('freshness: ingest --follow and serve at their defaults', { timeout: 60
       } finally {
         await stop(serve.child)
         await stop(ingest)
+      }
+      // Every value of every row, as the node has it: chunks spooled while catching up and chunks
+      // normalised in JS near the head alike.
+      if (where === 'folder') {
+        const last = (await readHead(out))!.last
+        const want: Record<string, any[]> = {}
+        for (let n = 0; n <= last; n++) {
+          const q = '0x' + n.toString(16)
+          const node: NodeBlock = { block: await anvil.rpc('eth_getBlockByNumber', [q, true]), receipts: await anvil.rpc('eth_getBlockReceipts', [q]) }
+          for (const [t, rows] of Object.entries(expectTables(node))) (want[t] ??= []).push(...rows)
+        }
+        assert.ok(want.logs.length > 3, `${want.logs.length} logs`)
+        for (const t of ['blocks', 'transactions', 'logs']) compareRows(t, want[t] ?? [], await readTable(out, t))
       }
     })
   }

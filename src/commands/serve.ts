@@ -127,8 +127,8 @@ function routerOptions(cmd: Command): Command {
     .addOption(opt('--replication <n>', 'workers holding each chunk', 'BLOCK_ARCHIVE_REPLICATION', int(1), DEFAULT_ROUTER_OPTIONS.replication))
     .addOption(opt('--missed-heartbeats <n>', 'a worker silent for this many intervals is not routed to', 'BLOCK_ARCHIVE_MISSED_HEARTBEATS', int(1), DEFAULT_ROUTER_OPTIONS.missedHeartbeats))
     .addOption(opt('--relist-ms <ms>', 'how often storage is listed for new chunks (new chunks of a following ingest come sooner through its head.json: --head-poll-ms)', 'BLOCK_ARCHIVE_RELIST_MS', int(100), DEFAULT_ROUTER_OPTIONS.relistMs))
-    .addOption(opt('--head-poll-ms <ms>', 'how often the head.json of a dataset in a folder is checked for new chunks (a stat; 0 = never)', 'BLOCK_ARCHIVE_HEAD_POLL_MS', int(0), DEFAULT_HEAD_WATCH.folderMs))
-    .addOption(opt('--head-poll-s3-ms <ms>', 'how often the head.json of a dataset in object storage is checked (a GET with If-None-Match; 0 = never)', 'BLOCK_ARCHIVE_HEAD_POLL_S3_MS', int(0), DEFAULT_HEAD_WATCH.s3Ms))
+    .addOption(opt('--head-poll-ms <ms>', 'how often the head.json of a dataset in a folder is checked for new chunks (a stat; 0 = only when an ingest POSTs /notify)', 'BLOCK_ARCHIVE_HEAD_POLL_MS', int(0), DEFAULT_HEAD_WATCH.folderMs))
+    .addOption(opt('--head-poll-s3-ms <ms>', 'how often the head.json of a dataset in object storage is checked (a GET with If-None-Match; 0 = only when an ingest POSTs /notify)', 'BLOCK_ARCHIVE_HEAD_POLL_S3_MS', int(0), DEFAULT_HEAD_WATCH.s3Ms))
     .addOption(opt('--group-chunks <n>', 'consecutive chunks assigned to the same workers, on average (1: each chunk on its own; docs/serving.md, "Chunk assignment")', 'BLOCK_ARCHIVE_GROUP_CHUNKS', int(1), DEFAULT_GROUP_CHUNKS))
 }
 

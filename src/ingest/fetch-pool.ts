@@ -1,5 +1,5 @@
 import { RpcError, RpcProtocolError, RpcUnavailable, type TransferStats } from './rpc.js'
-import { BadRpcAnswer, BlockChanged, BlockNotAvailable, type RowsBatch } from './source.js'
+import { BadRpcAnswer, BlockChanged, BlockNotAvailable, type FetchOptions, type RowsBatch } from './source.js'
 
 /*
  * Fetch workers (`--workers`): threads that fetch, parse and normalise batches of blocks
@@ -72,7 +72,7 @@ export class FetchPool {
     }
   }
 
-  fetch(numbers: number[]): Promise<RowsBatch> {
+  fetch(numbers: number[], opts?: FetchOptions): Promise<RowsBatch> {
     if (this.failed) return Promise.reject(this.failed)
     let best = 0
     for (let i = 1; i < this.workers.length; i++) if (this.workers[i].busy < this.workers[best].busy) best = i
@@ -80,7 +80,7 @@ export class FetchPool {
     this.workers[best].busy++
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject, worker: best })
-      this.workers[best].w.postMessage({ id, numbers })
+      this.workers[best].w.postMessage({ id, numbers, opts })
     })
   }
 

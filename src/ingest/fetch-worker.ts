@@ -1,7 +1,7 @@
 import { parentPort, workerData } from 'node:worker_threads'
 import { errorToPlain } from './fetch-pool.js'
 import { newTransferStats, type TransferStats } from './rpc.js'
-import type { BlockOfRows } from './source.js'
+import type { BlockOfRows, FetchOptions } from './source.js'
 import { createSource, type SourceSpec } from './sources.js'
 
 /*
@@ -28,8 +28,8 @@ const s = newTransferStats()
 const source = createSource(data.source, s)
 let reported = { ...s }
 
-parentPort!.on('message', async (m: { id: number; numbers: number[] }) => {
-  const r = await (await source).fetchRows(m.numbers)
+parentPort!.on('message', async (m: { id: number; numbers: number[]; opts?: FetchOptions }) => {
+  const r = await (await source).fetchRows(m.numbers, m.opts)
   const stats = { requests: s.requests - reported.requests, calls: s.calls - reported.calls, retries: s.retries - reported.retries, bytes: s.bytes - reported.bytes, parseMs: s.parseMs - reported.parseMs }
   reported = { ...s }
   const reply: FetchWorkerReply = {

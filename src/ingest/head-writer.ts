@@ -119,7 +119,8 @@ async function writeHeadFile(out: string, text: string): Promise<void> {
     await putText(loc.bucket, joinKey(loc.prefix, HEAD_FILE), text)
     return
   }
-  const tmp = path.join(out, `.${HEAD_FILE}.${process.pid}`)
+  // `.tmp-*`: what a killed ingest leaves is removed at the next start (target.ts)
+  const tmp = path.join(out, `.tmp-${HEAD_FILE}.${process.pid}`)
   await writeFile(tmp, text)
   await rename(tmp, path.join(out, HEAD_FILE))
 }

@@ -299,6 +299,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const extraMeta = { dataset: o.dataset, sources: source.describe() }
     const spoolWriter = source.spoolWriter?.()
     let builder: ChunkBuilder | undefined
+    /** Whether the open chunk's blocks are spooled. */
+    let builderSpooled = false
     /** Last block of the latest chunk (written or being written): the next chunk's `previousLast`, which lets the router tell a missing chunk from a deliberate jump. */
     let chunkEnd = written.at(-1)?.last ?? -1
     let openedAt = 0
@@ -357,7 +359,10 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
         source: 'rpc' in spec ? { ...spec, rpc: { ...spec.rpc, concurrency: Math.ceil(concurrency / workers) } } : spec,
       }, Worker, transfer)
       : undefined
-    const fetcher = pool ? (nums: number[]) => pool.fetch(nums) : (nums: number[]) => source.fetchRows(nums)
+    // Following: a short batch reaches the head as last read, and the chunk it goes into is written
+    // within a block or two, so it is normalised in JS rather than spooled (FetchOptions.inline).
+    const fetchOpts = (nums: number[]) => (o.follow && spool && nums.length < batchSize ? { inline: true } : undefined)
+    const fetcher = pool ? (nums: number[]) => pool.fetch(nums, fetchOpts(nums)) : (nums: number[]) => source.fetchRows(nums, fetchOpts(nums))
 
     /**
      * `f` does not continue the dataset: find the fork point, drop the blocks above it (the open
@@ -436,9 +441,12 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
               forked = f
               break
             }
+            // A chunk is spooled whole or not at all: a block fetched the other way starts a new one.
+            if (builder && builder.blockCount > 0 && builderSpooled !== !!f.spool) await flush()
             const rows = f.rows
             if (!builder) {
               builder = new ChunkBuilder(source.family, target.buildRoot, tables, { extraMeta: { ...extraMeta, previousLast: chunkEnd }, spool: spoolWriter })
+              builderSpooled = !!f.spool
               openedAt = performance.now()
             }
             t0 = performance.now()

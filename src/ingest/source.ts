@@ -54,7 +54,7 @@ export interface BlockSource {
    */
   blockHashes?(numbers: number[]): Promise<(string | undefined)[]>
   /** Fetch and normalise blocks, in the given order; a failure comes back with the blocks before it. */
-  fetchRows(numbers: number[]): Promise<RowsBatch>
+  fetchRows(numbers: number[], opts?: FetchOptions): Promise<RowsBatch>
   /** Close connections (a WebSocket), when the source holds any. */
   close?(): Promise<void>
   /** When the source fetches into a spool (`BlockOfRows.spool`): what turns a chunk's spool into its tables. */
@@ -177,4 +177,13 @@ export async function fetchAndNormalize<T>(numbers: number[], fetch: (numbers: n
     }
   }
   return { blocks, normalizeMs: performance.now() - t0 }
+}
+
+export interface FetchOptions {
+  /**
+   * Normalise the blocks in JS even where the source would spool them (EVM): a following ingest
+   * near the head writes a chunk every block or two, and one spooled close costs several DuckDB
+   * statements where the JS path costs a few milliseconds (docs/ingest.md, "Freshness").
+   */
+  inline?: boolean
 }

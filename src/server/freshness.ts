@@ -34,7 +34,6 @@ export interface RouterFreshness {
  * and the head file's chunks must not overwrite each other's list).
  */
 export function startRouterFreshness(o: {
-  app: FastifyInstance
   state: RouterState
   watch: HeadWatchOptions
   secret?: Buffer

@@ -96,7 +96,7 @@ export class RouterServer {
     this.listed = true
     this.keys?.start()
     this.every(this.opts.relistMs, () => this.serial(() => this.state.relist()))
-    this.freshness = startRouterFreshness({ app: this.app, state: this.state, watch: this.opts.headWatch ?? DEFAULT_HEAD_WATCH, secret: this.opts.access?.ticketSecret, serial: (job) => this.serial(job) })
+    this.freshness = startRouterFreshness({ state: this.state, watch: this.opts.headWatch ?? DEFAULT_HEAD_WATCH, secret: this.opts.access?.ticketSecret, serial: (job) => this.serial(job) })
     // Check liveness at a fraction of the heartbeat so dead workers lose their chunks promptly.
     this.every(Math.max(50, Math.floor(this.opts.heartbeatMs / 2)), async () => this.state.tick())
     this.url = await listen(this.app, host, port)

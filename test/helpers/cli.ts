@@ -9,7 +9,7 @@ export const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '.
 export const children = new Set<ChildProcess>()
 
 /** Start a long-running command; resolves with the `<prefix>: <url>` lines it prints. */
-export function startCli(args: string[], prefixes: string[], env: Record<string, string> = {}): Promise<{ child: ChildProcess; lines: Map<string, string[]>; stderr: () => string }> {
+export function startCli(args: string[], prefixes: string[], env: Record<string, string> = {}, timeoutMs = 30_000): Promise<{ child: ChildProcess; lines: Map<string, string[]>; stderr: () => string }> {
   const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn', ...env } })
   children.add(child)
   child.once('exit', () => children.delete(child))
@@ -17,7 +17,7 @@ export function startCli(args: string[], prefixes: string[], env: Record<string,
   child.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-10_000)))
   const lines = new Map<string, string[]>()
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${args[0]} did not print ${prefixes} in time: ${stderr}`)), 30_000)
+    const timer = setTimeout(() => reject(new Error(`${args[0]} did not print ${prefixes} in time: ${stderr}`)), timeoutMs)
     child.once('exit', (code) => reject(new Error(`${args[0]} exited with ${code}: ${stderr}`)))
     createInterface({ input: child.stdout! }).on('line', (line) => {
       const m = /^([\w ]+?): (\S+)/.exec(line)

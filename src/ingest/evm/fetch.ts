@@ -1,5 +1,5 @@
 import { evmFamily } from '../../families/evm.js'
-import { fetchAndNormalize, fetchWithRetry, type RowsBatch } from '../source.js'
+import { fetchAndNormalize, fetchWithRetry, type FetchOptions, type RowsBatch } from '../source.js'
 import { normalizeEvmBlock } from './normalize.js'
 import type { EvmRpcSource, FetchedBlock } from './source.js'
 import { fetchSpooled } from './spool-fetch.js'
@@ -15,8 +15,8 @@ export function methodOf(message: string, s: EvmRpcSource): string {
 }
 
 /** Fetch blocks and normalise them (or spool them); a failure is returned with the blocks before it. */
-export function fetchRows(source: EvmRpcSource, nums: number[]): Promise<RowsBatch> {
-  const dir = source.spoolDir
+export function fetchRows(source: EvmRpcSource, nums: number[], opts?: FetchOptions): Promise<RowsBatch> {
+  const dir = opts?.inline ? undefined : source.spoolDir
   if (dir) return fetchIntoSpool(source, nums, dir)
   return fetchAndNormalize(nums, (n) => source.fetch(n), {
     family: evmFamily,

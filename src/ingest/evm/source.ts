@@ -1,7 +1,7 @@
 import { log } from '../../log.js'
 import { RpcError, type RpcCall, type RpcClient } from '../rpc.js'
 import { evmFamily } from '../../families/evm.js'
-import { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable, type BlockSource, type FinalityLevel, type RowsBatch } from '../source.js'
+import { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable, type BlockSource, type FetchOptions, type FinalityLevel, type RowsBatch } from '../source.js'
 import { fetchRows, methodOf } from './fetch.js'
 import { EvmSpoolWriter } from './spool-write.js'
 import { bundleTables, type EvmBlockBundle } from './normalize.js'
@@ -96,8 +96,8 @@ export class EvmRpcSource implements BlockSource {
     return bundleTables({ block: null, traces: this.traces !== 'none' ? [] : undefined, stateDiffs: this.stateDiffs !== 'none' ? [] : undefined })
   }
 
-  fetchRows(numbers: number[]): Promise<RowsBatch> {
-    return fetchRows(this, numbers)
+  fetchRows(numbers: number[], opts?: FetchOptions): Promise<RowsBatch> {
+    return fetchRows(this, numbers, opts)
   }
 
   /** Which RPC method fills each table (recorded in the chunk's meta.json). */
