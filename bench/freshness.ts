@@ -7,7 +7,7 @@ import { parseDatasetHead } from '../src/chunks/head-file.js'
 import { getText } from '../src/storage/s3.js'
 import { startAnvil, type Anvil } from '../test/helpers/anvil.js'
 import { CLI, startCli, until } from '../test/helpers/cli.js'
-import { measureFreshness, quantile, type FreshnessRun } from '../test/helpers/freshness.js'
+import { finalizedHead, measureFreshness, quantile, type FreshnessRun } from '../test/helpers/freshness.js'
 import { freePort } from '../test/helpers/http.js'
 import { setEnv } from '../test/helpers/s3.js'
 import { resetS3Client } from '../src/storage/s3.js'
@@ -17,7 +17,8 @@ import { machine, printTable } from './lib/report.js'
  * `bench freshness`: how long a block takes from the node to the archive's clients at the defaults.
  * anvil mines a block a second (`--block-time 1`, a plain transfer or two in each); `ingest --follow`
  * and `serve` run as separate processes with no timing flag, over a folder and over s3rver. The lag
- * of each block runs from the moment the node first reports it (eth_blockNumber polled every 20 ms)
+ * of each block runs from the moment the node first reports it as finalized (the finality an ingest
+ * follows by default; its finalized tag polled every 20 ms)
  * to the router's /height covering it, and to a worker answering it through the router
  * (`/<block>/worker`, then the query) with the node's hash.
  */
@@ -38,6 +39,8 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
   const procs: ChildProcess[] = []
   try {
     anvil = await startAnvil(['--block-time', '1'])
+    // anvil's finalized head is 64 blocks below its latest: mine those at once, so it has one from the start
+    await anvil.rpc('anvil_mine', ['0x50'])
     if (o.targets.includes('s3')) s3 = await startS3Process(path.join(dir, 's3'))
     const env = s3?.env ?? {}
     const [alice, bob] = await anvil.rpc('eth_accounts')
@@ -63,7 +66,7 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
       procs.push(serve.child)
       const router = serve.lines.get('router')![0]
       await until('a first height', async () => (Number(await (await fetch(`${router}/datasets/fresh/height`)).text()) >= 0 ? true : undefined), 60_000)
-      const run = await measureFreshness({ anvil, router, dataset: 'fresh', seconds: o.seconds, drainMs: 60_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
+      const run = await measureFreshness({ anvil, head: () => finalizedHead(anvil), router, dataset: 'fresh', seconds: o.seconds, drainMs: 60_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
       if (run.mismatches.length || run.unanswered.length) throw new Error(`${target}: ${run.mismatches.length} hash mismatches, unanswered blocks ${run.unanswered}`)
       rows.push(...summarize(target, run))
       await Promise.all([stop(serve.child), stop(ingest)])

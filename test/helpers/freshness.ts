@@ -1,8 +1,8 @@
 import type { Anvil } from './anvil.js'
 
 /*
- * How long a block takes from the node to the archive's clients: the node's head is polled every
- * few ms (the moment a block is first reported is its start), the router's /height likewise; once
+ * How long a block takes from the node to the archive's clients: the node's confirmed head is polled
+ * every few ms (the moment it first covers a block is the block's start), the router's /height likewise; once
  * the height covers a block, it is asked for through the router (`/<block>/worker`, then the worker's
  * query), and the answer's hash is compared with the node's.
  */
@@ -40,6 +40,16 @@ export interface FreshnessOptions {
   storageLast?: () => Promise<number | undefined>
   /** Default 50 ms. */
   storagePollMs?: number
+  /**
+   * The node's confirmed head, as the ingest's finality reads it (a block's lag counts from when
+   * this first covers it). Default: the latest block (`eth_blockNumber`).
+   */
+  head?: () => Promise<number>
+}
+
+/** The node's finalized head (what `ingest --follow` publishes up to by default). */
+export async function finalizedHead(anvil: Anvil): Promise<number> {
+  return Number(BigInt((await anvil.rpc('eth_getBlockByNumber', ['finalized', false])).number))
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -52,14 +62,15 @@ export async function measureFreshness(o: FreshnessOptions): Promise<FreshnessRu
   const heightAt = new Map<number, number>()
   const answered = new Map<number, { at: number; hash: string }>()
   const answering = new Set<number>()
-  let head = Number(BigInt(await o.anvil.rpc('eth_blockNumber')))
+  const nodeHead = o.head ?? (async () => Number(BigInt(await o.anvil.rpc('eth_blockNumber'))))
+  let head = await nodeHead()
   const firstCounted = head + 1
   const until = Date.now() + o.seconds * 1000
   let watching = true
 
   const nodeLoop = (async () => {
     while (watching && Date.now() < until) {
-      const n = Number(BigInt(await o.anvil.rpc('eth_blockNumber')))
+      const n = await nodeHead()
       const now = performance.now()
       for (let b = head + 1; b <= n; b++) seenAt.set(b, now)
       head = Math.max(head, n)
