@@ -11,10 +11,11 @@ import { FolderTarget } from '../src/ingest/target.js'
 import { RouterServer } from '../src/server/router-http.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
-import { killChildren, until } from './helpers/cli.js'
+import { killChildren, runCli, until } from './helpers/cli.js'
+import { serveMetrics } from '../src/compact/metrics.js'
 import { anvilRecords, startStandaloneWorker, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import { answers, writeSmallChunks } from './helpers/compaction.js'
-import { postJson } from './helpers/http.js'
+import { freePort, postJson } from './helpers/http.js'
 
 /*
  * Compaction over real chunks of the recorded anvil chain (traces and state diffs included), real
@@ -108,6 +109,41 @@ describe('compaction', { timeout: 300_000 }, () => {
       }
     } finally {
       await target.close()
+    }
+  })
+
+  it('the compact command: one pass, clear one-line errors, refused beside an ingest; /metrics', async () => {
+    const dir = path.join(tmp.dir, 'cli')
+    await writeSmallChunks(dir, 'c', records, [1, 1, 1, 1, 2])
+    const missing = await runCli(['compact', '--out', path.join(tmp.dir, 'nothing')])
+    assert.equal(missing.code, 1)
+    assert.match(missing.stderr.trim(), /^[^\n]*is not a dataset \(no dataset\.json\)$/)
+    const fanout = await runCli(['compact', '--out', dir, '--compact-fanout', '1'])
+    assert.notEqual(fanout.code, 0)
+    assert.match(fanout.stderr, /expected an integer ≥ 2/)
+    const held = await openTarget(dir, 'c')
+    try {
+      const locked = await runCli(['compact', '--out', dir], undefined, { LOG_LEVEL: 'warn' })
+      assert.equal(locked.code, 1)
+      assert.match(locked.stderr, /another ingest \(pid \d+\) is writing/)
+    } finally {
+      await held.close()
+    }
+    const ok = await runCli(['compact', '--out', dir, '--compact-fanout', '4', '--compact-grace-ms', '0'], undefined, { LOG_LEVEL: 'warn' })
+    assert.equal(ok.code, 0, ok.stderr)
+    assert.match(ok.stdout, /compacted c: 1 merged chunks written, 4 superseded chunks deleted; 2 chunks still open to merging/)
+    assert.deepEqual((await scanLocalChunks(dir)).map((c) => [c.first, c.last]), [[0, 3], [4, 5]])
+
+    const port = await freePort()
+    const server = await serveMetrics(port)
+    try {
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+      for (const name of ['block_archive_compaction_merges_total', 'block_archive_compaction_merge_seconds_count', 'block_archive_compaction_chunks_removed_total', 'block_archive_compaction_open_chunks']) {
+        assert.match(text, new RegExp(`^${name}\\{dataset="m"\\} [1-9]`, 'm'), name)
+      }
+      assert.equal((await fetch(`http://127.0.0.1:${port}/other`)).status, 404)
+    } finally {
+      server.close()
     }
   })
 
