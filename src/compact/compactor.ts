@@ -1,7 +1,10 @@
+import { rm } from 'node:fs/promises'
+import path from 'node:path'
 import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
 import { supersede, type Superseded } from '../chunks/supersede.js'
 import type { WriteOptions } from '../chunks/writer.js'
 import type { FamilyDecl } from '../families/declaration.js'
+import { LeaseLost } from '../ingest/locked.js'
 import type { IngestTarget } from '../ingest/target.js'
 import { log } from '../log.js'
 import { writeMerged } from './merge.js'
@@ -42,6 +45,8 @@ export interface CompactorOptions extends Omit<CompactBounds, 'maxBlock'> {
    */
   all?: boolean
   write?: Pick<WriteOptions, 'rowGroupSize' | 'compressionLevel'>
+  /** Background passes stopped: the S3 lease was lost. */
+  onLeaseLost?: (e: LeaseLost) => void
 }
 
 export interface PassResult {
@@ -113,6 +118,13 @@ export class Compactor {
           if (r.merged || r.removed) log.info({ dataset: this.o.dataset, ...r }, 'compaction pass')
         } catch (e) {
           compactionFailures.inc({ dataset: this.o.dataset })
+          if (e instanceof LeaseLost) {
+            // another process holds the dataset now: stop (an ingest stops by itself at its next chunk)
+            log.error({ dataset: this.o.dataset, err: e.message }, 'compaction stopped')
+            this.stopped = true
+            this.o.onLeaseLost?.(e)
+            break
+          }
           this.known = undefined // list again: what failed may have changed storage
           log.warn({ dataset: this.o.dataset, err: e instanceof Error ? e.message : String(e) }, 'compaction pass failed; retrying at the next pass')
         }
@@ -214,7 +226,14 @@ export class Compactor {
     } finally {
       for (const f of opened) await f.done()
     }
-    await this.target.publish(ref)
+    try {
+      await this.target.publish(ref)
+    } catch (e) {
+      // Built in a staging folder (object storage): drop it, the next pass merges again. (A folder
+      // target's rename was the publishing: the chunk is in place.)
+      if (this.target.buildRoot !== this.target.where) await rm(path.join(this.target.buildRoot, ref.path), { recursive: true, force: true })
+      throw e
+    }
     this.known?.push(ref)
     const seconds = (performance.now() - t0) / 1000
     compactionMerges.inc({ dataset: this.o.dataset })
