@@ -64,8 +64,6 @@ interface DatasetEntry {
   /** Merged chunks not served yet (assigned, not routed to). */
   pending: ChunkRef[]
   swap: MergeSwap
-  /** Bumped when the merged chunks standing in for others change (announced to workers, which then list again). */
-  merges: number
   /** What is wrong with the listing (gaps, overlaps), as last found. */
   problems: string[]
   /** chunk path → assigned worker ids */
@@ -128,7 +126,7 @@ export class RouterState {
       }
       let ds = this.datasets.get(info.name)
       if (!ds) {
-        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], listed: [], pending: [], swap: new MergeSwap(), merges: 0, problems: [], assigned: new Map(), height: -1 }
+        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], listed: [], pending: [], swap: new MergeSwap(), problems: [], assigned: new Map(), height: -1 }
         this.datasets.set(info.name, ds)
         log.info({ dataset: info.name, family: info.family.name, url: info.url }, 'router: new dataset')
       }
@@ -139,7 +137,6 @@ export class RouterState {
       }
       ds.problems = problems
       let dsChanged = await ds.swap.update(all, superseded, (c) => this.storage.chunkMeta(info.name, c))
-      if (dsChanged) ds.merges++
       if (chunks.length !== ds.listed.length || chunks.some((c, i) => c.path !== ds!.listed[i].path)) {
         ds.listed = chunks
         dsChanged = true
@@ -208,7 +205,7 @@ export class RouterState {
         chunks === 0 ? 'router: a worker registered, but there are no chunks to serve yet' : 'router: a worker registered with nothing to serve (every chunk already has its replicas)',
       )
     }
-    return { desired, datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url, merges: d.merges })) }
+    return { desired, datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url, ...(d.swap.merged.length ? { merged: d.swap.merged } : {}) })) }
   }
 
   /** Called periodically: notices dead workers even when nobody pings or queries. */
