@@ -66,7 +66,7 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
       procs.push(serve.child)
       const router = serve.lines.get('router')![0]
       await until('a first height', async () => (Number(await (await fetch(`${router}/datasets/fresh/height`)).text()) >= 0 ? true : undefined), 60_000)
-      const run = await measureFreshness({ anvil, head: () => finalizedHead(anvil), router, dataset: 'fresh', seconds: o.seconds, drainMs: 60_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
+      const run = await measureFreshness({ anvil, head: () => finalizedHead(a), router, dataset: 'fresh', seconds: o.seconds, drainMs: 60_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
       if (run.mismatches.length || run.unanswered.length) throw new Error(`${target}: ${run.mismatches.length} hash mismatches, unanswered blocks ${run.unanswered}`)
       rows.push(...summarize(target, run))
       await Promise.all([stop(serve.child), stop(ingest)])

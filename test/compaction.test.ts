@@ -9,12 +9,16 @@ import { tailBound } from '../src/compact/plan.js'
 import { evmFamily } from '../src/families/evm.js'
 import { FolderTarget } from '../src/ingest/target.js'
 import { RouterServer } from '../src/server/router-http.js'
-import { LocalStorage } from '../src/server/storage.js'
+import { ArchiveStorage, LocalStorage } from '../src/server/storage.js'
+import { ChunkCache } from '../src/storage/chunk-cache.js'
+import { S3IngestTarget } from '../src/ingest/s3-target.js'
+import { startS3, uploadDataset } from './helpers/s3.js'
 import { WorkerServer } from '../src/server/worker-http.js'
-import { killChildren, until } from './helpers/cli.js'
+import { killChildren, runCli, until } from './helpers/cli.js'
+import { serveMetrics } from '../src/compact/metrics.js'
 import { anvilRecords, startStandaloneWorker, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
 import { answers, writeSmallChunks } from './helpers/compaction.js'
-import { postJson } from './helpers/http.js'
+import { freePort, postJson } from './helpers/http.js'
 
 /*
  * Compaction over real chunks of the recorded anvil chain (traces and state diffs included), real
@@ -111,22 +115,65 @@ describe('compaction', { timeout: 300_000 }, () => {
     }
   })
 
-  it('a router with two workers swaps a merged chunk in: no block is ever unavailable, height never goes down', async () => {
-    const dir = path.join(tmp.dir, 'swap')
+  it('the compact command: one pass, clear one-line errors, refused beside an ingest; /metrics', async () => {
+    const dir = path.join(tmp.dir, 'cli')
+    await writeSmallChunks(dir, 'c', records, [1, 1, 1, 1, 2])
+    const missing = await runCli(['compact', '--out', path.join(tmp.dir, 'nothing')])
+    assert.equal(missing.code, 1)
+    assert.match(missing.stderr.trim(), /^[^\n]*is not a dataset \(no dataset\.json\)$/)
+    const fanout = await runCli(['compact', '--out', dir, '--compact-fanout', '1'])
+    assert.notEqual(fanout.code, 0)
+    assert.match(fanout.stderr, /expected an integer ≥ 2/)
+    const held = await openTarget(dir, 'c')
+    try {
+      const locked = await runCli(['compact', '--out', dir], undefined, { LOG_LEVEL: 'warn' })
+      assert.equal(locked.code, 1)
+      assert.match(locked.stderr, /another ingest \(pid \d+\) is writing/)
+    } finally {
+      await held.close()
+    }
+    const ok = await runCli(['compact', '--out', dir, '--compact-fanout', '4', '--compact-grace-ms', '0'], undefined, { LOG_LEVEL: 'warn' })
+    assert.equal(ok.code, 0, ok.stderr)
+    assert.match(ok.stdout, /compacted c: 1 merged chunks written, 4 superseded chunks deleted; 2 chunks still open to merging/)
+    assert.deepEqual((await scanLocalChunks(dir)).map((c) => [c.first, c.last]), [[0, 3], [4, 5]])
+
+    const port = await freePort()
+    const server = await serveMetrics(port)
+    try {
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+      for (const name of ['block_archive_compaction_merges_total', 'block_archive_compaction_merge_seconds_count', 'block_archive_compaction_chunks_removed_total', 'block_archive_compaction_open_chunks']) {
+        assert.match(text, new RegExp(`^${name}\\{dataset="m"\\} [1-9]`, 'm'), name)
+      }
+      assert.equal((await fetch(`http://127.0.0.1:${port}/other`)).status, 404)
+    } finally {
+      server.close()
+    }
+  })
+
+  /**
+   * Eight 2-block chunks served by a router and two workers (replication 1: each worker holds part),
+   * merged into one while clients ask for every block through the router; then the small chunks are
+   * deleted. `s3`: the dataset in s3rver, the workers downloading into their caches.
+   */
+  async function swapWhilePolled(kind: 'folder' | 's3'): Promise<void> {
+    const dir = path.join(tmp.dir, `swap-${kind}`)
     const data = path.join(dir, 'data')
     const chunks = await writeDataset(path.join(data, 's'), 's', records.slice(0, 16), 2)
     assert.equal(chunks.length, 8)
-    const storage = new LocalStorage(data)
+    const s3 = kind === 's3' ? await startS3(['archive']) : undefined
+    if (s3) await uploadDataset(path.join(data, 's'), 'archive', 's')
+    const url = s3 ? 's3://archive/s' : path.join(data, 's')
     const HEARTBEAT = 100
     // one chunk per assignment group: the eight parts are spread over both workers
-    const router = new RouterServer({ storage, replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 30, relistMs: 100, groupChunks: 1 })
+    const router = new RouterServer({ storage: new ArchiveStorage({ roots: [url] }), replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 30, relistMs: 100, groupChunks: 1 })
     await router.start('127.0.0.1', 0)
     const workers: WorkerServer[] = []
     let polling = true
+    let poller: Promise<void> | undefined
     try {
       for (const id of ['w1', 'w2']) {
         const w = new WorkerServer({
-          storage: new LocalStorage(data),
+          storage: s3 ? new ArchiveStorage({ cache: new ChunkCache({ root: path.join(dir, `cache-${id}`), label: id, localForms: false }) }) : new LocalStorage(data),
           routerUrl: router.url,
           id,
           heartbeatMs: HEARTBEAT,
@@ -145,13 +192,14 @@ describe('compaction', { timeout: 300_000 }, () => {
         const busy = s.workers.filter((w: any) => (w.state.s ?? []).length > 0).length
         return (await (await fetch(`${base}/height`)).text()) === '15' && busy === 2 ? true : undefined
       }, 60_000)
-      const reference = await Promise.all(Array.from({ length: 16 }, async (_, b) => (await postJson(await (await fetch(`${base}/${b}/worker`)).text(), { fromBlock: b, toBlock: b, includeAllBlocks: true, transactions: [{}], logs: [{}] })).text))
+      const query = (b: number) => ({ fromBlock: b, toBlock: b, includeAllBlocks: true, transactions: [{}], logs: [{}] })
+      const reference = await Promise.all(Array.from({ length: 16 }, async (_, b) => (await postJson(await (await fetch(`${base}/${b}/worker`)).text(), query(b))).text))
 
       // clients keep asking for every block, through the router, while the merge is swapped in
       const failures: string[] = []
       let lastHeight = -1
       let rounds = 0
-      const poller = (async () => {
+      poller = (async () => {
         while (polling) {
           const h = Number(await (await fetch(`${base}/height`)).text())
           if (h < lastHeight) failures.push(`height went down from ${lastHeight} to ${h}`)
@@ -163,19 +211,21 @@ describe('compaction', { timeout: 300_000 }, () => {
               failures.push(`block ${b}: router answered ${res.status} ${text}`)
               continue
             }
-            const q = await postJson(text, { fromBlock: b, toBlock: b, includeAllBlocks: true, transactions: [{}], logs: [{}] })
+            const q = await postJson(text, query(b))
             if (q.status !== 200 || q.text !== reference[b]) failures.push(`block ${b}: worker answered ${q.status} ${q.text.slice(0, 200)}`)
           }
           rounds++
         }
       })()
-      const target = await openTarget(path.join(data, 's'), 's')
+      const target = s3 ? new S3IngestTarget(url, { lease: { settleMs: 50 } }) : new FolderTarget(url)
+      await target.open({ name: 's', family: 'evm' })
       try {
         // all eight in one merged chunk: its parts are spread over both workers
-        const r = await new Compactor(target, evmFamily, { fanout: 8, chunkBlocks: 100, chunkBytes: 1 << 30, dataset: 's', graceMs: 3_600_000 }).catchUp()
-        assert.equal(r.merged, 1)
-        const merged = resolveChunks(await scanLocalChunks(path.join(data, 's')))
+        const compact = (graceMs: number) => new Compactor(target, evmFamily, { fanout: 8, chunkBlocks: 100, chunkBytes: 1 << 30, dataset: 's', graceMs }).catchUp()
+        assert.equal((await compact(3_600_000)).merged, 1)
+        const merged = resolveChunks(await target.listComplete())
         assert.equal(merged.length, 1)
+        // (in object storage the router sees the merged chunk at its next full listing, within a minute)
         await until('the router routes to the merged chunk and each worker serves it or nothing', async () => {
           const s = await (await fetch(`${router.url}/status`)).json()
           if (s.datasets[0].chunks !== 1) return undefined
@@ -186,12 +236,11 @@ describe('compaction', { timeout: 300_000 }, () => {
             return paths
           })
           return views.every((v) => v.length === 0 || (v.length === 1 && v[0] === merged[0].path)) && views.some((v) => v.length === 1) ? true : undefined
-        }, 60_000)
+        }, 150_000)
         const seen = rounds
         await until('clients went on asking after the swap', async () => (rounds >= seen + 2 ? true : undefined), 60_000)
         // the small chunks are gone from every view: deleting them now is what the grace period allows
-        const removed = await new Compactor(target, evmFamily, { fanout: 8, chunkBlocks: 100, chunkBytes: 1 << 30, dataset: 's', graceMs: 0 }).catchUp()
-        assert.equal(removed.removed, 8)
+        assert.equal((await compact(0)).removed, 8)
         const more = rounds
         await until('clients went on asking after the deletion', async () => (rounds >= more + 2 ? true : undefined), 60_000)
       } finally {
@@ -203,8 +252,14 @@ describe('compaction', { timeout: 300_000 }, () => {
       assert.equal(lastHeight, 15)
     } finally {
       polling = false
+      await poller
       for (const w of workers) await w.stop()
       await router.stop()
+      await s3?.stop()
     }
-  })
+  }
+
+  it('a router with two workers swaps a merged chunk in: no block is ever unavailable, height never goes down', () => swapWhilePolled('folder'))
+
+  it('the same over s3rver, the workers downloading the merged chunk into their caches', () => swapWhilePolled('s3'))
 })

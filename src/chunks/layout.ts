@@ -38,7 +38,7 @@ export interface ChunkMeta {
   previousLast?: number
   /** Numbers of the blocks actually present (sparse datasets skip numbers). */
   blockCount: number
-  /** Size of its rows as NDJSON (what `--chunk-mb` bounds); compaction merges only chunks that give it. */
+  /** The size `--chunk-mb` bounds (its rows as NDJSON; on the spooled path, its RPC answers' bytes); compaction merges only chunks that give it. */
   rowBytes?: number
   tables: string[]
   rows: Record<string, number>

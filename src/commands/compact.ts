@@ -58,7 +58,9 @@ export function registerCompact(program: Command): void {
       if (o.metricsPort) await serveMetrics(o.metricsPort)
       const target = ingestTarget(o.out)
       await target.open(meta)
+      let leaseLost: (e: Error) => void = () => undefined
       const compactor = new Compactor(target, familyByName(meta.family), {
+        onLeaseLost: (e) => leaseLost(e),
         dataset: meta.name,
         chunkBlocks: o.chunkBlocks,
         chunkBytes: o.chunkMb * 1024 * 1024,
@@ -70,9 +72,10 @@ export function registerCompact(program: Command): void {
       try {
         if (o.follow) {
           compactor.start()
-          await new Promise<void>((resolve) => {
+          await new Promise<void>((resolve, reject) => {
             process.once('SIGINT', resolve)
             process.once('SIGTERM', resolve)
+            leaseLost = reject
           })
           log.warn('stopping after the merge in progress')
           await compactor.stop()

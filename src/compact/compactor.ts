@@ -1,7 +1,10 @@
+import { rm } from 'node:fs/promises'
+import path from 'node:path'
 import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
 import { supersede, type Superseded } from '../chunks/supersede.js'
 import type { WriteOptions } from '../chunks/writer.js'
 import type { FamilyDecl } from '../families/declaration.js'
+import { LeaseLost } from '../ingest/locked.js'
 import type { IngestTarget } from '../ingest/target.js'
 import { log } from '../log.js'
 import { writeMerged } from './merge.js'
@@ -42,6 +45,8 @@ export interface CompactorOptions extends Omit<CompactBounds, 'maxBlock'> {
    */
   all?: boolean
   write?: Pick<WriteOptions, 'rowGroupSize' | 'compressionLevel'>
+  /** Background passes stopped: the S3 lease was lost. */
+  onLeaseLost?: (e: LeaseLost) => void
 }
 
 export interface PassResult {
@@ -55,6 +60,13 @@ export interface PassResult {
 /** Without `all`: the backward scan for open chunks stops after this many closed ones in a row. */
 const CLOSED_RUN = 16
 
+/**
+ * Complete chunks are listed from storage at the first pass and then this often; in between the
+ * compactor keeps the listing itself (it is the only one merging and deleting, and the ingest tells
+ * it each chunk it writes: `add`), so a pass costs no listing of a big dataset.
+ */
+const FULL_LISTING_MS = 10 * 60_000
+
 export class Compactor {
   private readonly metas = new Map<string, ChunkMeta>()
   /** Superseding chunks without `compactedAt`: when this process first saw them. */
@@ -62,6 +74,9 @@ export class Compactor {
   private stopped = false
   private loop?: Promise<void>
   private wake?: () => void
+  /** Complete chunks as last listed, with what this process did since. */
+  private known?: ChunkRef[]
+  private listedAt = 0
 
   constructor(
     private readonly target: IngestTarget,
@@ -75,7 +90,7 @@ export class Compactor {
   async catchUp(): Promise<PassResult> {
     const result: PassResult = { merged: 0, removed: 0, open: 0, waiting: 0 }
     for (;;) {
-      const { kept, superseded } = supersede(await this.target.listComplete())
+      const { kept, superseded } = supersede(await this.listing())
       const removed = await this.removeSuperseded(superseded)
       result.removed += removed
       result.waiting = superseded.length - removed
@@ -103,6 +118,14 @@ export class Compactor {
           if (r.merged || r.removed) log.info({ dataset: this.o.dataset, ...r }, 'compaction pass')
         } catch (e) {
           compactionFailures.inc({ dataset: this.o.dataset })
+          if (e instanceof LeaseLost) {
+            // another process holds the dataset now: stop (an ingest stops by itself at its next chunk)
+            log.error({ dataset: this.o.dataset, err: e.message }, 'compaction stopped')
+            this.stopped = true
+            this.o.onLeaseLost?.(e)
+            break
+          }
+          this.known = undefined // list again: what failed may have changed storage
           log.warn({ dataset: this.o.dataset, err: e instanceof Error ? e.message : String(e) }, 'compaction pass failed; retrying at the next pass')
         }
         if (this.stopped) break
@@ -118,9 +141,18 @@ export class Compactor {
     })()
   }
 
-  /** Start the next background pass now (a chunk was written). */
-  kick(): void {
+  /** A chunk the ingest has written (complete): known without listing, and the next background pass starts now. */
+  add(ref: ChunkRef): void {
+    if (this.known && !this.known.some((c) => c.path === ref.path)) this.known.push(ref)
     this.wake?.()
+  }
+
+  private async listing(): Promise<ChunkRef[]> {
+    if (!this.known || Date.now() - this.listedAt >= FULL_LISTING_MS) {
+      this.known = await this.target.listComplete()
+      this.listedAt = Date.now()
+    }
+    return [...this.known]
   }
 
   /** Stop after the merge in progress (a merge is never left half published). */
@@ -176,6 +208,7 @@ export class Compactor {
       if (now - since < this.o.graceMs) continue
       await this.target.removeChunk(chunk)
       this.metas.delete(chunk.path)
+      this.known = this.known?.filter((c) => c.path !== chunk.path)
       removed++
       compactionRemoved.inc({ dataset: this.o.dataset })
       log.info({ dataset: this.o.dataset, chunk: chunk.path, supersededBy: by.path }, 'superseded chunk removed')
@@ -193,7 +226,15 @@ export class Compactor {
     } finally {
       for (const f of opened) await f.done()
     }
-    await this.target.publish(ref)
+    try {
+      await this.target.publish(ref)
+    } catch (e) {
+      // Built in a staging folder (object storage): drop it, the next pass merges again. (A folder
+      // target's rename was the publishing: the chunk is in place.)
+      if (this.target.buildRoot !== this.target.where) await rm(path.join(this.target.buildRoot, ref.path), { recursive: true, force: true })
+      throw e
+    }
+    this.known?.push(ref)
     const seconds = (performance.now() - t0) / 1000
     compactionMerges.inc({ dataset: this.o.dataset })
     compactionChunksMerged.inc({ dataset: this.o.dataset }, m.chunks.length)

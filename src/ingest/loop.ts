@@ -341,7 +341,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
         head?.published(ref)
         log.info({ chunk: ref.path, blocks: b.blockCount }, 'chunk written')
         o.onChunk?.(ref)
-        compactor?.kick()
+        compactor?.add(ref)
       })
       placed = done
       closing.push(done)

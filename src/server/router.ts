@@ -83,8 +83,6 @@ interface DatasetEntry {
   /** Merged chunks not served yet (assigned, not routed to). */
   pending: ChunkRef[]
   swap: MergeSwap
-  /** Bumped when the merged chunks standing in for others change (announced to workers, which then list again). */
-  merges: number
   /** What is wrong with the listing (gaps, overlaps), as last found. */
   problems: string[]
   /** Which workers hold which chunks of `chunks` (assignment.ts); merged chunks pending go with their first part's workers. */
@@ -157,7 +155,7 @@ export class RouterState {
       if (!ds) {
         const assignment = new DatasetAssignment(info.name, { replication: this.opts.replication, groupChunks: this.opts.groupChunks ?? DEFAULT_GROUP_CHUNKS })
         assignment.setLive(this.live)
-        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], listed: [], pending: [], swap: new MergeSwap(), merges: 0, problems: [], assignment, height: -1 }
+        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], listed: [], pending: [], swap: new MergeSwap(), problems: [], assignment, height: -1 }
         this.datasets.set(info.name, ds)
         log.info({ dataset: info.name, family: info.family.name, url: info.url }, 'router: new dataset')
       }
@@ -168,7 +166,6 @@ export class RouterState {
       }
       ds.problems = problems
       let dsChanged = await ds.swap.update(all, superseded, (c) => this.storage.chunkMeta(info.name, c))
-      if (dsChanged) ds.merges++
       if (chunks.length !== ds.listed.length || chunks.some((c, i) => c.path !== ds!.listed[i].path)) {
         const before = new Set(ds.listed.map((c) => c.path))
         fresh.push([ds, chunks.filter((c) => !before.has(c.path))])
@@ -310,7 +307,7 @@ export class RouterState {
     }
     return {
       desired,
-      datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url, merges: d.merges })),
+      datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url, ...(d.swap.merged.length ? { merged: d.swap.merged } : {}) })),
       recent: Object.fromEntries([...this.datasets.values()].map((d) => [d.name, d.listed.slice(-RECENT_IN_PING)])),
     }
   }

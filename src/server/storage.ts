@@ -24,8 +24,11 @@ export interface DatasetAnnouncement {
   name: string
   family: string
   url: string
-  /** Changes when merged chunks appear in the listing (compaction): workers list the dataset again. */
-  merges?: number
+  /**
+   * Merged chunks (compaction) that still have the chunks they replace in storage: paths a worker
+   * adds to its listing (their keys sort before those chunks', which an incremental listing skips).
+   */
+  merged?: string[]
 }
 
 export interface ChunkStorage {

@@ -22,6 +22,8 @@ export class MergeSwap {
   /** Chunk path → its meta's `replaces` (undefined: none); metas never change. */
   private readonly known = new Map<string, string[] | undefined>()
   private lastKey?: string
+  /** Paths of the merged chunks that stand in for others (announced to workers). */
+  merged: string[] = []
 
   /**
    * After a listing (`all` complete chunks, `superseded` the ones a bigger chunk contains): which
@@ -45,6 +47,7 @@ export class MergeSwap {
     for (const p of this.known.keys()) if (!byPath.has(p)) this.known.delete(p)
     const changed = JSON.stringify([...next.values()]) !== JSON.stringify([...this.replaces.values()])
     this.replaces = next
+    this.merged = [...next.keys()]
     if (changed) this.lastKey = undefined
     return changed
   }

@@ -1,4 +1,4 @@
-import type { ChunkRef } from '../chunks/layout.js'
+import { parseChunkPath, type ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
 import type { DatasetView, HeldChunk } from '../query/types.js'
@@ -67,8 +67,6 @@ interface DatasetHolding {
   epoch: number
   /** Running leases per epoch of their view. */
   leases: Map<number, number>
-  /** The router's `merges` count of the dataset at the latest listing. */
-  merges?: number
 }
 
 export interface Lease {
@@ -364,17 +362,18 @@ export class WorkerNode {
       ds.desired = next
       // The router knows chunks this worker has not listed yet (new ones at the end, or one put back
       // where a chunk was missing): the listed chunks do not cover the desired ranges. List again.
-      // Merged chunks (compaction) cover ranges already covered: the router says when there are new ones.
       const covered = mergeRanges(ds.listing.filter((c) => rangesContain(ds.desired, c.first, c.last)))
-      // A new merge (compaction) lies inside ranges already covered: list again. Otherwise the
-      // router's newest chunks usually are what is missing (src/server/freshness.ts).
-      const merges = announced.find((a) => a.name === ds.name)?.merges
-      const coveredAlready = JSON.stringify(covered) === JSON.stringify(ds.desired)
-      if (coveredAlready && merges === ds.merges) continue
-      const extended = merges === ds.merges ? extendListing(ds.listing, recent?.[ds.name]) : undefined
-      const coversNow = extended && JSON.stringify(mergeRanges(extended.filter((c) => rangesContain(ds.desired, c.first, c.last)))) === JSON.stringify(ds.desired)
-      setListing(ds, coversNow ? extended : await this.opts.storage.listChunks(ds.name))
-      ds.merges = merges
+      // The router's newest chunks usually are what is missing (src/server/freshness.ts).
+      if (JSON.stringify(covered) !== JSON.stringify(ds.desired)) {
+        const extended = extendListing(ds.listing, recent?.[ds.name])
+        const coversNow = extended && JSON.stringify(mergeRanges(extended.filter((c) => rangesContain(ds.desired, c.first, c.last)))) === JSON.stringify(ds.desired)
+        setListing(ds, coversNow ? extended : await this.opts.storage.listChunks(ds.name))
+      }
+      // Merged chunks (compaction) cover ranges already covered, and an incremental listing of object
+      // storage skips them (their keys sort before those of the chunks they merge): the router names them.
+      const known = new Set(ds.listing.map((c) => c.path))
+      const merged = (announced.find((a) => a.name === ds.name)?.merged ?? []).filter((p) => !known.has(p)).map(parseChunkPath).filter((c) => c !== undefined)
+      if (merged.length) setListing(ds, [...ds.listing, ...merged].sort((a, b) => a.first - b.first || a.last - b.last))
     }
   }
 
