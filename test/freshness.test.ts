@@ -48,9 +48,8 @@ let sending: NodeJS.Timeout | undefined
 
 before(async () => {
   tmp = await tempDir('ba-freshness-')
-  anvil = await startAnvil(['--block-time', '1'])
-  // anvil's finalized head is 64 blocks below its latest: mine those at once, so it has one from the start
-  await anvil.rpc('anvil_mine', ['0x50'])
+  // a finalized head two blocks below the latest (anvil's default, two epochs of 32 slots, is 64)
+  anvil = await startAnvil(['--block-time', '1', '--slots-in-an-epoch', '1'])
   s3 = await startS3(['fresh'])
   const token = compile(TOKEN).Token
   const [alice, bob] = await anvil.rpc('eth_accounts')

@@ -27,6 +27,8 @@ import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
 
 /** Heartbeats after the first ping during which no download is ordered. */
 const SETTLE_HEARTBEATS = 2
+/** ...but at most this long: with slow heartbeats (a worker pinging hourly) the first downloads do not wait hours. */
+const SETTLE_MAX_MS = 10_000
 
 export interface RouterOptions {
   /** Chunks are held by this many workers (fewer if fewer are alive). */
@@ -422,7 +424,7 @@ export class RouterState {
   }
 
   private settling(now: number): boolean {
-    return this.firstPing === undefined || now - this.firstPing < SETTLE_HEARTBEATS * this.opts.heartbeatMs
+    return this.firstPing === undefined || now - this.firstPing < Math.min(SETTLE_HEARTBEATS * this.opts.heartbeatMs, SETTLE_MAX_MS)
   }
 
   /**

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict'
 import path from 'node:path'
+import { existsSync } from 'node:fs'
+import { listLocalChunks } from '../../src/chunks/layout.js'
 import { connect, lit } from '../../src/db.js'
 import type { FamilyDecl } from '../../src/families/declaration.js'
 
@@ -249,8 +251,10 @@ export function expectTables(n: NodeBlock): Record<string, Row[]> {
 export async function readTable(dataset: string, table: string): Promise<Row[]> {
   const con = await connect()
   try {
-    const glob = path.join(dataset, '*', '*', `${table}.parquet`)
-    const r = await con.runAndReadAll(`SELECT * FROM read_parquet(${lit(glob)}, union_by_name = true)`)
+    // the chunks a listing serves: a merged chunk, not the chunks it supersedes (compaction)
+    const files = (await listLocalChunks(dataset)).map((c) => path.join(dataset, c.path, `${table}.parquet`)).filter((f) => existsSync(f))
+    if (!files.length) return []
+    const r = await con.runAndReadAll(`SELECT * FROM read_parquet([${files.map(lit).join(', ')}], union_by_name = true)`)
     return r.getRowObjectsJS().map((row) => canon(row) as Row)
   } finally {
     con.closeSync()
