@@ -1,3 +1,4 @@
+import { isMainThread } from 'node:worker_threads'
 import { pino } from 'pino'
 
 /*
@@ -28,7 +29,14 @@ export interface ActiveLine {
   redraw(): void
 }
 
-let format: LogFormat = parseLogFormat(process.env.LOG_FORMAT) ?? (process.stderr.isTTY ? 'pretty' : 'json')
+/**
+ * Whether stderr is a terminal. A serving thread's stderr is a pipe to the main thread (never a TTY),
+ * so the main thread says it in BLOCK_ARCHIVE_STDERR_TTY (src/commands/serving-thread.ts); without
+ * that, `serve` on a terminal logged JSON lines between its human ones.
+ */
+export const stderrIsTerminal = (): boolean => (isMainThread ? process.stderr.isTTY === true : process.env.BLOCK_ARCHIVE_STDERR_TTY === '1')
+
+let format: LogFormat = parseLogFormat(process.env.LOG_FORMAT) ?? (stderrIsTerminal() ? 'pretty' : 'json')
 let activeLine: ActiveLine | undefined
 const jsonOut = pino.destination(2)
 
@@ -56,7 +64,7 @@ function flushJson(): void {
   }
 }
 
-const colors = (): boolean => !process.env.NO_COLOR && process.stderr.isTTY === true && process.stderr.hasColors?.() !== false
+const colors = (): boolean => !process.env.NO_COLOR && stderrIsTerminal() && (!isMainThread || process.stderr.hasColors?.() !== false)
 
 /** Where pino writes each serialized record (one JSON line). */
 const destination = {

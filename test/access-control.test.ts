@@ -75,7 +75,7 @@ describe('keys file reloads', () => {
   })
 })
 
-describe('access control, tickets and limits', { timeout: 240_000 }, () => {
+describe('access control, tickets and limits', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   let keysFile: string
@@ -266,11 +266,13 @@ describe('access control, tickets and limits', { timeout: 240_000 }, () => {
   })
 
   it('rate limits per key with 429 + Retry-After, and our client still completes a sync under it', async () => {
-    // carol: 8 requests/s, bursts of 1.
-    const first = await request(`${router}/datasets/anvil/height`, { headers: bearer(KEYS.carol) })
-    assert.equal(first.status, 200)
-    const second = await request(`${router}/datasets/anvil/height`, { headers: bearer(KEYS.carol) })
-    assert.equal(second.status, 429)
+    // carol: 8 requests/s, bursts of 1. Requests sent at once: the burst passes, the rest are refused
+    // (sent one after the other, a stall of the machine between them refills the bucket).
+    const atOnce = await Promise.all(Array.from({ length: 6 }, () => request(`${router}/datasets/anvil/height`, { headers: bearer(KEYS.carol) })))
+    const statuses = atOnce.map((a) => a.status)
+    assert.ok(statuses.includes(200) && statuses.every((s) => s === 200 || s === 429), String(statuses))
+    const second = atOnce.find((a) => a.status === 429)
+    assert.ok(second, String(statuses))
     assert.equal(json(second).error, 'rate-limited')
     assert.equal(second.headers['retry-after'], '1')
     assertNoKey('a 429 body', second.text)
@@ -445,9 +447,12 @@ describe('access control, tickets and limits', { timeout: 240_000 }, () => {
       assert.doesNotMatch(viaPath.text, /\?/)
       const q = await postJson(viaPath.text, { fromBlock: 0, toBlock: 0, ...HEADERS_ONLY })
       assert.equal(q.status, 200)
-      assert.equal((await request(`${base}/datasets/anvil/height`)).status, 200, 'the burst holds 2')
-      const third = await request(`${base}/datasets/anvil/height`)
-      assert.equal(third.status, 429)
+      // The burst holds 2, one is spent: of requests sent at once, one passes (two, if the bucket refilled meanwhile).
+      const atOnce = await Promise.all(Array.from({ length: 6 }, () => request(`${base}/datasets/anvil/height`)))
+      const statuses = atOnce.map((a) => a.status)
+      assert.ok(statuses.filter((s) => s === 200).length <= 2 && statuses.every((s) => s === 200 || s === 429), String(statuses))
+      const third = atOnce.find((a) => a.status === 429)
+      assert.ok(third, String(statuses))
       assert.match(json(third).message, /from this address/)
       assert.ok(Number(third.headers['retry-after']) >= 1)
       assert.deepEqual(json(await request(`${base}/status`)).access, {

@@ -16,7 +16,7 @@ import { tempDir } from './helpers/dataset.js'
 const DATASETS = ['ethereum-mainnet', 'starknet-mainnet', 'moonbeam', 'kusama', 'polkadot']
 const sh = promisify(execFile)
 
-describe('npm start (the demo) in a fresh folder', { timeout: 180_000 }, () => {
+describe('npm start (the demo) in a fresh folder', { timeout: 480_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>> | undefined
   after(async () => {
     killChildren()
@@ -26,25 +26,10 @@ describe('npm start (the demo) in a fresh folder', { timeout: 180_000 }, () => {
   it('builds and serves every bundled dataset; the printed height and query commands work as printed', async () => {
     tmp = await tempDir('ba-demo-')
     const t0 = performance.now()
-    const child = spawn(process.execPath, [CLI, 'demo', '--data', path.join(tmp.dir, 'demo'), '--port', '0'], { cwd: tmp.dir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
-    children.add(child)
-    let stderr = ''
-    child.stderr.on('data', (d) => (stderr += d))
-    const lines: string[] = []
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the demo did not finish starting: ${lines.join('\n')}\n${stderr}`)), 150_000)
-      child.once('exit', (code) => reject(new Error(`the demo exited with ${code}: ${stderr}`)))
-      createInterface({ input: child.stdout }).on('line', (line) => {
-        lines.push(line)
-        if (line.startsWith('or with the client')) {
-          clearTimeout(timer)
-          resolve()
-        }
-      })
-    })
+    const { child, lines, stderr } = await startDemo(tmp.dir)
     const startMs = performance.now() - t0
     // The human part comes without a flood of log lines before it.
-    assert.equal(stderr.trim(), '', stderr)
+    assert.equal(stderr().trim(), '', stderr())
     const text = lines.join('\n')
     for (const name of DATASETS) {
       const m = new RegExp(`^dataset ${name}: (\\S+)$`, 'm').exec(text)
@@ -70,5 +55,34 @@ describe('npm start (the demo) in a fresh folder', { timeout: 180_000 }, () => {
       assert.equal(JSON.parse(r.stdout.trim().split('\n')[0]).header.number, first)
     }
     console.log(`# demo: first start (builds the datasets) to printed URLs in ${(startMs / 1000).toFixed(1)} s`)
+    assert.equal(lines.filter((l) => l.startsWith('preparing ')).length, DATASETS.length)
+
+    // Started again: the datasets are there, nothing is prepared.
+    child.kill('SIGTERM')
+    await new Promise((resolve) => child.once('exit', resolve))
+    const again = await startDemo(tmp.dir)
+    assert.deepEqual(again.lines.filter((l) => l.startsWith('preparing ')), [])
+    assert.equal(again.stderr().trim(), '', again.stderr())
   })
 })
+
+/** `demo` over `<dir>/demo`, until it has printed its instructions. */
+async function startDemo(dir: string) {
+  const child = spawn(process.execPath, [CLI, 'demo', '--data', path.join(dir, 'demo'), '--port', '0'], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+  children.add(child)
+  let stderr = ''
+  child.stderr.on('data', (d) => (stderr += d))
+  const lines: string[] = []
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the demo did not finish starting: ${lines.join('\n')}\n${stderr}`)), 150_000)
+    child.once('exit', (code) => reject(new Error(`the demo exited with ${code}: ${stderr}`)))
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      lines.push(line)
+      if (line.startsWith('or with the client')) {
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+  })
+  return { child, lines, stderr: () => stderr }
+}

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { describe, it } from 'node:test'
 import { IngestProgress } from '../src/ingest/progress.js'
 import { log, logFormat, parseLogFormat, prettyLine, setActiveLine, setLogFormat } from '../src/log.js'
-import { runCli, startCli, until } from './helpers/cli.js'
+import { CLI, runCli, startCli, until } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
 
 /*
@@ -115,6 +117,26 @@ describe('log format on the CLI', () => {
     const badEnv = await runCli(['serve', '--data', '/nonexistent-block-archive-folder'], undefined, { LOG_FORMAT: 'text' })
     assert.equal(badEnv.code, 1)
     assert.match(badEnv.stderr, /LOG_FORMAT=text is not a log format; expected one of pretty, json/)
+  })
+
+  // The serving commands run in a worker thread, whose own stderr is never a terminal.
+  it('serve on a terminal logs pretty lines, as the other commands do', { skip: !existsSync('/usr/bin/script') && 'needs script(1) for a terminal' }, async () => {
+    const tmp = await tempDir('ba-logtty-')
+    const command = [process.execPath, CLI, 'serve', '--data', tmp.dir, '--port', '0', '--workers', '1'].map((a) => `'${a}'`).join(' ')
+    const child = spawn('/usr/bin/script', ['-qfc', command, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info', LOG_FORMAT: '', NO_COLOR: '1' } })
+    let out = ''
+    child.stdout.on('data', (d) => (out += d))
+    try {
+      await until('router listening', async () => (/router listening/.test(out) ? true : undefined), 60_000)
+      const lines = out.split(/\r?\n/).filter((l) => /router listening/.test(l))
+      assert.match(lines[0], /^\d\d:\d\d:\d\d INFO  router listening url=http:\/\/127\.0\.0\.1:\d+ storage=/, out)
+      assert.doesNotMatch(out, /"level":/, out)
+    } finally {
+      const exited = new Promise((resolve) => child.once('exit', resolve))
+      child.kill('SIGTERM')
+      await exited
+      await tmp.cleanup()
+    }
   })
 
   it('JSON when stderr is not a terminal; LOG_FORMAT=pretty or --log-format pretty give pretty lines; the flag wins', async () => {

@@ -13,7 +13,7 @@ import { freePort } from './helpers/http.js'
 
 /*
  * The README's session without a node (the ```sh block after `<!-- readme-session -->`), run line by
- * line as a reader runs it, in a fresh folder: `npx block-archive` is the built CLI, `&` lines run in
+ * line as a reader runs it, in a fresh folder: `npx block-archive` and `node dist/src/cli.js` are the built CLI, `&` lines run in
  * the background until the lines their comment says they print (`# prints rpc: http://…`) appear,
  * `kill %1 %2` stops them. The fixed ports of the text are replaced by free ones; nothing else is
  * changed. Then: replay-rpc's printed ingest commands run as printed, and what ingest says when the
@@ -92,9 +92,10 @@ function background(args: string[], prefixes: string[]) {
   return { child, lines, ready, exited, value: (prefix: string) => lines.find((l) => l.startsWith(`${prefix}: `))?.slice(prefix.length + 2) }
 }
 
-/** `npx block-archive …` (or `block-archive …`) → the CLI's arguments. */
+/** `npx block-archive …`, `node dist/src/cli.js …` (or `block-archive …`) → the CLI's arguments. */
 function cliArgs(words: string[]): string[] {
   if (words[0] === 'npx' && words[1] === 'block-archive') return words.slice(2)
+  if (words[0] === 'node' && words[1] === 'dist/src/cli.js') return words.slice(2)
   if (words[0] === 'block-archive') return words.slice(1)
   throw new Error(`not a block-archive command: ${words.join(' ')}`)
 }
@@ -143,9 +144,9 @@ describe('the README session without a node, verbatim', { timeout: 180_000 }, ()
         await r.ready
         for (const m of comment.matchAll(/([\w ]+?): (http\S+)/g)) {
           const p = m[1].replace(/^.*\b(prints|and) /, '')
-          assert.equal(r.value(p), m[2].replace(/,$/, ''), `${words[2]} prints ${p}: as the README says`)
+          assert.equal(r.value(p), m[2].replace(/,$/, ''), `${cliArgs(words)[0]} prints ${p}: as the README says`)
         }
-        if (words[2] === 'replay-rpc') printedIngest = await until('its ingest command', async () => r.value('ingest'))
+        if (cliArgs(words)[0] === 'replay-rpc') printedIngest = await until('its ingest command', async () => r.value('ingest'))
       } else {
         const args = cliArgs(words)
         if (args[0] === 'ingest') assert.equal(line.trim(), printedIngest, 'the README ingest command is the one replay-rpc prints')
@@ -178,6 +179,9 @@ describe('the README session without a node, verbatim', { timeout: 180_000 }, ()
       count += want.length
     }
     assert.ok(count > 10, `USDT logs in the recorded blocks: ${count}`)
+    // as the README says: the first block of the range comes too, with no logs
+    assert.equal(logs[0].header.number, 1000000)
+    assert.deepEqual(logs[0].logs ?? [], [])
 
     // The Substrate dataset: the contract's events, as @polkadot/types decoded the recording.
     const substrateIngest = outputs.find((o) => o.args[0] === 'ingest' && o.args.includes('substrate'))!

@@ -724,7 +724,7 @@ function traceRelationQueries(data: FullBlock[]): { queries: NamedQuery[]; cases
   return { queries, cases }
 }
 
-describe('Starknet trace relations against the reference: block 25 recorded, block 480000 with recorded traces and DERIVED header/receipts', { timeout: 60_000 }, () => {
+describe('Starknet trace relations against the reference: block 25 recorded, block 480000 with recorded traces and DERIVED header/receipts', { timeout: 300_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   let srv: Served

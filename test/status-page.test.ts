@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { existsSync } from 'node:fs'
+import { mkdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { chromium, type Browser } from 'playwright-core'
@@ -7,12 +7,14 @@ import type { ChunkRef } from '../src/chunks/layout.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { rangesContain } from '../src/server/ranges.js'
 import { RouterServer } from '../src/server/router-http.js'
+import { RouterState } from '../src/server/router.js'
 import { renderStatusPage, type RouterStatus } from '../src/server/status-page.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
 import { until } from './helpers/cli.js'
+import { CHROMIUM_HINT, findChromium } from './helpers/chromium.js'
 
 /*
  * The operator view: /health, /ready, /status and the status page of a real router with two workers
@@ -22,7 +24,7 @@ import { until } from './helpers/cli.js'
  * STATUS_SCREENSHOT=<file.png> saves a screenshot of the page.
  */
 
-const CHROMIUM = '/usr/bin/chromium'
+const CHROMIUM = findChromium()
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
 const BROWSER_ACCEPT = 'text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8'
 const HEARTBEAT = 100
@@ -175,12 +177,12 @@ describe('operator view', { timeout: 120_000 }, () => {
   })
 
   it('renders a coverage bar per worker and dataset, segments proportional to the ranges held', async (t) => {
-    if (!existsSync(CHROMIUM)) {
-      if (process.env.CI) assert.fail(`${CHROMIUM} not found: the status page test needs Debian's chromium (apt-get install chromium)`)
-      t.skip(`${CHROMIUM} not found: chromium not installed: apt-get install chromium`)
+    if (!CHROMIUM) {
+      if (process.env.CI) assert.fail(`no Chromium found: ${CHROMIUM_HINT}`)
+      t.skip(`no Chromium found: ${CHROMIUM_HINT}`)
       return
     }
-    const browser: Browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS })
+    const browser: Browser = await chromium.launch({ executablePath: CHROMIUM!, args: CHROMIUM_ARGS })
     try {
       const page = await browser.newPage({ viewport: { width: 1200, height: 800 } })
       // A real navigation: the browser's own Accept header must get the HTML page.
@@ -276,6 +278,43 @@ describe('operator view', { timeout: 120_000 }, () => {
     }
   })
 
+  it('finds Chromium on the PATH under its usual names, or at CHROMIUM_PATH', async () => {
+    const bin = path.join(tmp.dir, 'bin')
+    await mkdir(bin, { recursive: true })
+    const fake = path.join(bin, 'chromium-browser')
+    await writeFile(fake, '#!/bin/sh\n', { mode: 0o755 })
+    assert.equal(findChromium({ PATH: ['/nonexistent', bin].join(path.delimiter) }), fake)
+    assert.equal(findChromium({ PATH: '/nonexistent' }), undefined)
+    assert.equal(findChromium({ PATH: bin, CHROMIUM_PATH: '/nonexistent/chrome' }), undefined)
+    assert.equal(findChromium({ PATH: '', CHROMIUM_PATH: fake }), fake)
+  })
+
+  it('coverage counts the blocks the chunks cover: a sparse dataset held whole is 100 %', () => {
+    const sparse = [[1000000, 1000000], [4369999, 4369999], [18000000, 18000000], [18500000, 18500000]] as [number, number][]
+    const status: RouterStatus = {
+      datasets: [{ name: 'eth', family: 'evm', height: 18500000, chunks: 1, lastChunkBlock: 18500000, problems: [], spans: sparse }],
+      workers: [
+        { id: 'all', url: 'http://a.invalid', alive: true, lastPingMsAgo: 10, queriesPerSecond: 0, assignedChunks: 1, state: { eth: [[1000000, 18500000]] } },
+        { id: 'half', url: 'http://b.invalid', alive: true, lastPingMsAgo: 10, queriesPerSecond: 0, assignedChunks: 1, state: { eth: [[1000000, 4369999]] } },
+      ],
+    }
+    const html = renderStatusPage(status, { refreshSeconds: 0 })
+    const shares = [...html.matchAll(/<span class="share">\(([^)]*)\)<\/span>/g)].map((m) => m[1])
+    assert.deepEqual(shares, ['100 %', '50 %'])
+  })
+
+  it('says in problems when every worker is dead', async () => {
+    const state = new RouterState(new LocalStorage(tmp.dir), { replication: 1, heartbeatMs: 100, missedHeartbeats: 3 })
+    await state.relist(true)
+    const t0 = Date.now()
+    state.ping({ worker_id: 'w', worker_url: 'http://w.invalid:1', state: {} }, t0)
+    assert.deepEqual(state.status(t0).datasets.map((d) => d.problems), [[], []])
+    const later = state.status(t0 + 10_000).datasets
+    for (const d of later) assert.deepEqual(d.problems, ['every worker is dead (1 registered, none pinged in the last 300 ms): no block is served'])
+    // coverage spans: one per run of adjacent chunks
+    assert.deepEqual(later.find((d) => d.name === 'alpha')!.spans, [[0, 127]])
+  })
+
   it('escapes what workers send (ids, URLs) and dataset problems', async (t) => {
     const hostile = '<img src=x onerror="window.pwned=1">'
     const status: RouterStatus = {
@@ -285,11 +324,11 @@ describe('operator view', { timeout: 120_000 }, () => {
     const html = renderStatusPage(status, { refreshSeconds: 0 })
     assert.doesNotMatch(html, /<img|<script>window|<b>/)
     assert.match(html, /1\.2 s ago/)
-    if (!existsSync(CHROMIUM)) {
-      t.skip('chromium not installed: apt-get install chromium')
+    if (!CHROMIUM) {
+      t.skip(`no Chromium found: ${CHROMIUM_HINT}`)
       return
     }
-    const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS })
+    const browser = await chromium.launch({ executablePath: CHROMIUM!, args: CHROMIUM_ARGS })
     try {
       const page = await browser.newPage()
       await page.setContent(html)

@@ -138,11 +138,23 @@ export function isRetryable(e: unknown): boolean {
   return name === 'TimeoutError' || name === 'AbortError'
 }
 
+/** A dataset's base URL must be an http(s) URL; anything else gets what one looks like. */
+function checkBaseUrl(baseUrl: string): void {
+  let url: URL | undefined
+  try {
+    url = new URL(baseUrl)
+  } catch {}
+  if (url?.protocol !== 'http:' && url?.protocol !== 'https:') {
+    throw new TypeError(`"${baseUrl}" is not a dataset base URL: it looks like http://HOST:PORT/datasets/<name>, e.g. http://127.0.0.1:8080/datasets/ethereum (serve prints each dataset's)`)
+  }
+}
+
 export class ArchiveClient {
   readonly baseUrl: string
   private readonly opts: Required<Omit<ClientOptions, 'onRetry' | 'headers' | 'apiKey'>> & Pick<ClientOptions, 'onRetry' | 'headers' | 'apiKey'>
 
   constructor(baseUrl: string, opts: ClientOptions = {}) {
+    checkBaseUrl(baseUrl)
     this.baseUrl = baseUrl.replace(/\/+$/, '')
     this.opts = {
       maxAttempts: 8,

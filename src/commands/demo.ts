@@ -1,5 +1,6 @@
 import path from 'node:path'
 import type { Command } from 'commander'
+import { readDatasetMeta } from '../chunks/layout.js'
 import { ingestRecorded, ingestRecordedStarknet } from '../ingest/recorded.js'
 import { ingestRecordedPapi } from '../ingest/substrate/papi/recorded.js'
 import { ingestRecordedSidecar } from '../ingest/substrate/sidecar/recorded.js'
@@ -103,7 +104,8 @@ export function registerDemo(program: Command): void {
       if (process.env.LOG_LEVEL === undefined && log.isLevelEnabled('info')) log.level = 'warn'
       const root = path.resolve(o.data)
       for (const [name, d] of Object.entries(DATASETS)) {
-        console.log(`preparing ${name} in ${path.join(root, name)} …`)
+        // Built once: a later start finds it complete and writes nothing (the ingest resumes after its last chunk).
+        if (!(await readDatasetMeta(path.join(root, name)))) console.log(`preparing ${name} in ${path.join(root, name)} …`)
         await d.build(path.join(root, name), name)
       }
       const start = (port: number) => startCluster({ storage: new LocalStorage(root), host: o.host, port, workers: o.workers, heartbeatMs: 1000 })

@@ -56,7 +56,7 @@ function abortOnSignal(): AbortController {
 export function registerIngest(program: Command): void {
   program
     .command('ingest')
-    .description('read blocks from an EVM or Starknet JSON-RPC node and write immutable Parquet chunks ({top}/{first}-{last}-{hash}/*.parquet); resumes after the last complete chunk')
+    .description('read blocks from an EVM, Starknet or Substrate node (JSON-RPC; Substrate also Sidecar or decoded dumps) and write immutable Parquet chunks ({top}/{first}-{last}-{hash}/*.parquet); resumes after the last complete chunk')
     .addOption(choice('--family <family>', 'chain family of the node', 'BLOCK_ARCHIVE_FAMILY', ['evm', 'starknet', 'substrate'], 'evm'))
     .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https; ws/wss for substrate)', 'BLOCK_ARCHIVE_RPC'))
     .addOption(opt('--sidecar <url>', 'substrate: read decoded blocks from a Substrate API Sidecar instead of the node (GET /blocks/{n}); see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_SIDECAR'))

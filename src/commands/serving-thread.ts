@@ -24,7 +24,12 @@ export function startServingThread(cliUrl: URL, argv: string[]): boolean {
   const off = ['off', '0', 'false'].includes((process.env.BLOCK_ARCHIVE_SERVE_THREAD ?? '').trim().toLowerCase())
   if (!isMainThread || off || !SERVING_COMMANDS.has(commandOf(args))) return false
   if (args.some((a) => a === '--help' || a === '-h')) return false
-  const thread = new Worker(cliUrl, { argv: args, resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB } })
+  const thread = new Worker(cliUrl, {
+    argv: args,
+    resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB },
+    // The thread's stderr is a pipe to this one: it learns here whether the log goes to a terminal (src/log.ts).
+    env: { ...process.env, BLOCK_ARCHIVE_STDERR_TTY: process.stderr.isTTY ? '1' : '0' },
+  })
   const forward = (signal: NodeJS.Signals) => thread.postMessage({ signal })
   process.on('SIGINT', forward)
   process.on('SIGTERM', forward)

@@ -81,6 +81,31 @@ export function isTransientRpcError(code: number, message: string): boolean {
 
 class Retryable extends Error {}
 
+/*
+ * An HTTP server that is no JSON-RPC node (a web server, a wrong port or path) answers a complete
+ * body that is no JSON-RPC answer: a 4xx (other than 408 and 429) or 501/505, or an HTML page. Trying
+ * it again cannot help, so it fails at once.
+ */
+const NEVER_RETRIED = new Set([501, 505])
+
+function notANode(status: number, text: string): boolean {
+  const permanent = (status >= 400 && status < 500 && status !== 408 && status !== 429) || NEVER_RETRIED.has(status)
+  if (!permanent && !(status === 200 && /^\s*</.test(text))) return false
+  try {
+    const json = JSON.parse(text)
+    return !(json && typeof json === 'object' && (Array.isArray(json) || 'error' in json || 'result' in json))
+  } catch {
+    return true
+  }
+}
+
+/** The start of a body for a one-line message: tags and runs of blanks dropped. */
+function excerpt(text: string): string {
+  const plain = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim()
+  if (!plain) return ''
+  return `: ${plain.length > 120 ? `${plain.slice(0, 120)}…` : plain}`
+}
+
 export class RpcClient {
   readonly url: string
   private readonly concurrency: number
@@ -179,16 +204,20 @@ export class RpcClient {
       : calls.map((c, i) => ({ jsonrpc: '2.0', id: ids[i], method: c.method, params: c.params }))
     let raw: Buffer
     let status: number
+    let statusText: string
     this.stats.requests++
     this.stats.calls += calls.length
     try {
-      ;({ status, body: raw } = await this.post(JSON.stringify(body)))
+      ;({ status, statusText, body: raw } = await this.post(JSON.stringify(body)))
     } catch (e: any) {
       throw new Retryable(e?.cause?.message ?? e?.message ?? String(e))
     }
     // JSON from nodes is ASCII nearly always: its length in characters is its length in bytes
     const ascii = isAscii(raw)
     const text = () => decodeText(raw, ascii)
+    if (notANode(status, text())) {
+      throw new RpcProtocolError(`${this.url} is not a JSON-RPC node: HTTP ${status}${statusText ? ` ${statusText}` : ''}${excerpt(text())}`)
+    }
     if (status === 429 || status >= 500) throw new Retryable(`HTTP ${status}: ${text().slice(0, 200)}`)
     if (scan && ascii && status === 200 && looksComplete(raw, calls.length > 1) && !hasErrorMember(raw)) {
       // scanned in place: a string of the body would be one more copy of it, and garbage to collect
@@ -248,7 +277,7 @@ export class RpcClient {
    * One POST over a kept-alive connection (node:http: the body arrives as Buffers and is decoded once,
    * which costs less than fetch's streams for answers of many MB).
    */
-  private post(body: string): Promise<{ status: number; body: Buffer }> {
+  private post(body: string): Promise<{ status: number; statusText: string; body: Buffer }> {
     return new Promise((resolve, reject) => {
       const req = (this.https ? https : http).request(this.target, {
         method: 'POST',
@@ -272,7 +301,7 @@ export class RpcClient {
         res.on('aborted', () => reject(new Error('the connection was closed before the answer was complete')))
         res.on('end', () => {
           if (!res.complete) return reject(new Error('the connection was closed before the answer was complete'))
-          resolve({ status: res.statusCode ?? 0, body: body.subarray(0, size) })
+          resolve({ status: res.statusCode ?? 0, statusText: res.statusMessage ?? '', body: body.subarray(0, size) })
         })
       })
       const timer = setTimeout(() => req.destroy(new Error(`timed out after ${this.timeoutMs} ms`)), this.timeoutMs)

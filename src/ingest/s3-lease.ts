@@ -124,9 +124,8 @@ export class S3Lease {
     if (this.renewing || this.lost) return
     this.renewing = (async () => {
       try {
-        const have = await this.read()
-        if (have === TORN) log.warn({ key: this.key, bucket: this.bucket }, 'the ingest lease object is cut short (an aborted write); writing it again')
-        else if (have?.owner !== this.owner) {
+        const have = await this.readBack()
+        if (have?.owner !== this.owner) {
           this.lost = this.takenBy(have)
           this.stop()
           return

@@ -84,6 +84,8 @@ export interface HttpOptions {
   bodyLimit?: number
   /** Answers `GET /ready`; absent → always ready. */
   readiness?: () => Readiness
+  /** Appended to the 404 of an unknown route: what the routes look like (the request's path, without query). */
+  notFoundHint?: (path: string) => string | undefined
 }
 
 export interface Readiness {
@@ -125,7 +127,9 @@ export function createHttp(opts: HttpOptions): FastifyInstance {
     sendApiError(reply, err)
   })
   app.setNotFoundHandler((req, reply) => {
-    sendApiError(reply, new ApiError(404, 'not-found', `no such route: ${req.method} ${redactSecrets(req.url.split('?')[0])}`))
+    const route = redactSecrets(req.url.split('?')[0])
+    const hint = opts.notFoundHint?.(route)
+    sendApiError(reply, new ApiError(404, 'not-found', `no such route: ${req.method} ${route}${hint ? `; ${hint}` : ''}`))
   })
   app.addHook('onResponse', async (req, reply) => {
     observe(opts.service, req, reply.statusCode, reply.elapsedTime)

@@ -86,6 +86,7 @@ export class RouterServer {
       service: 'router',
       bodyLimit: opts.bodyLimit,
       readiness: () => (this.listed ? { ready: true } : { ready: false, reason: 'storage not listed yet' }),
+      notFoundHint: (route) => this.routeHint(route),
     })
     this.routes()
   }
@@ -121,6 +122,15 @@ export class RouterServer {
     const run = this.listing.then(job)
     this.listing = run.catch(() => undefined)
     return run
+  }
+
+  /** A dataset's base URL is `/datasets/<name>`: said in the 404 of other paths, with the datasets there are. */
+  private routeHint(route: string): string {
+    const names = this.state.datasetNames()
+    const first = route.split('/')[1] ?? ''
+    const meant = names.some((n) => encodeURIComponent(n) === first) ? `did you mean /datasets${route}? ` : ''
+    const listed = names.length ? `datasets: ${names.slice(0, 20).join(', ')}${names.length > 20 ? ', …' : ''}` : 'no datasets yet'
+    return `${meant}a dataset's base URL is http://HOST:PORT/datasets/<name> (GET …/height, GET …/<block>/worker; GET /datasets lists them); ${listed}`
   }
 
   /** Run `job` every `ms`, never overlapping with itself. */

@@ -364,6 +364,9 @@ export class RouterState {
 
   status(now = Date.now()) {
     this.advanceHeights(now)
+    // Workers registered, none alive: nothing is served, which the listing's problems do not show.
+    const silent = this.workers.size > 0 && this.liveWorkers(now).length === 0
+    const allDead = `every worker is dead (${this.workers.size} registered, none pinged in the last ${this.opts.heartbeatMs * this.opts.missedHeartbeats} ms): no block is served`
     return {
       datasets: [...this.datasets.values()].map((ds) => ({
         name: ds.name,
@@ -371,9 +374,10 @@ export class RouterState {
         url: ds.url,
         height: ds.height,
         chunks: ds.chunks.length,
-        problems: ds.problems,
+        problems: silent && ds.chunks.length ? [...ds.problems, allDead] : ds.problems,
         lastChunkBlock: ds.chunks.at(-1)?.last ?? -1,
         lag: this.lags.get(ds.name)?.lag(ds.height, now) ?? null,
+        spans: chunkSpans(ds.chunks),
       })),
       workers: [...this.workers.values()].map((w) => ({
         id: w.id,
@@ -488,4 +492,15 @@ function forEachHeld(chunks: readonly ChunkRef[], ranges: readonly Range[], f: (
       if (chunks[i].first >= first) f(chunks[i], i)
     }
   }
+}
+
+/** The block ranges the chunks cover, adjacent and overlapping chunks merged (one range for a dense dataset). */
+function chunkSpans(chunks: readonly { first: number; last: number }[]): [number, number][] {
+  const spans: [number, number][] = []
+  for (const c of chunks) {
+    const prev = spans.at(-1)
+    if (prev && c.first <= prev[1] + 1) prev[1] = Math.max(prev[1], c.last)
+    else spans.push([c.first, c.last])
+  }
+  return spans
 }

@@ -16,6 +16,8 @@ export interface DatasetStatus {
   problems: string[]
   /** Behind the node, from the ingest's head.json (absent or null without one). */
   lag?: { nodeHead: number; blocks: number; seconds: number } | null
+  /** The block ranges the chunks cover (a sparse dataset's are far apart); absent: [0, lastChunkBlock]. */
+  spans?: Range[]
 }
 
 export interface WorkerStatus {
@@ -144,12 +146,16 @@ function coverageRow(w: WorkerStatus, d: DatasetStatus, colour: string): string 
     ([from, to]) =>
       `<div class="segment" data-from="${from}" data-to="${to}" title="${formatInt(from)}–${formatInt(to)}" style="left:${percent(from / span)};width:${percent((to - from + 1) / span)};background:${colour}"></div>`,
   )
-  const held = ranges.reduce((n, [from, to]) => n + to - from + 1, 0)
+  // The share of the blocks the chunks cover, not of the numbers up to the last one (a sparse
+  // dataset of four blocks spread over 18 million numbers is all held by one worker: 100 %).
+  const spans = d.spans ?? (last >= 0 ? [[0, last] as Range] : [])
+  const covered = spans.reduce((n, [from, to]) => n + to - from + 1, 0)
+  const held = ranges.reduce((n, [from, to]) => n + spans.reduce((m, [a, b]) => m + Math.max(0, Math.min(to, b) - Math.max(from, a) + 1), 0), 0)
   const summary = last < 0 ? 'no chunks' : ranges.length ? ranges.map(([from, to]) => `${formatInt(from)}–${formatInt(to)}`).join(', ') : 'nothing held'
   return `<div class="coverage-row">
 <span class="coverage-label">${escapeHtml(d.name)}</span>
 <div class="coverage${last < 0 ? ' empty' : ''}" data-worker="${escapeHtml(w.id)}" data-dataset="${escapeHtml(d.name)}" data-last="${last}" title="${escapeHtml(d.name)}: blocks 0–${last < 0 ? '?' : formatInt(last)}">${segments.join('')}</div>
-<span class="coverage-text">${summary}${last >= 0 && held ? ` <span class="share">(${formatShare(held / span)})</span>` : ''}</span>
+<span class="coverage-text">${summary}${last >= 0 && held && covered ? ` <span class="share">(${formatShare(held / covered)})</span>` : ''}</span>
 </div>`
 }
 

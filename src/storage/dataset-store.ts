@@ -1,6 +1,7 @@
 import { copyFile, readdir, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { hashFile, parseChunkPath, readChunkMeta, readDatasetMeta, scanLocalChunks, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { log } from '../log.js'
 import { downloadObject, getText, isS3Url, joinKey, listFolders, listObjects, parseS3Url, s3Url, type DownloadResult } from './s3.js'
 
 /*
@@ -41,8 +42,29 @@ export async function discoverDatasets(url: string): Promise<{ url: string; meta
   for (const sub of await subfolders(url)) {
     const meta = await openDatasetStore(sub).meta()
     if (meta) out.push({ url: sub, meta })
+    else await reportNested(url, sub)
   }
   return out
+}
+
+/** Folders without dataset.json already looked into for datasets one level further down (once per process). */
+const examined = new Set<string>()
+
+/**
+ * Only a dataset or a folder of datasets is served: datasets one level further down are not. Says so
+ * (once per folder), naming them and the --data that would serve them.
+ */
+async function reportNested(root: string, folder: string): Promise<void> {
+  if (examined.has(folder)) return
+  examined.add(folder)
+  const nested: string[] = []
+  for (const sub of await subfolders(folder).catch(() => [])) if (await openDatasetStore(sub).meta().catch(() => undefined)) nested.push(sub)
+  if (nested.length === 0) return
+  const names = nested.map((n) => n.slice(folder.length + 1))
+  log.warn(
+    { data: normalizeUrl(root), folder, skipped: names },
+    `not serving the datasets in ${folder} (${names.join(', ')}): it has no dataset.json, and --data ${normalizeUrl(root)} serves only its dataset folders one level down; give --data ${folder} too`,
+  )
 }
 
 export function normalizeUrl(url: string): string {
