@@ -52,6 +52,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     relistMs: opts.relistMs ?? DEFAULT_ROUTER_OPTIONS.relistMs,
     headWatch: opts.headWatch,
     groupChunks: opts.groupChunks,
+    expectedWorkers: opts.workers ?? 2,
     access: opts.access,
   })
   const routerUrl = await router.start(host, opts.port ?? 0)

@@ -39,6 +39,11 @@ export interface RouterOptions {
   missedHeartbeats: number
   /** Average consecutive chunks assigned together (default 8; 1: each chunk on its own). */
   groupChunks?: number
+  /**
+   * The workers there are, when the router knows it (`serve` starts them itself): the settle window
+   * after the first ping ends as soon as that many have pinged.
+   */
+  expectedWorkers?: number
 }
 
 export const DEFAULT_GROUP_CHUNKS = 8
@@ -296,10 +301,16 @@ export class RouterState {
     w.lastPing = now
     w.state = new Map(Object.entries(msg.state).filter(([name]) => this.datasets.has(name)))
     w.queryRate.report(msg.queries, now)
+    const wasSettling = this.settling(now)
     this.firstPing ??= now
     this.updateLive(now)
     this.advanceHeights(now)
     const desired = this.desiredFor(w, now)
+    if (wasSettling && !this.settling(now)) {
+      // the workers told to wait learn their assignment now rather than at their next heartbeat
+      const others = [...this.workers.values()].filter((o) => o !== w && this.isAlive(o, now)).map((o) => o.url)
+      if (others.length) this.onNewChunks?.(others)
+    }
     if (registering && !this.settling(now) && Object.values(desired).every((r) => r.length === 0)) {
       const chunks = [...this.datasets.values()].reduce((n, d) => n + d.chunks.length, 0)
       log.warn(
@@ -428,7 +439,9 @@ export class RouterState {
   }
 
   private settling(now: number): boolean {
-    return this.firstPing === undefined || now - this.firstPing < Math.min(SETTLE_HEARTBEATS * this.opts.heartbeatMs, SETTLE_MAX_MS)
+    if (this.firstPing === undefined) return true
+    if (this.opts.expectedWorkers !== undefined && this.live.size >= this.opts.expectedWorkers) return false
+    return now - this.firstPing < Math.min(SETTLE_HEARTBEATS * this.opts.heartbeatMs, SETTLE_MAX_MS)
   }
 
   /**
