@@ -35,3 +35,28 @@ export async function checkContinuity(chunks: ChunkRef[], metaOf: (c: ChunkRef) 
   }
   return { servable: chunks.slice(0, end), problems }
 }
+
+/**
+ * `checkContinuity` over the successive listings of one dataset: a listing that only adds chunks
+ * after a listing without problems is checked from the last chunk before on, so a relisting costs
+ * what is new, not the whole dataset (the paths are still compared, which is cheap).
+ */
+export class ContinuityTracker {
+  private listed: ChunkRef[] = []
+  private problems: string[] = []
+
+  async check(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkMeta>): Promise<Continuity> {
+    const n = this.listed.length
+    const grew = n > 0 && this.problems.length === 0 && chunks.length >= n && this.listed.every((c, i) => c.path === chunks[i].path)
+    let result: Continuity
+    if (grew) {
+      const tail = await checkContinuity(chunks.slice(n - 1), metaOf)
+      result = { servable: chunks.slice(0, n - 1 + tail.servable.length), problems: tail.problems }
+    } else {
+      result = await checkContinuity(chunks, metaOf)
+    }
+    this.listed = chunks
+    this.problems = result.problems
+    return result
+  }
+}

@@ -4,7 +4,7 @@ import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { QueryRate } from './query-rate.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
-import { checkContinuity } from './continuity.js'
+import { ContinuityTracker } from './continuity.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
 
 /*
@@ -79,8 +79,11 @@ interface DatasetEntry {
 export class RouterState {
   private readonly datasets = new Map<string, DatasetEntry>()
   private readonly workers = new Map<string, WorkerEntry>()
+  /** Per dataset: the last listing's continuity, so a relisting checks only what is new. */
+  private readonly continuity = new Map<string, ContinuityTracker>()
   /** Live worker ids as the assignments know them. */
   private readonly live = new Set<string>()
+  private lastLiveScan = -Infinity
   /** Time of the first ping: orders to download wait one liveness window after it. */
   private firstPing?: number
 
@@ -118,7 +121,9 @@ export class RouterState {
       let chunks: ChunkRef[]
       let problems: string[]
       try {
-        ;({ servable: chunks, problems } = await checkContinuity(await this.storage.listChunks(info.name), (c) => this.storage.chunkMeta(info.name, c)))
+        let tracker = this.continuity.get(info.name)
+        if (!tracker) this.continuity.set(info.name, (tracker = new ContinuityTracker()))
+        ;({ servable: chunks, problems } = await tracker.check(await this.storage.listChunks(info.name), (c) => this.storage.chunkMeta(info.name, c)))
       } catch (e) {
         if (strict) throw e
         log.error({ err: e, dataset: info.name }, 'router: cannot list chunks')
@@ -163,7 +168,9 @@ export class RouterState {
     w.state = new Map(Object.entries(msg.state).filter(([name]) => this.datasets.has(name)))
     w.queryRate.report(msg.queries, now)
     this.firstPing ??= now
-    this.updateLive(now)
+    // A newcomer changes the live set at once; workers that went silent are found at most every
+    // quarter heartbeat (and by `tick`), not at each of many workers' pings.
+    if (!this.live.has(w.id) || now - this.lastLiveScan >= this.opts.heartbeatMs / 4) this.updateLive(now)
     this.advanceHeights(now)
     const desired = this.desiredFor(w, now)
     if (registering && !this.settling(now) && Object.values(desired).every((r) => r.length === 0)) {
@@ -297,6 +304,11 @@ export class RouterState {
     const settling = this.settling(now)
     for (const ds of this.datasets.values()) {
       const held = w.state.get(ds.name) ?? []
+      // The usual case: the worker holds exactly its assignment.
+      if (!settling && sameRanges(held, ds.assignment.rangesOf(w.id))) {
+        out[ds.name] = ds.assignment.rangesOf(w.id)
+        continue
+      }
       const keep: ChunkRef[] = []
       forEachHeld(ds.chunks, held, (c, i) => {
         if (ds.assignment.isAssigned(i, w.id) ? settling : !this.hasAssignedHolder(ds, i, now)) keep.push(c)
@@ -319,6 +331,7 @@ export class RouterState {
 
   /** Bring the live set up to date; the assignments follow its changes. */
   private updateLive(now: number): void {
+    this.lastLiveScan = now
     let changed = false
     for (const w of this.workers.values()) {
       const alive = this.isAlive(w, now)
@@ -339,19 +352,28 @@ export class RouterState {
   }
 }
 
+function sameRanges(a: readonly Range[], b: readonly Range[]): boolean {
+  return a.length === b.length && a.every((r, i) => r[0] === b[i][0] && r[1] === b[i][1])
+}
+
 /** Call `f` for each chunk (with its index) that lies inside the ascending disjoint `ranges`. */
 function forEachHeld(chunks: readonly ChunkRef[], ranges: readonly Range[], f: (c: ChunkRef, i: number) => void): void {
+  let i = 0
   for (const [first, last] of ranges) {
-    for (let i = lowerBoundLast(chunks, first); i < chunks.length && chunks[i].last <= last; i++) {
+    // Gallop from where the last range ended: the next range usually starts a few chunks on.
+    let step = 1
+    while (i + step < chunks.length && chunks[i + step].last < first) step *= 2
+    i = lowerBoundLast(chunks, first, i, Math.min(chunks.length, i + step + 1))
+    for (; i < chunks.length && chunks[i].last <= last; i++) {
       if (chunks[i].first >= first) f(chunks[i], i)
     }
   }
 }
 
-/** Index of the first chunk whose `last` is ≥ block (chunks.length when none). */
-export function lowerBoundLast(chunks: readonly { last: number }[], block: number): number {
-  let lo = 0
-  let hi = chunks.length
+/** Index of the first chunk in `[from, to)` whose `last` is ≥ block (`to` when none). */
+export function lowerBoundLast(chunks: readonly { last: number }[], block: number, from = 0, to = chunks.length): number {
+  let lo = from
+  let hi = to
   while (lo < hi) {
     const mid = (lo + hi) >> 1
     if (chunks[mid].last < block) lo = mid + 1
