@@ -28,7 +28,7 @@ process.once('exit', () => {
  * adds Node flags to every process (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`, which
  * NODE_OPTIONS refuses; the profiles are written when the processes stop).
  */
-function startCli(args: string[], prefix: string, env: Record<string, string> = {}): Promise<Proc> {
+export function startCli(args: string[], prefix: string, env: Record<string, string> = {}): Promise<Proc> {
   const nodeArgs = process.env.BENCH_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? []
   const child = spawn(process.execPath, [...nodeArgs, CLI, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],

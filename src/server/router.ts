@@ -2,6 +2,7 @@ import type { ChunkRef } from '../chunks/layout.js'
 import { DatasetAssignment } from './assignment.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
+import { routerRelists } from './metrics.js'
 import { QueryRate } from './query-rate.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
 import { ContinuityTracker } from './continuity.js'
@@ -150,6 +151,7 @@ export class RouterState {
       }
     }
     this.advanceHeights()
+    routerRelists.inc()
   }
 
   /** Register or refresh a worker; answer its desired state and the datasets' locations. */
@@ -173,7 +175,7 @@ export class RouterState {
     if (!this.live.has(w.id) || now - this.lastLiveScan >= this.opts.heartbeatMs / 4) this.updateLive(now)
     this.advanceHeights(now)
     const desired = this.desiredFor(w, now)
-    if (registering && !this.settling(now) && Object.values(desired).every((r) => r.length === 0)) {
+    if (registering && Object.values(desired).every((r) => r.length === 0)) {
       const chunks = [...this.datasets.values()].reduce((n, d) => n + d.chunks.length, 0)
       log.warn(
         { worker: w.id, datasets: this.datasets.size, chunks, liveWorkers: this.liveWorkers(now).length, replication: this.opts.replication },
