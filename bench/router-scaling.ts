@@ -114,7 +114,7 @@ function classify(g: number): string {
 async function measure(storage: string, n: number, data: string, env: Record<string, string>, addChunks: (from: number, to: number) => Promise<void>, removeAdded: () => Promise<void>, o: RouterScalingOptions): Promise<Figures> {
   await removeAdded()
   const t0 = performance.now()
-  const router = await startCli(['router', '--data', data, '--port', '0', '--replication', '2', '--heartbeat-ms', String(HEARTBEAT), '--relist-ms', '1000'], 'router', env)
+  const router = await startCli(['router', '--data', data, '--port', '0', '--replication', '2', '--heartbeat-ms', String(HEARTBEAT), '--relist-ms', '1000'], 'router', env, 600_000)
   const listedMs = performance.now() - t0
   const base = `${router.url}/datasets/sim`
   const lastBlock = syntheticChunk(n - 1).ref.last
