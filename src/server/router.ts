@@ -175,8 +175,9 @@ export class RouterState {
     if (!this.live.has(w.id) || now - this.lastLiveScan >= this.opts.heartbeatMs / 4) this.updateLive(now)
     this.advanceHeights(now)
     const desired = this.desiredFor(w, now)
-    if (registering && Object.values(desired).every((r) => r.length === 0)) {
-      const chunks = [...this.datasets.values()].reduce((n, d) => n + d.chunks.length, 0)
+    const chunks = [...this.datasets.values()].reduce((n, d) => n + d.chunks.length, 0)
+    // While settling nobody is told to fetch: an empty answer then says nothing about replicas.
+    if (registering && (chunks === 0 || !this.settling(now)) && Object.values(desired).every((r) => r.length === 0)) {
       log.warn(
         { worker: w.id, datasets: this.datasets.size, chunks, liveWorkers: this.liveWorkers(now).length, replication: this.opts.replication },
         chunks === 0 ? 'router: a worker registered, but there are no chunks to serve yet' : 'router: a worker registered with nothing to serve (every chunk already has its replicas)',
