@@ -16,9 +16,10 @@ import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
  * listing and the same live workers give the same assignment in any router. A worker *serves* a
  * chunk when it reports holding it and it is either assigned to it, or no live assigned worker holds
  * it yet (so a chunk moved to another worker stays reachable until the new holder has it). The
- * desired state sent back to a worker is exactly what it should serve or keep. For two heartbeats
- * after the first ping (a router just started, while the workers come back one by one) a worker is
- * told to keep only what it holds: no download is ordered on a partial view of the workers.
+ * desired state sent back to a worker is exactly what it should serve or keep. When workers come
+ * back holding chunks within two heartbeats of the first ping (a router restarted under running
+ * workers), a worker is told to keep only what it holds until those two heartbeats are over: no
+ * download is ordered on a partial view of the workers. A fresh start (nothing held) does not wait.
  */
 
 /** Heartbeats after the first ping during which no download is ordered. */
@@ -85,8 +86,10 @@ export class RouterState {
   /** Live worker ids as the assignments know them. */
   private readonly live = new Set<string>()
   private lastLiveScan = -Infinity
-  /** Time of the first ping: orders to download wait one liveness window after it. */
+  /** Time of the first ping. */
   private firstPing?: number
+  /** A worker pinged holding chunks within the settle window: this router was restarted under running workers. */
+  private restart = false
 
   constructor(
     private readonly storage: ChunkStorage,
@@ -170,6 +173,7 @@ export class RouterState {
     w.state = new Map(Object.entries(msg.state).filter(([name]) => this.datasets.has(name)))
     w.queryRate.report(msg.queries, now)
     this.firstPing ??= now
+    if (!this.restart && this.inWindow(now) && [...w.state.values()].some((r) => r.length > 0)) this.restart = true
     // A newcomer changes the live set at once; workers that went silent are found at most every
     // quarter heartbeat (and by `tick`), not at each of many workers' pings.
     if (!this.live.has(w.id) || now - this.lastLiveScan >= this.opts.heartbeatMs / 4) this.updateLive(now)
@@ -294,8 +298,13 @@ export class RouterState {
     })
   }
 
+  /** Settling: workers came back holding chunks right after this router started (a restart). */
   private settling(now: number): boolean {
-    return this.firstPing === undefined || now - this.firstPing < SETTLE_HEARTBEATS * this.opts.heartbeatMs
+    return this.restart && this.inWindow(now)
+  }
+
+  private inWindow(now: number): boolean {
+    return this.firstPing !== undefined && now - this.firstPing < SETTLE_HEARTBEATS * this.opts.heartbeatMs
   }
 
   /**
