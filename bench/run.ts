@@ -88,14 +88,26 @@ program
 
 program
   .command('scaling')
-  .description('throughput with 1, 2, 4 worker processes under the same load')
-  .option('--blocks <n>', 'dataset size in blocks (generated once, cached)', int, 1000)
-  .option('--workers <n...>', 'worker process counts', intList)
-  .option('--clients <n>', 'concurrent clients', int, 8)
+  .description('the router over 1 k – 100 k chunks (folder and s3rver), and throughput with 1, 2, 4 worker processes under the same load')
+  .option('--part <which...>', 'router (chunks listed, routable, RSS, requests per relist, /height and /worker p99), workers (throughput per worker count)', ['router', 'workers'])
+  .option('--chunks <n...>', 'router part: folder datasets of this many sparse synthetic chunks', intList)
+  .option('--s3-chunks <n...>', 'router part: s3rver datasets of this many chunks', intList)
+  .option('--pingers <n>', 'router part: light HTTP pingers standing in for workers', int, 100)
+  .option('--rate <n>', 'router part: requests/s to /height and to /<block>/worker', int, 1000)
+  .option('--blocks <n>', 'workers part: dataset size in blocks (generated once, cached)', int, 1000)
+  .option('--workers <n...>', 'workers part: worker process counts', intList)
+  .option('--clients <n>', 'workers part: concurrent clients', int, 8)
   .option('--seconds <n>', 'load duration per point', int, 10)
-  .option('--shape <name...>', 'queries', ['logs+tx', 'all tx+logs'])
+  .option('--shape <name...>', 'workers part: queries', ['logs+tx', 'all tx+logs'])
   .option('--compression <mode>', COMPRESSION_HELP, 'auto')
-  .action(async (o) => (await import('./scaling.js')).runScaling({ ...o, workers: o.workers ?? [1, 2, 4] }))
+  .action(async (o) => {
+    if (o.part.includes('router')) {
+      await (await import('./router-scaling.js')).runRouterScaling({
+        chunks: o.chunks ?? [1000, 10_000, 100_000], s3Chunks: o.s3Chunks ?? [1000, 10_000], pingers: o.pingers, rate: o.rate, seconds: Math.min(o.seconds, 5),
+      })
+    }
+    if (o.part.includes('workers')) await (await import('./scaling.js')).runScaling({ ...o, workers: o.workers ?? [1, 2, 4] })
+  })
 
 program
   .command('worker')
@@ -198,7 +210,7 @@ const ALL: string[][] = [
   // requests) is most of a 2,000-block no-match sync (docs/benchmark-history.md, step 36).
   ['sync', '--blocks', '10000', '--sdk', '--shape', 'logs, no match', '--storage', 'parquet'],
   ['memory'],
-  ['scaling'],
+  ['scaling', '--chunks', '1000', '10000', '--s3-chunks', '1000'],
   ['anvil'],
   ['s3'],
   ['fuzz', '--cases', '2000'],

@@ -5,7 +5,9 @@ import type { AddressInfo } from 'node:net'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import type { ChunkMeta, ChunkRef } from '../src/chunks/layout.js'
+import { DatasetAssignment } from '../src/server/assignment.js'
 import { RouterServer } from '../src/server/router-http.js'
+import { DEFAULT_GROUP_CHUNKS } from '../src/server/router.js'
 import { ArchiveStorage, DuplicateDataset, LocalStorage } from '../src/server/storage.js'
 import { WorkerNode } from '../src/server/worker.js'
 import { killChildren, runCli, startCli, until } from './helpers/cli.js'
@@ -254,17 +256,24 @@ describe('router listing', { timeout: 60_000 }, () => {
     await writeChunk(fresh, records.slice(0, 16), chunks)
     await until('fresh served', async () => ((await text(`${url}/datasets/fresh/height`)).text === '15' ? true : undefined))
 
-    const w2 = node('lone-2', new ArchiveStorage({}), url)
+    // A second worker that the rendezvous hashing does not give the one chunk to (replication 1).
+    const secondId = Array.from({ length: 20 }, (_, i) => `lone-${i + 2}`).find((id) => {
+      const a = new DatasetAssignment('fresh', { replication: 1, groupChunks: DEFAULT_GROUP_CHUNKS })
+      a.setLive(['lone-1', id])
+      a.setChunks(chunks)
+      return a.chunksOf(id).length === 0
+    })!
+    const w2 = node(secondId, new ArchiveStorage({}), url)
     nodes.push(w2)
     await w2.start()
-    const second = await until('the nothing-to-serve warning', logged(replicated, 'lone-2'))
+    const second = await until('the nothing-to-serve warning', logged(replicated, secondId))
     assert.equal(second.chunks, 1)
     assert.equal(second.replication, 1)
     assert.equal(second.liveWorkers, 2)
     assert.deepEqual(w2.state().fresh ?? [], [])
     assert.deepEqual(w1.state().fresh, [[0, 15]])
     assert.equal(await logged(replicated, 'lone-1')(), undefined)
-    assert.equal(await logged(noChunks, 'lone-2')(), undefined)
+    assert.equal(await logged(noChunks, secondId)(), undefined)
     await Promise.all([w1.stop(), w2.stop()])
     cli.child.kill('SIGTERM')
   })

@@ -63,7 +63,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
     // The first 96 blocks are in the bucket before the cluster starts; the rest arrive while it runs.
     await ingest(95)
     chunks = await mirror()
-    const router = await startCli(['router', '--data', 's3://archive/evm', '--port', '0', '--replication', '2', '--relist-ms', '300', ...HB], ['router', 'dataset anvil'], s3.env)
+    const router = await startCli(['router', '--data', 's3://archive/evm', '--port', '0', '--replication', '2', '--group-chunks', '1', '--relist-ms', '300', ...HB], ['router', 'dataset anvil'], s3.env)
     routerUrl = router.lines.get('router')![0]
     base = router.lines.get('dataset anvil')![0]
     for (let i = 0; i < 3; i++) workers.push({ id: `w${i}`, cache: path.join(tmp.dir, `cache-${i}`) })

@@ -28,7 +28,7 @@ process.once('exit', () => {
  * adds Node flags to every process (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`, which
  * NODE_OPTIONS refuses; the profiles are written when the processes stop).
  */
-function startCli(args: string[], prefix: string, env: Record<string, string> = {}): Promise<Proc> {
+export function startCli(args: string[], prefix: string, env: Record<string, string> = {}, timeoutMs = 30_000): Promise<Proc> {
   const nodeArgs = process.env.BENCH_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? []
   const child = spawn(process.execPath, [...nodeArgs, CLI, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -41,7 +41,7 @@ function startCli(args: string[], prefix: string, env: Record<string, string> = 
     stderr = (stderr + d).slice(-4000)
   })
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => fail(new Error(`${args[0]} did not start within 30 s`)), 30_000)
+    const timer = setTimeout(() => fail(new Error(`${args[0]} did not start within ${timeoutMs / 1000} s`)), timeoutMs)
     const fail = (e: Error) => {
       clearTimeout(timer)
       child.kill('SIGKILL')

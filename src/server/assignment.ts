@@ -30,6 +30,8 @@ interface Pick {
 
 interface Group {
   key: string
+  /** Hash of the dataset and the key. */
+  hash: number
   /** Index of the group's first chunk in the listing, and one past its last. */
   start: number
   end: number
@@ -73,7 +75,8 @@ export class DatasetAssignment {
     const last = this.groups.at(-1)
     if (!last || hash32(chunks[i].path) % this.opts.groupChunks === 0) {
       const key = chunks[i].path
-      const g: Group = { key, start: i, end: i + 1, picks: known?.get(key) ?? this.pickAll(key) }
+      const hash = hash32(`${this.dataset}\n${key}`)
+      const g: Group = { key, hash, start: i, end: i + 1, picks: known?.get(key) ?? this.pickAll(hash) }
       this.groups.push(g)
       this.groupAt.push(g)
     } else {
@@ -92,21 +95,19 @@ export class DatasetAssignment {
     this.live = next
     const want = Math.min(this.opts.replication, next.size)
     for (const g of this.groups) {
-      if (g.picks.some((p) => left.has(p.id)) || g.picks.length > want) {
-        g.picks = this.pickAll(g.key)
+      if (g.picks.length > want || (left.size && g.picks.some((p) => left.has(p.id)))) {
+        g.picks = this.pickAll(g.hash)
         continue
       }
-      const gh = hash32(`${this.dataset}\n${g.key}`)
-      for (const id of joined) insertPick(g.picks, { id, score: score(gh, next.get(id)!) }, want)
+      for (const id of joined) insertPick(g.picks, { id, score: score(g.hash, next.get(id)!) }, want)
     }
     this.changed()
   }
 
-  private pickAll(key: string): Pick[] {
+  private pickAll(groupHash: number): Pick[] {
     const want = Math.min(this.opts.replication, this.live.size)
-    const gh = hash32(`${this.dataset}\n${key}`)
     const picks: Pick[] = []
-    for (const [id, wh] of this.live) insertPick(picks, { id, score: score(gh, wh) }, want)
+    for (const [id, wh] of this.live) insertPick(picks, { id, score: score(groupHash, wh) }, want)
     return picks
   }
 
@@ -116,7 +117,9 @@ export class DatasetAssignment {
   }
 
   isAssigned(index: number, worker: string): boolean {
-    return !!this.groupAt[index]?.picks.some((p) => p.id === worker)
+    const picks = this.groupAt[index]?.picks
+    if (picks) for (const p of picks) if (p.id === worker) return true
+    return false
   }
 
   /** The chunks assigned to `worker`, ascending. */

@@ -1,4 +1,5 @@
 import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
+import { mapLimit } from '../storage/dataset-store.js'
 
 /*
  * Which listed chunks may be served. Chunks must follow each other without overlapping; a jump
@@ -15,6 +16,10 @@ export interface Continuity {
 }
 
 export async function checkContinuity(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkMeta>): Promise<Continuity> {
+  // The metas of the jumps, read 64 at a time (a sparse dataset has a jump before every chunk).
+  const jumps = chunks.filter((c, i) => i > 0 && c.first > chunks[i - 1].last + 1)
+  const metas = new Map<ChunkRef, ChunkMeta | undefined>()
+  await mapLimit(jumps, 64, async (c) => void metas.set(c, await metaOf(c).catch(() => undefined)))
   const problems: string[] = []
   let end = chunks.length
   for (let i = 1; i < chunks.length; i++) {
@@ -23,7 +28,7 @@ export async function checkContinuity(chunks: ChunkRef[], metaOf: (c: ChunkRef) 
     if (c.first <= prev.last) {
       problems.push(`chunks ${prev.path} and ${c.path} overlap (blocks ${c.first}–${Math.min(prev.last, c.last)} are in both); served up to block ${prev.last}`)
     } else if (c.first > prev.last + 1) {
-      const meta = await metaOf(c).catch(() => undefined)
+      const meta = metas.get(c)
       const expected = meta?.previousLast
       if (expected === undefined || expected === prev.last) continue
       problems.push(
@@ -34,4 +39,29 @@ export async function checkContinuity(chunks: ChunkRef[], metaOf: (c: ChunkRef) 
     if (end === chunks.length) end = i
   }
   return { servable: chunks.slice(0, end), problems }
+}
+
+/**
+ * `checkContinuity` over the successive listings of one dataset: a listing that only adds chunks
+ * after a listing without problems is checked from the last chunk before on, so a relisting costs
+ * what is new, not the whole dataset (the paths are still compared, which is cheap).
+ */
+export class ContinuityTracker {
+  private listed: ChunkRef[] = []
+  private problems: string[] = []
+
+  async check(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkMeta>): Promise<Continuity> {
+    const n = this.listed.length
+    const grew = n > 0 && this.problems.length === 0 && chunks.length >= n && this.listed.every((c, i) => c.path === chunks[i].path)
+    let result: Continuity
+    if (grew) {
+      const tail = await checkContinuity(chunks.slice(n - 1), metaOf)
+      result = { servable: chunks.slice(0, n - 1 + tail.servable.length), problems: tail.problems }
+    } else {
+      result = await checkContinuity(chunks, metaOf)
+    }
+    this.listed = chunks
+    this.problems = result.problems
+    return result
+  }
 }

@@ -28,6 +28,12 @@ export const routerWorkersAlive = new Gauge({
   registers: [registry],
 })
 
+export const routerRelists = new Counter({
+  name: 'block_archive_router_relists_total',
+  help: 'Listings of storage by the router (block_archive_storage_requests_total per relisting: their quotient)',
+  registers: [registry],
+})
+
 export const routerDatasetHeight = new Gauge({
   name: 'block_archive_router_dataset_height',
   help: 'Height the router announces per dataset (-1 when empty)',

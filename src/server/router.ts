@@ -5,9 +5,10 @@ import { supersede } from '../chunks/supersede.js'
 import { DatasetAssignment } from './assignment.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
+import { routerRelists } from './metrics.js'
 import { QueryRate } from './query-rate.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
-import { checkContinuity } from './continuity.js'
+import { ContinuityTracker, checkContinuity } from './continuity.js'
 import { HeadLag, type DatasetLag } from './head-lag.js'
 import { MergeSwap } from './swap.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
@@ -20,9 +21,10 @@ import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
  * listing and the same live workers give the same assignment in any router. A worker *serves* a
  * chunk when it reports holding it and it is either assigned to it, or no live assigned worker holds
  * it yet (so a chunk moved to another worker stays reachable until the new holder has it). The
- * desired state sent back to a worker is exactly what it should serve or keep. For two heartbeats
- * after the first ping (a router just started, while the workers come back one by one) a worker is
- * told to keep only what it holds: no download is ordered on a partial view of the workers.
+ * desired state sent back to a worker is exactly what it should serve or keep. When workers come
+ * back holding chunks within two heartbeats of the first ping (a router restarted under running
+ * workers), a worker is told to keep only what it holds until those two heartbeats are over: no
+ * download is ordered on a partial view of the workers. A fresh start (nothing held) does not wait.
  */
 
 /** Heartbeats after the first ping during which no download is ordered. */
@@ -101,14 +103,19 @@ interface DatasetEntry {
 export class RouterState {
   private readonly datasets = new Map<string, DatasetEntry>()
   private readonly workers = new Map<string, WorkerEntry>()
+  /** Per dataset: the last listing's continuity, so a relisting checks only what is new. */
+  private readonly continuity = new Map<string, ContinuityTracker>()
   /** Live worker ids as the assignments know them. */
   private readonly live = new Set<string>()
-  /** Time of the first ping: orders to download wait one liveness window after it. */
+  private lastLiveScan = -Infinity
+  /** Time of the first ping. */
   private firstPing?: number
   /** Per dataset: its node's head from the ingest's head file, for the lag (head-lag.ts). */
   private readonly lags = new Map<string, HeadLag>()
   /** Called with the URLs of the live workers assigned chunks new to the router (they are told to ping at once). */
   onNewChunks?: (workerUrls: string[]) => void
+  /** A worker pinged holding chunks within the settle window: this router was restarted under running workers. */
+  private restart = false
 
   constructor(
     private readonly storage: ChunkStorage,
@@ -152,7 +159,9 @@ export class RouterState {
         all = await this.storage.listChunks(info.name)
         let kept
         ;({ kept, superseded } = supersede(all))
-        ;({ servable: chunks, problems } = await checkContinuity(kept, (c) => this.storage.chunkMeta(info.name, c)))
+        let tracker = this.continuity.get(info.name)
+        if (!tracker) this.continuity.set(info.name, (tracker = new ContinuityTracker()))
+        ;({ servable: chunks, problems } = await tracker.check(kept, (c) => this.storage.chunkMeta(info.name, c)))
       } catch (e) {
         if (strict) throw e
         log.error({ err: e, dataset: info.name }, 'router: cannot list chunks')
@@ -187,6 +196,7 @@ export class RouterState {
     }
     this.advanceHeights()
     for (const [ds, chunks] of fresh) this.announce(ds, chunks)
+    routerRelists.inc()
   }
 
   /**
@@ -303,7 +313,10 @@ export class RouterState {
     w.queryRate.report(msg.queries, now)
     const wasSettling = this.settling(now)
     this.firstPing ??= now
-    this.updateLive(now)
+    if (!this.restart && this.inWindow(now) && [...w.state.values()].some((r) => r.length > 0)) this.restart = true
+    // A newcomer changes the live set at once; workers that went silent are found at most every
+    // quarter heartbeat (and by `tick`), not at each of many workers' pings.
+    if (!this.live.has(w.id) || now - this.lastLiveScan >= this.opts.heartbeatMs / 4) this.updateLive(now)
     this.advanceHeights(now)
     const desired = this.desiredFor(w, now)
     if (wasSettling && !this.settling(now)) {
@@ -311,8 +324,9 @@ export class RouterState {
       const others = [...this.workers.values()].filter((o) => o !== w && this.isAlive(o, now)).map((o) => o.url)
       if (others.length) this.onNewChunks?.(others)
     }
-    if (registering && !this.settling(now) && Object.values(desired).every((r) => r.length === 0)) {
-      const chunks = [...this.datasets.values()].reduce((n, d) => n + d.chunks.length, 0)
+    const chunks = [...this.datasets.values()].reduce((n, d) => n + d.chunks.length, 0)
+    // While settling nobody is told to fetch: an empty answer then says nothing about replicas.
+    if (registering && (chunks === 0 || !this.settling(now)) && Object.values(desired).every((r) => r.length === 0)) {
       log.warn(
         { worker: w.id, datasets: this.datasets.size, chunks, liveWorkers: this.liveWorkers(now).length, replication: this.opts.replication },
         chunks === 0 ? 'router: a worker registered, but there are no chunks to serve yet' : 'router: a worker registered with nothing to serve (every chunk already has its replicas)',
@@ -438,10 +452,15 @@ export class RouterState {
     })
   }
 
+  /** Settling: workers came back holding chunks right after this router started (a restart). */
   private settling(now: number): boolean {
-    if (this.firstPing === undefined) return true
-    if (this.opts.expectedWorkers !== undefined && this.live.size >= this.opts.expectedWorkers) return false
-    return now - this.firstPing < Math.min(SETTLE_HEARTBEATS * this.opts.heartbeatMs, SETTLE_MAX_MS)
+    if (!this.restart || !this.inWindow(now)) return false
+    // `serve` knows its workers: once they have all pinged there is nobody left to wait for
+    return this.opts.expectedWorkers === undefined || this.live.size < this.opts.expectedWorkers
+  }
+
+  private inWindow(now: number): boolean {
+    return this.firstPing !== undefined && now - this.firstPing < Math.min(SETTLE_HEARTBEATS * this.opts.heartbeatMs, SETTLE_MAX_MS)
   }
 
   /**
@@ -453,6 +472,11 @@ export class RouterState {
     const settling = this.settling(now)
     for (const ds of this.datasets.values()) {
       const held = w.state.get(ds.name) ?? []
+      // The usual case: the worker holds exactly its assignment.
+      if (!settling && sameRanges(held, ds.assignment.rangesOf(w.id))) {
+        out[ds.name] = ds.assignment.rangesOf(w.id)
+        continue
+      }
       const keep: ChunkRef[] = []
       forEachHeld(ds.chunks, held, (c, i) => {
         if (ds.assignment.isAssigned(i, w.id) ? settling : !this.hasAssignedHolder(ds, i, now)) keep.push(c)
@@ -478,6 +502,7 @@ export class RouterState {
 
   /** Bring the live set up to date; the assignments follow its changes. */
   private updateLive(now: number): void {
+    this.lastLiveScan = now
     let changed = false
     for (const w of this.workers.values()) {
       const alive = this.isAlive(w, now)
@@ -498,10 +523,19 @@ export class RouterState {
   }
 }
 
+function sameRanges(a: readonly Range[], b: readonly Range[]): boolean {
+  return a.length === b.length && a.every((r, i) => r[0] === b[i][0] && r[1] === b[i][1])
+}
+
 /** Call `f` for each chunk (with its index) that lies inside the ascending disjoint `ranges`. */
 function forEachHeld(chunks: readonly ChunkRef[], ranges: readonly Range[], f: (c: ChunkRef, i: number) => void): void {
+  let i = 0
   for (const [first, last] of ranges) {
-    for (let i = lowerBoundLast(chunks, first); i < chunks.length && chunks[i].last <= last; i++) {
+    // Gallop from where the last range ended: the next range usually starts a few chunks on.
+    let step = 1
+    while (i + step < chunks.length && chunks[i + step].last < first) step *= 2
+    i = lowerBoundLast(chunks, first, i, Math.min(chunks.length, i + step + 1))
+    for (; i < chunks.length && chunks[i].last <= last; i++) {
       if (chunks[i].first >= first) f(chunks[i], i)
     }
   }

@@ -120,13 +120,17 @@ export class ArchiveStorage implements ChunkStorage {
     return (await this.store(dataset)).listChunks()
   }
 
-  /** Chunks are immutable: each meta.json is read once (the router checks the metas of sparse datasets at every listing). */
+  /**
+   * Chunks are immutable: each meta.json is read once (the router reads the metas at the jumps of
+   * sparse datasets). The copy kept leaves out the file manifest (a worker's download reads the
+   * chunk's own meta.json): over 100,000 chunks it would be most of the router's memory.
+   */
   async chunkMeta(dataset: string, chunk: ChunkRef): Promise<ChunkMeta> {
     const store = await this.store(dataset)
     const key = chunkKey(store, chunk)
     let meta = this.metas.get(key)
     if (!meta) {
-      meta = store.chunkMeta(chunk)
+      meta = store.chunkMeta(chunk).then(({ files: _files, ...rest }) => rest)
       this.metas.set(key, meta)
       meta.catch(() => this.metas.delete(key))
     }

@@ -1,7 +1,8 @@
 import { copyFile, readdir, stat } from 'node:fs/promises'
 import path from 'node:path'
-import { hashFile, parseChunkPath, readChunkMeta, readDatasetMeta, scanLocalChunks, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { exists, hashFile, parseChunkName, parseChunkPath, readChunkMeta, readDatasetMeta, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { log } from '../log.js'
+import { storageRequests } from './metrics.js'
 import { downloadObject, getText, isS3Url, joinKey, listFolders, listObjects, parseS3Url, s3Url, type DownloadResult } from './s3.js'
 
 /*
@@ -30,8 +31,13 @@ export interface DatasetStore {
   download(ref: ChunkRef, file: string, dest: string, signal?: AbortSignal): Promise<DownloadResult>
 }
 
-export function openDatasetStore(url: string): DatasetStore {
-  return isS3Url(url) ? new S3DatasetStore(url) : new FolderDatasetStore(url)
+export interface DatasetStoreOptions {
+  /** How often a listing reads everything again, to notice deleted chunks and chunks put back into gaps (default 60 s). */
+  fullListingMs?: number
+}
+
+export function openDatasetStore(url: string, opts: DatasetStoreOptions = {}): DatasetStore {
+  return isS3Url(url) ? new S3DatasetStore(url, opts) : new FolderDatasetStore(url, opts)
 }
 
 /** Where datasets live: `url` is one dataset (it has `dataset.json`) or a folder/prefix of dataset folders. */
@@ -89,12 +95,30 @@ async function subfolders(url: string): Promise<string[]> {
 }
 
 const TOP_RE = /^\d{10}$/
+/** Chunk folders of a first listing checked at once (a dataset of 100,000 chunks is 100,000 stats). */
+const STATS_AT_ONCE = 64
+
+/** `f` over `items` with at most `limit` calls running at once; results in order. */
+export async function mapLimit<T, R>(items: readonly T[], limit: number, f: (item: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length)
+  let next = 0
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++
+      out[i] = await f(items[i])
+    }
+  }))
+  return out
+}
 const FULL_LISTING_MS = 60_000
 
 class FolderDatasetStore implements DatasetStore {
   readonly url: string
+  /** Complete chunks found so far, by top folder name (chunks are immutable: a known one is not checked again). */
+  private known = new Map<string, Map<string, ChunkRef>>()
+  private lastFullListing = 0
 
-  constructor(url: string) {
+  constructor(url: string, private readonly opts: DatasetStoreOptions = {}) {
     this.url = path.resolve(url.replace(/^file:\/\//, ''))
   }
 
@@ -102,11 +126,64 @@ class FolderDatasetStore implements DatasetStore {
     return readDatasetMeta(this.url)
   }
 
-  listChunks(): Promise<ChunkRef[]> {
-    return scanLocalChunks(this.url)
+  /**
+   * Reads the last known top folder and the ones after it, and checks only chunk folders not seen
+   * before (a `blocks.parquet` stat each); once every `fullListingMs` every top folder is read again,
+   * so chunks deleted or put back into earlier top folders are noticed too.
+   */
+  async listChunks(): Promise<ChunkRef[]> {
+    let tops: string[]
+    try {
+      tops = (await this.readdir(this.url)).filter((n) => TOP_RE.test(n)).sort()
+    } catch (e: any) {
+      if (e.code === 'ENOENT') return []
+      throw e
+    }
+    const full = Date.now() - this.lastFullListing >= (this.opts.fullListingMs ?? FULL_LISTING_MS)
+    if (full) this.lastFullListing = Date.now()
+    const lastKnown = [...this.known.keys()].sort().at(-1) ?? ''
+    const present = new Set(tops)
+    for (const top of this.known.keys()) if (!present.has(top)) this.known.delete(top)
+    for (const top of tops) {
+      if (!full && top < lastKnown) continue
+      let names: string[]
+      try {
+        names = await this.readdir(path.join(this.url, top))
+      } catch (e: any) {
+        if (e.code === 'ENOENT' || e.code === 'ENOTDIR') continue
+        throw e
+      }
+      const before = this.known.get(top) ?? new Map<string, ChunkRef>()
+      const now = new Map<string, ChunkRef>()
+      const unseen: ChunkRef[] = []
+      for (const name of names.sort()) {
+        const known = before.get(name)
+        if (known) now.set(name, known)
+        else {
+          const ref = parseChunkName(Number(top), name)
+          if (ref) unseen.push(ref)
+        }
+      }
+      const complete = await mapLimit(unseen, STATS_AT_ONCE, (ref) => {
+        storageRequests.inc({ storage: 'folder', op: 'stat' })
+        return exists(path.join(this.url, ref.path, 'blocks.parquet'))
+      })
+      unseen.forEach((ref, i) => complete[i] && now.set(ref.path.slice(top.length + 1), ref))
+      if (now.size) this.known.set(top, now)
+      else this.known.delete(top)
+    }
+    const out: ChunkRef[] = []
+    for (const chunks of this.known.values()) for (const c of chunks.values()) out.push(c)
+    return out.sort((a, b) => a.first - b.first || a.last - b.last)
+  }
+
+  private async readdir(dir: string): Promise<string[]> {
+    storageRequests.inc({ storage: 'folder', op: 'readdir' })
+    return readdir(dir)
   }
 
   async chunkMeta(ref: ChunkRef): Promise<ChunkMeta> {
+    storageRequests.inc({ storage: 'folder', op: 'read' })
     return readChunkMeta(this.url, ref).catch((e) => {
       throw e.code === 'ENOENT' ? new Error(`chunk ${ref.path} of ${this.url} has no meta.json`) : e
     })
@@ -139,7 +216,7 @@ class S3DatasetStore implements DatasetStore {
   private known: ChunkRef[] = []
   private lastFullListing = 0
 
-  constructor(url: string) {
+  constructor(url: string, private readonly opts: DatasetStoreOptions = {}) {
     const loc = parseS3Url(url)
     this.bucket = loc.bucket
     this.prefix = loc.prefix
@@ -157,12 +234,12 @@ class S3DatasetStore implements DatasetStore {
 
   /**
    * Lists the keys after the last complete chunk found before (chunk keys sort in block order), so a
-   * relisting reads only what is new; once every FULL_LISTING_MS the whole prefix is listed again, so
+   * relisting reads only what is new; once every `fullListingMs` the whole prefix is listed again, so
    * chunks deleted from the bucket or put back into a gap are noticed too.
    */
   async listChunks(): Promise<ChunkRef[]> {
     const base = this.prefix ? this.prefix + '/' : ''
-    if (Date.now() - this.lastFullListing >= FULL_LISTING_MS) {
+    if (Date.now() - this.lastFullListing >= (this.opts.fullListingMs ?? FULL_LISTING_MS)) {
       this.known = []
       this.lastFullListing = Date.now()
     }

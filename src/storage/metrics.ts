@@ -58,3 +58,11 @@ export const localFormSeconds = new Counter({
   labelNames: ['worker'] as const,
   registers: [registry],
 })
+
+/** Requests to storage (S3 calls; a folder's directory reads, stats and file reads), so a listing's cost can be counted. */
+export const storageRequests = new Counter({
+  name: 'block_archive_storage_requests_total',
+  help: 'Requests to storage: S3 calls by operation (list, get, put, …), and for folders directory reads, stats and meta.json reads',
+  labelNames: ['storage', 'op'] as const,
+  registers: [registry],
+})

@@ -5,6 +5,7 @@ import { Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import type { S3Client } from '@aws-sdk/client-s3'
 import { log } from '../log.js'
+import { storageRequests } from './metrics.js'
 
 /*
  * The object-storage half of the storage layer: `s3://bucket/prefix` URLs, one S3 client per
@@ -97,6 +98,14 @@ export async function s3Client(): Promise<S3Client> {
     maxAttempts: settings.attempts,
     requestHandler: { connectionTimeout: settings.connectTimeoutMs, socketTimeout: settings.socketTimeoutMs },
   })
+  // One count per call (the SDK's own retries are not counted again).
+  shared.middlewareStack.add(
+    (next, context) => (args) => {
+      storageRequests.inc({ storage: 's3', op: String(context.commandName ?? 'unknown').replace(/Command$/, '') })
+      return next(args)
+    },
+    { step: 'initialize', name: 'countRequests' },
+  )
   return shared
 }
 

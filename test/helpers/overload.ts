@@ -90,7 +90,7 @@ function latency(values: number[]): Latency {
 }
 
 /** One autocannon run, every answer counted and timed by status. */
-function run(opts: Options, sampleRefusals = false): Promise<{ result: Result; figures: RunFigures }> {
+export function run(opts: Options, sampleRefusals = false): Promise<{ result: Result; figures: RunFigures }> {
   const statuses: Record<string, number> = {}
   const ok: number[] = []
   const refused: number[] = []

@@ -1,0 +1,96 @@
+import type { ChunkRef } from '../../src/chunks/layout.js'
+import { lowerBoundLast } from '../../src/chunks/search.js'
+import type { DesiredState, RouterState } from '../../src/server/router.js'
+import type { Range } from '../../src/server/ranges.js'
+
+/*
+ * Many light fake workers pinging routers in process (`RouterState.ping` with a simulated clock):
+ * each holds at once what it was last told to hold (an instant download), so the routers' desired
+ * states settle in two rounds. Used to measure how many chunks move when workers join or leave.
+ */
+
+interface FakeWorker {
+  id: string
+  held: Record<string, Range[]>
+  alive: boolean
+}
+
+export class FakeFleet {
+  readonly workers = new Map<string, FakeWorker>()
+  now: number
+  /** The last desired state of each live worker, as the first router answered. */
+  desired = new Map<string, DesiredState>()
+
+  constructor(
+    readonly routers: RouterState[],
+    readonly heartbeatMs: number,
+    start = 1_000_000,
+  ) {
+    this.now = start
+  }
+
+  add(id: string, held: Record<string, Range[]> = {}): void {
+    this.workers.set(id, { id, held, alive: true })
+  }
+
+  /** The worker stops pinging (it is dead once the routers miss its heartbeats). */
+  stop(id: string): void {
+    this.workers.get(id)!.alive = false
+    this.desired.delete(id)
+  }
+
+  /** One heartbeat: every live worker pings every router; with `download`, it then holds what it was told to. */
+  round(download = true): void {
+    this.now += this.heartbeatMs
+    for (const w of this.workers.values()) {
+      if (!w.alive) continue
+      this.pingOne(w.id, download)
+    }
+  }
+
+  /** One worker pings every router now (the clock does not move); with `download`, it then holds what it was told to. */
+  pingOne(id: string, download = true): DesiredState {
+    const w = this.workers.get(id)!
+    let first: DesiredState | undefined
+    for (const r of this.routers) {
+      const answer = r.ping({ worker_id: w.id, worker_url: `http://${w.id}.invalid`, state: w.held }, this.now)
+      first ??= answer.desired
+    }
+    this.desired.set(w.id, first!)
+    if (download) w.held = first!
+    return first!
+  }
+
+  /**
+   * Rounds until the desired states stop changing (at most `max`); at least `min` rounds, so that a
+   * router that has just started is past the heartbeats in which it orders no download.
+   */
+  settle(max = 20, min = 3): number {
+    for (let i = 0; i < min; i++) this.round()
+    for (let i = 1; i <= max; i++) {
+      const before = JSON.stringify([...this.desired])
+      this.round()
+      if (JSON.stringify([...this.desired]) === before) return i
+    }
+    throw new Error(`desired states still changing after ${max} rounds`)
+  }
+
+  /** chunk index → sorted ids of the live workers whose desired state holds it. */
+  holders(dataset: string, chunks: readonly ChunkRef[]): string[][] {
+    const out: string[][] = chunks.map(() => [])
+    for (const [id, d] of this.desired) {
+      for (const [first, last] of d[dataset] ?? []) {
+        for (let i = lowerBoundLast(chunks, first); i < chunks.length && chunks[i].last <= last; i++) out[i].push(id)
+      }
+    }
+    for (const ids of out) ids.sort()
+    return out
+  }
+}
+
+/** Chunks whose holders differ between two `holders` results. */
+export function moved(a: string[][], b: string[][]): number {
+  let n = 0
+  for (let i = 0; i < a.length; i++) if (a[i].join() !== b[i]?.join()) n++
+  return n
+}

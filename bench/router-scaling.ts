@@ -1,0 +1,252 @@
+import { createHash } from 'node:crypto'
+import { spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
+import { mkdir, rm, writeFile } from 'node:fs/promises'
+import os from 'node:os'
+import path from 'node:path'
+import { run as autocannonRun } from '../test/helpers/overload.js'
+import { startCli, rss, type Proc } from './lib/procs.js'
+import { machine, printTable } from './lib/report.js'
+import { syntheticChunk, writeSyntheticFolder } from './lib/synthetic-chunks.js'
+
+/*
+ * `bench scaling --part router`: the router over datasets of 1 k, 10 k and 100 k sparse synthetic
+ * chunks (`lib/synthetic-chunks.ts`: an empty blocks.parquet and a real meta.json per chunk, every
+ * chunk a jump whose meta the router reads), in a folder and in s3rver. Per size: router start to
+ * listening and to routable (light HTTP pingers stand in for workers: each reports holding what it
+ * was told to hold), RSS, storage requests per relisting and per new chunk, and p99 of `/height`
+ * and `/<block>/worker` at a fixed request rate. Datasets are kept in $TMPDIR/block-archive-bench.
+ */
+
+export interface RouterScalingOptions {
+  chunks: number[]
+  s3Chunks: number[]
+  pingers: number
+  rate: number
+  seconds: number
+}
+
+const ROOT = path.join(os.tmpdir(), 'block-archive-bench', 'router-scaling')
+const HEARTBEAT = 1000
+const NEW_CHUNKS = 100
+
+interface Figures {
+  storage: string
+  chunks: number
+  listedMs: number
+  routableMs: number
+  rssMb: number
+  perRelist: number
+  perNewChunk: number
+  heightP99: number
+  workerP99: number
+  rates: string
+}
+
+export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
+  console.log(`machine: ${machine()} (shared with other jobs while measured: figures are inflated)`)
+  const figures: Figures[] = []
+  for (const n of o.chunks) {
+    const root = path.join(ROOT, `folder-${n}`)
+    const dir = path.join(root, 'sim')
+    if (!existsSync(path.join(dir, 'dataset.json.done'))) {
+      const t0 = performance.now()
+      await rm(root, { recursive: true, force: true })
+      await writeSyntheticFolder(dir, 'sim', 0, n)
+      await writeFile(path.join(dir, 'dataset.json.done'), '')
+      console.log(`folder dataset of ${n} chunks written in ${((performance.now() - t0) / 1000).toFixed(1)} s`)
+    }
+    figures.push(await measure('folder', n, root, {}, (from, to) => writeSyntheticFolder(dir, 'sim', from, to), async () => {
+      for (let i = n; i < n + NEW_CHUNKS; i++) await rm(path.join(dir, syntheticChunk(i).ref.path), { recursive: true, force: true })
+    }, o))
+  }
+  for (const n of o.s3Chunks) {
+    const s3dir = path.join(ROOT, `s3rver-${n}`)
+    if (!existsSync(path.join(s3dir, '.done'))) {
+      const t0 = performance.now()
+      await rm(s3dir, { recursive: true, force: true })
+      await writeS3rverFiles(s3dir, 'bench', 'sim', 0, n)
+      await writeFile(path.join(s3dir, '.done'), '')
+      console.log(`s3rver dataset of ${n} chunks written (as s3rver's files) in ${((performance.now() - t0) / 1000).toFixed(1)} s`)
+    }
+    const { port, stop } = await startS3rver(s3dir)
+    const env = { AWS_ENDPOINT_URL: `http://127.0.0.1:${port}`, AWS_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER' }
+    try {
+      figures.push(await measure('s3rver', n, 's3://bench/sim', env, (from, to) => writeS3rverFiles(s3dir, 'bench', 'sim', from, to), async () => {
+        for (let i = n; i < n + NEW_CHUNKS; i++) await rm(path.join(s3dir, 'bench', 'sim', syntheticChunk(i).ref.path), { recursive: true, force: true })
+      }, o))
+    } finally {
+      stop()
+    }
+  }
+  printTable(`router over sparse synthetic chunks: ${o.pingers} HTTP pingers as workers (replication 2, heartbeat ${HEARTBEAT} ms), ${o.rate} requests/s per endpoint for ${o.seconds} s`,
+    ['storage', 'chunks', 'start → listening', 'start → routable', 'RSS', 'storage requests / relist', '/ new chunk', '/height p99', '/worker p99', 'requests/s (height, worker)'],
+    figures.map((f) => [f.storage, f.chunks.toLocaleString('en'), `${(f.listedMs / 1000).toFixed(2)} s`, `${(f.routableMs / 1000).toFixed(2)} s`, `${f.rssMb.toFixed(0)} MB`,
+      f.perRelist.toFixed(1), f.perNewChunk.toFixed(2), `${f.heightP99.toFixed(1)} ms`, `${f.workerP99.toFixed(1)} ms`, f.rates]))
+  const axes: [string, (f: Figures) => number][] = [
+    ['start → routable', (f) => f.routableMs],
+    ['start → listening', (f) => f.listedMs],
+    ['RSS', (f) => f.rssMb],
+    ['requests per relist', (f) => Math.max(f.perRelist, 0.5)],
+    ['requests per new chunk', (f) => Math.max(f.perNewChunk, 0.5)],
+    ['/height p99', (f) => f.heightP99],
+    ['/worker p99', (f) => f.workerP99],
+  ]
+  const rows: string[][] = []
+  for (const storage of ['folder', 's3rver']) {
+    const fs = figures.filter((f) => f.storage === storage).sort((a, b) => a.chunks - b.chunks)
+    if (fs.length < 2) continue
+    for (const [name, get] of axes) {
+      const growth = fs.slice(1).map((f, i) => Math.pow(get(f) / get(fs[i]), 1 / Math.log10(f.chunks / fs[i].chunks)))
+      rows.push([storage, name, growth.map((g) => `×${g.toFixed(2)}`).join(', '), classify(Math.max(...growth))])
+    }
+  }
+  printTable('growth per 10× chunks (between consecutive sizes)', ['storage', 'axis', 'growth', 'verdict'], rows)
+}
+
+/** Per 10× chunks: ≤ ×4 sub-linear, ≤ ×15 linear, more: worse than linear. */
+function classify(g: number): string {
+  return g <= 4 ? 'sub-linear' : g <= 15 ? 'linear' : 'worse than linear'
+}
+
+async function measure(storage: string, n: number, data: string, env: Record<string, string>, addChunks: (from: number, to: number) => Promise<void>, removeAdded: () => Promise<void>, o: RouterScalingOptions): Promise<Figures> {
+  await removeAdded()
+  const t0 = performance.now()
+  const router = await startCli(['router', '--data', data, '--port', '0', '--replication', '2', '--heartbeat-ms', String(HEARTBEAT), '--relist-ms', '1000'], 'router', env, 600_000)
+  const listedMs = performance.now() - t0
+  const base = `${router.url}/datasets/sim`
+  const lastBlock = syntheticChunk(n - 1).ref.last
+  const pingers = startPingers(router, o.pingers)
+  try {
+    await until(async () => Number(await (await fetch(`${base}/height`)).text()) === lastBlock, 600_000)
+    const routableMs = performance.now() - t0
+    const rssMb = rss(router.pid).rss / 1e6
+    // Relistings with nothing new.
+    const m0 = await counters(router)
+    await until(async () => (await counters(router)).relists >= m0.relists + 5, 120_000)
+    const m1 = await counters(router)
+    const perRelist = (m1.requests - m0.requests) / (m1.relists - m0.relists)
+    // New chunks.
+    await addChunks(n, n + NEW_CHUNKS)
+    await until(async () => Number(await (await fetch(`${base}/height`)).text()) === syntheticChunk(n + NEW_CHUNKS - 1).ref.last, 120_000)
+    const m2 = await counters(router)
+    const perNewChunk = (m2.requests - m1.requests - perRelist * (m2.relists - m1.relists)) / NEW_CHUNKS
+    const blocks = Array.from({ length: 256 }, (_, i) => syntheticChunk(Math.floor((i * 7919) % n)).ref.first)
+    const u = new URL(base)
+    const height = await autocannonRun({ url: `${base}/height`, connections: 8, overallRate: o.rate, duration: o.seconds })
+    const worker = await autocannonRun({ url: u.origin, connections: 8, overallRate: o.rate, duration: o.seconds, requests: blocks.map((b) => ({ method: 'GET', path: `${u.pathname}/${b}/worker` })) })
+    const bad = [height, worker].flatMap((r) => Object.entries(r.figures.statuses).filter(([s]) => s !== '200'))
+    if (bad.length) console.log(`${storage} ${n}: statuses other than 200: ${JSON.stringify(bad)}`)
+    const f: Figures = {
+      storage, chunks: n, listedMs, routableMs, rssMb, perRelist, perNewChunk,
+      heightP99: height.figures.ok.p99, workerP99: worker.figures.ok.p99,
+      rates: `${height.figures.rps.toFixed(0)}, ${worker.figures.rps.toFixed(0)}`,
+    }
+    console.log(JSON.stringify(f))
+    return f
+  } finally {
+    pingers.stop()
+    router.child.kill('SIGTERM')
+    await removeAdded()
+  }
+}
+
+/** Light fake workers over HTTP: each pings every heartbeat, reporting that it holds what it was last told to hold. */
+function startPingers(router: Proc, count: number): { stop(): void } {
+  let stopped = false
+  for (let i = 0; i < count; i++) {
+    void (async () => {
+      let held: Record<string, [number, number][]> = {}
+      await sleep((HEARTBEAT * i) / count)
+      while (!stopped) {
+        try {
+          const res = await fetch(`${router.url}/ping`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ worker_id: `pinger-${i}`, worker_url: `http://pinger-${i}.invalid:1`, state: held }),
+          })
+          if (res.ok) held = ((await res.json()) as { desired: typeof held }).desired
+        } catch {
+          // the router is stopping
+        }
+        await sleep(HEARTBEAT)
+      }
+    })()
+  }
+  return { stop: () => void (stopped = true) }
+}
+
+async function counters(router: Proc): Promise<{ requests: number; relists: number }> {
+  const text = await (await fetch(`${router.url}/metrics`)).text()
+  let requests = 0
+  let relists = 0
+  for (const line of text.split('\n')) {
+    if (line.startsWith('block_archive_storage_requests_total{')) requests += Number(line.split(' ').at(-1))
+    if (line.startsWith('block_archive_router_relists_total ')) relists = Number(line.split(' ').at(-1))
+  }
+  return { requests, relists }
+}
+
+/**
+ * Chunks `from` … `to - 1` written as s3rver's own files (object, metadata, md5 per key): its PUT
+ * path stores about 15 objects/s on a busy machine, too slow for 10,000 chunks. Listing and reading
+ * go through the S3 protocol as usual.
+ */
+async function writeS3rverFiles(dir: string, bucket: string, prefix: string, from: number, to: number): Promise<void> {
+  const put = async (key: string, body: string) => {
+    const parts = `${prefix}/${key}`.split('/')
+    const name = parts.pop()!
+    const folder = path.join(dir, bucket, ...parts)
+    await mkdir(folder, { recursive: true })
+    await writeFile(path.join(folder, `${name}._S3rver_object`), body)
+    await writeFile(path.join(folder, `${name}._S3rver_object.md5`), createHash('md5').update(body).digest('hex'))
+    await writeFile(path.join(folder, `${name}._S3rver_metadata.json`), JSON.stringify({ 'content-type': 'application/octet-stream' }))
+  }
+  if (from === 0) await put('dataset.json', JSON.stringify({ name: 'sim', family: 'evm' }))
+  let next = from
+  await Promise.all(Array.from({ length: 16 }, async () => {
+    while (next < to) {
+      const { ref, meta } = syntheticChunk(next++)
+      await put(`${ref.path}/meta.json`, JSON.stringify(meta))
+      await put(`${ref.path}/blocks.parquet`, '')
+    }
+  }))
+}
+
+/**
+ * s3rver in a process of its own with OpenSSL's legacy provider: it makes the continuation tokens of
+ * listings longer than 1,000 keys with DES, which Node 20's OpenSSL 3 refuses otherwise.
+ */
+function startS3rver(directory: string): Promise<{ port: number; stop(): void }> {
+  const script = `import S3rver from 's3rver'
+const s = new S3rver({ port: 0, address: '127.0.0.1', directory: ${JSON.stringify(directory)}, silent: true, configureBuckets: [{ name: 'bench' }] })
+const { port } = await s.run()
+console.log('port ' + port)`
+  const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+  const child = spawn(process.execPath, ['--openssl-legacy-provider', '--input-type=module', '-e', script], { cwd: repo, stdio: ['ignore', 'pipe', 'inherit'] })
+  process.once('exit', () => child.kill('SIGKILL'))
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`s3rver exited with ${code}`)))
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      const m = /^port (\d+)/.exec(line)
+      if (m) resolve({ port: Number(m[1]), stop: () => child.kill('SIGTERM') })
+    })
+  })
+}
+
+async function until(probe: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    try {
+      if (await probe()) return
+    } catch {
+      // not up yet
+    }
+    if (Date.now() > deadline) throw new Error('timed out')
+    await sleep(100)
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))

@@ -1,0 +1,118 @@
+import assert from 'node:assert/strict'
+import { rm } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { syntheticChunk, writeSyntheticFolder, writeSyntheticS3, SYNTHETIC_TOP_CHUNKS } from '../bench/lib/synthetic-chunks.js'
+import { scanLocalChunks } from '../src/chunks/layout.js'
+import { RouterState } from '../src/server/router.js'
+import { ArchiveStorage } from '../src/server/storage.js'
+import { openDatasetStore } from '../src/storage/dataset-store.js'
+import { storageRequests } from '../src/storage/metrics.js'
+import { tempDir } from './helpers/dataset.js'
+import { startS3, type S3Server } from './helpers/s3.js'
+
+/*
+ * What a router's relisting costs, counted in storage requests: over a folder and over a real S3
+ * server (s3rver), a dataset of sparse synthetic chunks (every chunk a jump whose meta.json the
+ * router reads) in several top folders. A relisting with nothing new reads no chunk again; a new
+ * chunk costs a few requests, whatever the dataset's size.
+ */
+
+const OPTS = { replication: 1, heartbeatMs: 1000, missedHeartbeats: 3 }
+const CHUNKS = 2 * SYNTHETIC_TOP_CHUNKS + 100
+
+/** Storage requests of `storage` made while `f` runs, by operation. */
+async function counted(storage: 'folder' | 's3', f: () => Promise<unknown>): Promise<Record<string, number>> {
+  const snapshot = async () => {
+    const out: Record<string, number> = {}
+    for (const v of (await storageRequests.get()).values) if (v.labels.storage === storage) out[String(v.labels.op)] = v.value
+    return out
+  }
+  const before = await snapshot()
+  await f()
+  const after = await snapshot()
+  const diff: Record<string, number> = {}
+  for (const [op, n] of Object.entries(after)) if (n - (before[op] ?? 0) > 0) diff[op] = n - (before[op] ?? 0)
+  return diff
+}
+
+const total = (c: Record<string, number>) => Object.values(c).reduce((a, b) => a + b, 0)
+
+describe('relisting cost', { timeout: 300_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let s3: S3Server
+
+  before(async () => {
+    tmp = await tempDir('ba-relist-')
+    s3 = await startS3(['relist'])
+  })
+
+  after(async () => {
+    await s3?.stop()
+    await tmp?.cleanup()
+  })
+
+  it('over a folder: nothing new reads no chunk again, a new chunk costs one stat and one meta read', async () => {
+    const dir = path.join(tmp.dir, 'folder', 'sim')
+    await writeSyntheticFolder(dir, 'sim', 0, CHUNKS)
+    const router = new RouterState(new ArchiveStorage({ roots: [path.dirname(dir)] }), OPTS)
+    const first = await counted('folder', () => router.relist(true))
+    assert.equal(first.stat, CHUNKS, JSON.stringify(first))
+    assert.equal(first.read, CHUNKS - 1, 'one meta.json per jump')
+    assert.equal(router.status().datasets[0].chunks, CHUNKS)
+
+    const again = await counted('folder', () => router.relist())
+    assert.equal(again.stat ?? 0, 0, JSON.stringify(again))
+    assert.equal(again.read ?? 0, 0, JSON.stringify(again))
+    assert.ok((again.readdir ?? 0) <= 3, `root, dataset folder, last top folder: ${JSON.stringify(again)}`)
+
+    await writeSyntheticFolder(dir, 'sim', CHUNKS, CHUNKS + 10)
+    const grown = await counted('folder', () => router.relist())
+    assert.equal(grown.stat, 10, JSON.stringify(grown))
+    assert.equal(grown.read, 10, JSON.stringify(grown))
+    assert.equal(router.status().datasets[0].chunks, CHUNKS + 10)
+  })
+
+  it('over a folder: the listing matches a full scan, and a full pass notices chunks deleted from earlier top folders', async () => {
+    const dir = path.join(tmp.dir, 'folder2')
+    await writeSyntheticFolder(dir, 'sim', 0, CHUNKS)
+    const incremental = openDatasetStore(dir, { fullListingMs: 3_600_000 })
+    const everyTime = openDatasetStore(dir, { fullListingMs: 0 })
+    const paths = async (s = incremental) => (await s.listChunks()).map((c) => c.path)
+    assert.deepEqual(await paths(), (await scanLocalChunks(dir)).map((c) => c.path))
+    assert.deepEqual(await paths(everyTime), await paths())
+    const early = syntheticChunk(3).ref
+    const late = syntheticChunk(CHUNKS - 2).ref
+    await rm(path.join(dir, early.path), { recursive: true })
+    await rm(path.join(dir, late.path), { recursive: true })
+    const expected = (await scanLocalChunks(dir)).map((c) => c.path)
+    // The last top folder is read at every listing; earlier ones only in a full pass.
+    const seen = await paths()
+    assert.ok(!seen.includes(late.path))
+    assert.ok(seen.includes(early.path))
+    assert.deepEqual(await paths(everyTime), expected)
+    // Put back, both are found again by the full pass.
+    await writeSyntheticFolder(dir, 'sim', 3, 4)
+    await writeSyntheticFolder(dir, 'sim', CHUNKS - 2, CHUNKS - 1)
+    assert.deepEqual(await paths(everyTime), (await scanLocalChunks(dir)).map((c) => c.path))
+  })
+
+  it('over S3: nothing new costs one list call, a new chunk one meta read more', async () => {
+    const n = 120
+    await writeSyntheticS3('relist', 'data/sim', 'sim', 0, n)
+    const router = new RouterState(new ArchiveStorage({ roots: ['s3://relist/data'] }), OPTS)
+    const first = await counted('s3', () => router.relist(true))
+    assert.equal(first.GetObject, n - 1 + 2, `one meta.json per jump, dataset.json twice: ${JSON.stringify(first)}`)
+    assert.equal(router.status().datasets[0].chunks, n)
+
+    const again = await counted('s3', () => router.relist())
+    assert.deepEqual(again, { ListObjectsV2: 2, GetObject: 2 }, 'listing the root and the chunks after the last one; dataset.json of the root and the dataset')
+
+    await writeSyntheticS3('relist', 'data/sim', 'sim', n, n + 10)
+    const grown = await counted('s3', () => router.relist())
+    assert.equal(grown.GetObject, 2 + 10, JSON.stringify(grown))
+    assert.equal(grown.ListObjectsV2, 2, JSON.stringify(grown))
+    assert.ok(total(grown) <= 14)
+    assert.equal(router.status().datasets[0].chunks, n + 10)
+  })
+})
