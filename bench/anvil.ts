@@ -92,7 +92,7 @@ export async function runAnvil(o: AnvilBenchOptions): Promise<void> {
     const out = path.join(dir, 'ds')
     const i0 = performance.now()
     await new Promise<void>((resolve, reject) => {
-      const child = spawn(process.execPath, [CLI, 'ingest', '--rpc', a.url, '--dataset', 'anvil', '--out', out, '--from', '0', '--to', String(last),
+      const child = spawn(process.execPath, [CLI, 'ingest', '--rpc', a.url, '--dataset', 'anvil', '--out', out, '--from', '0', '--to', String(last), '--finality', 'latest',
         ...(o.chunkBlocks ? ['--chunk-blocks', String(o.chunkBlocks)] : []), '--progress', 'none'], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
       let err = ''
       child.stderr!.on('data', (x) => (err = (err + x).slice(-3000)))

@@ -39,7 +39,7 @@ describe('ingest --follow with compaction', { timeout: 300_000 }, () => {
     const bounds = { fanout: 3, chunkBlocks: 40 }
     const ac = new AbortController()
     const ingest = runIngest({
-      rpc: anvil.url, dataset: 'a', out, follow: true, chunkBlocks: bounds.chunkBlocks, pollMs: 20, flushAfterMs: 0, workers: 0, progress: 'none', signal: ac.signal,
+      rpc: anvil.url, dataset: 'a', out, follow: true, finality: 'latest', maxReorgDepth: 0, chunkBlocks: bounds.chunkBlocks, pollMs: 20, flushAfterMs: 0, workers: 0, progress: 'none', signal: ac.signal,
       compact: { fanout: bounds.fanout, graceMs: 0, intervalMs: 50 },
     })
     ingest.catch(() => undefined)
@@ -77,7 +77,7 @@ describe('ingest --follow with compaction', { timeout: 300_000 }, () => {
     assert.ok(chunks.length < r.chunks.length / 4, `${chunks.length} chunks after compaction, ${r.chunks.length} written`)
 
     const reference = path.join(tmp.dir, 'reference')
-    await runIngest({ rpc: anvil.url, dataset: 'a', out: reference, to: head, chunkBlocks: 1000, workers: 0, progress: 'none' })
+    await runIngest({ rpc: anvil.url, dataset: 'a', out: reference, to: head, finality: 'latest', chunkBlocks: 1000, workers: 0, progress: 'none' })
     const refWorker = await startStandaloneWorker(reference)
     const worker = await startStandaloneWorker(out)
     try {
@@ -95,7 +95,7 @@ describe('ingest --follow with compaction', { timeout: 300_000 }, () => {
     t.diagnostic(`seed ${seed}`)
     const random = prng(seed)
     const out = path.join(tmp.dir, 'killed')
-    const args = ['ingest', '--rpc', anvil.url, '--dataset', 'k', '--out', out, '--follow', '--chunk-blocks', '40', '--flush-after-ms', '0', '--poll-ms', '20',
+    const args = ['ingest', '--rpc', anvil.url, '--dataset', 'k', '--out', out, '--follow', '--finality', 'latest', '--max-reorg-depth', '0', '--chunk-blocks', '40', '--flush-after-ms', '0', '--poll-ms', '20',
       '--workers', '0', '--progress', 'none', '--compact-fanout', '3', '--compact-grace-ms', '0']
     // the chain grows all along
     let mining = true
@@ -156,7 +156,7 @@ describe('ingest --follow with compaction', { timeout: 300_000 }, () => {
     for (let i = 1; i < chunks.length; i++) assert.equal(chunks[i].first, chunks[i - 1].last + 1)
     const last = chunks.at(-1)!.last
     const reference = path.join(tmp.dir, 'killed-reference')
-    await runIngest({ rpc: anvil.url, dataset: 'k', out: reference, to: last, chunkBlocks: 100_000, workers: 0, progress: 'none' })
+    await runIngest({ rpc: anvil.url, dataset: 'k', out: reference, to: last, finality: 'latest', chunkBlocks: 100_000, workers: 0, progress: 'none' })
     const refWorker = await startStandaloneWorker(reference)
     const worker = await startStandaloneWorker(out)
     try {

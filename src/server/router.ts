@@ -472,17 +472,17 @@ export class RouterState {
     const settling = this.settling(now)
     for (const ds of this.datasets.values()) {
       const held = w.state.get(ds.name) ?? []
+      // merged chunks not served yet: fetched by the workers of the chunks they replace
+      const merged = settling ? [] : ds.pending.filter((m) => this.assigneesOf(ds, m).includes(w.id))
       // The usual case: the worker holds exactly its assignment.
-      if (!settling && sameRanges(held, ds.assignment.rangesOf(w.id))) {
+      if (!settling && !merged.length && sameRanges(held, ds.assignment.rangesOf(w.id))) {
         out[ds.name] = ds.assignment.rangesOf(w.id)
         continue
       }
-      const keep: ChunkRef[] = []
+      const keep: ChunkRef[] = [...merged]
       forEachHeld(ds.chunks, held, (c, i) => {
         if (ds.assignment.isAssigned(i, w.id) ? settling : !this.hasAssignedHolder(ds, i, now)) keep.push(c)
       })
-      // merged chunks not served yet: fetched by the workers of the chunks they replace
-      if (!settling) for (const m of ds.pending) if (this.assigneesOf(ds, m).includes(w.id)) keep.push(m)
       const mine = settling ? [] : ds.assignment.rangesOf(w.id)
       out[ds.name] = keep.length === 0 ? mine : mergeRanges([...mine.map(([first, last]) => ({ first, last })), ...keep])
     }
