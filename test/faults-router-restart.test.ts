@@ -84,8 +84,10 @@ describe('router restarted while a client syncs', { timeout: 90_000 }, () => {
     assert.deepEqual(calm.blocks.map((b) => b.header.number), records.map((r) => r.number))
     assert.deepEqual(calm.blocks.map((b) => b.header.hash), records.map((r) => r.block.hash.toLowerCase()))
 
-    // Killed twice: early, and again half-way; each time started again on the same port 0.5 s later.
-    const killAt = new Set([3, Math.floor(calm.batches / 2)])
+    // Killed twice: early, and again a few answers later (an answer may cover more after a restart:
+    // the assignment, and so where answers end, can differ); each time started again on the same
+    // port 0.5 s later.
+    const killAt = new Set([3, Math.min(6, Math.floor(calm.batches / 2))])
     const restarts: Promise<void>[] = []
     const t0 = performance.now()
     const disturbed = await sync(async (batch) => {
