@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { ArchiveClient } from '../src/client/archive-client.js'
-import { callData, compile, startAnvil, type Anvil } from '../test/helpers/anvil.js'
+import { callData, compile, startAnvil, TOKEN_SOURCE, type Anvil } from '../test/helpers/anvil.js'
 import { fmtRate, ms, timeInterleaved } from './lib/measure.js'
 import { deploy } from './lib/procs.js'
 import { machine, printTable } from './lib/report.js'
@@ -25,19 +25,6 @@ export interface AnvilBenchOptions {
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../src/cli.js')
 const TRANSFER = '0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef'
 
-const TOKEN = `// SPDX-License-Identifier: MIT
-pragma solidity ^0.8.20;
-contract Token {
-    mapping(address => uint256) public balanceOf;
-    event Transfer(address indexed from, address indexed to, uint256 value);
-    constructor() { balanceOf[msg.sender] = 1e27; emit Transfer(address(0), msg.sender, 1e27); }
-    function transfer(address to, uint256 v) external returns (bool) {
-        balanceOf[msg.sender] -= v; balanceOf[to] += v;
-        emit Transfer(msg.sender, to, v);
-        return true;
-    }
-}
-`
 
 const hexq = (n: number | bigint) => '0x' + BigInt(n).toString(16)
 
@@ -66,7 +53,7 @@ export async function runAnvil(o: AnvilBenchOptions): Promise<void> {
   try {
     anvil = await startAnvil(['--hardfork', 'cancun'])
     const a = anvil
-    const c = compile(TOKEN).Token
+    const c = compile(TOKEN_SOURCE).Token
     const [alice] = await a.rpc('eth_accounts')
     const hash = await a.rpc('eth_sendTransaction', [{ from: alice, data: c.bytecode }])
     let receipt: any

@@ -5,7 +5,7 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { parseDatasetHead } from '../src/chunks/head-file.js'
 import { getText } from '../src/storage/s3.js'
-import { callData, compile, startAnvil, type Anvil } from './helpers/anvil.js'
+import { callData, compile, startAnvil, TOKEN_SOURCE, type Anvil } from './helpers/anvil.js'
 import { compareRows, expectTables, readTable, type NodeBlock } from './helpers/ingest-expect.js'
 import { killChildren, startCli, until } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
@@ -24,19 +24,6 @@ import { startS3, type S3Server } from './helpers/s3.js'
  */
 
 const DATASET = 'fresh'
-const TOKEN = `// SPDX-License-Identifier: MIT
-pragma solidity ^0.8.20;
-contract Token {
-    mapping(address => uint256) public balanceOf;
-    event Transfer(address indexed from, address indexed to, uint256 value);
-    constructor() { balanceOf[msg.sender] = 1e27; emit Transfer(address(0), msg.sender, 1e27); }
-    function transfer(address to, uint256 v) external returns (bool) {
-        balanceOf[msg.sender] -= v; balanceOf[to] += v;
-        emit Transfer(msg.sender, to, v);
-        return true;
-    }
-}
-`
 const WATCH_SECONDS = Number(process.env.FRESHNESS_TEST_SECONDS ?? 30)
 
 let anvil: Anvil
@@ -51,7 +38,7 @@ before(async () => {
   // a finalized head two blocks below the latest (anvil's default, two epochs of 32 slots, is 64)
   anvil = await startAnvil(['--block-time', '1', '--slots-in-an-epoch', '1'])
   s3 = await startS3(['fresh'])
-  const token = compile(TOKEN).Token
+  const token = compile(TOKEN_SOURCE).Token
   const [alice, bob] = await anvil.rpc('eth_accounts')
   const deployed = await anvil.rpc('eth_sendTransaction', [{ from: alice, data: token.bytecode }])
   let receipt: any

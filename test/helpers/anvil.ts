@@ -54,6 +54,21 @@ export async function startAnvil(args: string[] = []): Promise<Anvil> {
   }
 }
 
+/** A minimal ERC-20: Transfer events and a `transfer(address,uint256)` call, for chains with real logs. */
+export const TOKEN_SOURCE = `// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.20;
+contract Token {
+    mapping(address => uint256) public balanceOf;
+    event Transfer(address indexed from, address indexed to, uint256 value);
+    constructor() { balanceOf[msg.sender] = 1e27; emit Transfer(address(0), msg.sender, 1e27); }
+    function transfer(address to, uint256 v) external returns (bool) {
+        balanceOf[msg.sender] -= v; balanceOf[to] += v;
+        emit Transfer(msg.sender, to, v);
+        return true;
+    }
+}
+`
+
 export interface Compiled {
   bytecode: string
   /** `name(types)` → 4-byte selector hex (no 0x). */
