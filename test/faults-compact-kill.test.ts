@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
+import { watch, type FSWatcher } from 'node:fs'
 import { cp, mkdir, readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
@@ -54,8 +55,12 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
     await tmp?.cleanup()
   })
 
-  /** One `compact` run; killed (SIGKILL) once `when` says so (polled every 5 ms). */
-  const run = (out: string, env: Record<string, string>, when?: () => Promise<boolean>) =>
+  /**
+   * One `compact` run; killed (SIGKILL) once `when` says so (polled every 5 ms), or, with `mergeK`,
+   * as soon as the k-th merge temp folder of this run (named by its PID) appears in `watchDir` (inotify: a merge of
+   * one-block chunks can take less than a poll interval on a fast machine).
+   */
+  const run = (out: string, env: Record<string, string>, when?: () => Promise<boolean>, mergeK?: { dir: string; k: number }) =>
     new Promise<{ code: number | null; signal: string | null; stderr: string; stdout: string }>((resolve) => {
       const child = spawn(process.execPath, [CLI, 'compact', '--out', out, ...ARGS], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn', ...env } })
       children.add(child)
@@ -64,6 +69,15 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
       let exited = false
       child.stderr!.on('data', (d) => (stderr += d))
       child.stdout!.on('data', (d) => (stdout += d))
+      let watcher: FSWatcher | undefined
+      if (mergeK) {
+        const seen = new Set<string>()
+        watcher = watch(mergeK.dir, (_event, name) => {
+          if (!name?.startsWith(`.tmp-${child.pid}-merge-`) || seen.has(name)) return
+          seen.add(name)
+          if (seen.size >= mergeK.k) child.kill('SIGKILL')
+        })
+      }
       if (when) {
         void (async () => {
           while (!exited) {
@@ -74,6 +88,7 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
       }
       child.once('exit', (code, signal) => {
         exited = true
+        watcher?.close()
         children.delete(child)
         resolve({ code, signal, stderr, stdout })
       })
@@ -106,18 +121,12 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
     for (let round = 0; round < 8 && killed < 5; round++) {
       // kill while the k-th merged chunk of this run is being written, or after a random time
       const k = 1 + Math.floor(random() * 4)
-      let seen = 0
-      let inTemp = false
       const ms = Math.round(300 + random() * 2500)
       const t0 = Date.now()
-      const r = await run(dir, {}, round % 3 === 2
-        ? async () => Date.now() - t0 >= ms
-        : async () => {
-            const now = (await temps('-merge-')).length > 0
-            if (now && !inTemp) seen++
-            inTemp = now
-            return now && seen >= k
-          })
+      // three merge kills first (at most 12 of the 21 merges), so at least three kills always land
+      const r = round % 4 === 3
+        ? await run(dir, {}, async () => Date.now() - t0 >= ms)
+        : await run(dir, {}, undefined, { dir, k })
       if (r.signal !== 'SIGKILL') {
         assert.equal(r.code, 0, r.stderr)
         log.push(`round ${round}: finished`)
@@ -127,7 +136,7 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
       const left = await temps('-merge-')
       if (left.length) midMerge++
       assertCover(await scanLocalChunks(dir), `round ${round}`)
-      log.push(`round ${round}: killed ${round % 3 === 2 ? `after ${ms} ms` : `in merge ${k}`}, ${(await scanLocalChunks(dir)).length} complete chunks, ${left.length} merge temp folders`)
+      log.push(`round ${round}: killed ${round % 4 === 3 ? `after ${ms} ms` : `in merge ${k}`}, ${(await scanLocalChunks(dir)).length} complete chunks, ${left.length} merge temp folders`)
     }
     t.diagnostic(log.join('; '))
     assert.ok(killed >= 3, `killed ${killed} times`)
