@@ -30,16 +30,16 @@ describe('following the head across compactions and an ingest restart', { timeou
   let ingest: ChildProcess | undefined
   let processor: ChildProcess | undefined
   const data = () => path.join(tmp.dir, 'data')
+  let ingestErr = ''
 
   const startIngest = () => {
     const child = spawn(process.execPath, [
       CLI, 'ingest', '--rpc', anvil.url, '--dataset', 'live', '--out', path.join(data(), 'live'), '--follow',
       '--finality', 'latest', '--max-reorg-depth', '4', '--compact-fanout', '2', '--compact-grace-ms', '3000', '--progress', 'none',
     ], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } })
-    let stderr = ''
-    child.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-5000)))
+    child.stderr!.on('data', (d) => (ingestErr = (ingestErr + d).slice(-5000)))
     child.once('exit', (code, signal) => {
-      if (code && signal !== 'SIGKILL') console.error(`ingest exited with ${code}: ${stderr}`)
+      if (code && signal !== 'SIGKILL') console.error(`ingest exited with ${code}: ${ingestErr}`)
     })
     return child
   }
@@ -67,13 +67,15 @@ describe('following the head across compactions and an ingest restart', { timeou
     const client = new ArchiveClient(gateway)
     const stop = new AbortController()
     const got: { number: number; hash: string }[] = []
+    let clientEnd: string | undefined
     const following = (async () => {
       try {
         for await (const b of client.blocks({ includeAllBlocks: true, fields: { block: { number: true, hash: true } } }, { fromBlock: 0, follow: true, pollMs: 200, signal: stop.signal })) {
           got.push({ number: b.header.number, hash: b.header.hash as string })
         }
+        clientEnd = `our client's stream ended at block ${got.at(-1)?.number}`
       } catch (e) {
-        if (!stop.signal.aborted) throw e
+        if (!stop.signal.aborted) clientEnd = `our client failed at block ${got.at(-1)?.number}: ${(e as Error).stack}`
       }
     })()
 
@@ -83,7 +85,9 @@ describe('following the head across compactions and an ingest restart', { timeou
     await writeFile(config, JSON.stringify({ gateway, from: 0, includeAllBlocks: true, fields: { block: { hash: true } }, out }))
     processor = spawn(process.execPath, [RUNNER], { env: { ...process.env, PROCESSOR_RUN_CONFIG: config, SQD_DEBUG: '' }, stdio: ['ignore', 'ignore', 'pipe'] })
     let processorErr = ''
+    let processorEnd: string | undefined
     processor.stderr!.on('data', (d) => (processorErr = (processorErr + d).slice(-10_000)))
+    processor.once('exit', (code, signal) => (processorEnd = `the processor exited (${code ?? signal}): ${processorErr.slice(-2000)}`))
     const processed = () => (existsSync(out) ? readFileSync(out, 'utf8').split('\n').filter(Boolean).flatMap((l) => JSON.parse(l).blocks) : [])
 
     // halfway, the ingest dies without warning and is started again
@@ -94,8 +98,12 @@ describe('following the head across compactions and an ingest restart', { timeou
     await new Promise((r) => setTimeout(r, (FOLLOW_SECONDS / 2) * 1000))
 
     const target = Number(BigInt(await anvil.rpc('eth_blockNumber')))
-    await until(`our client at block ${target}`, async () => (got.at(-1)!.number >= target ? true : undefined), 120_000)
-    await until(`the processor at block ${target}`, async () => (processed().some((b: any) => b.header.height >= target) ? true : undefined), 120_000)
+    // a client that stopped or failed is reported as such, not as a time-out
+    const where = () => `our client at ${got.at(-1)?.number}, the processor at ${processed().at(-1)?.header.height}; ingest: ${ingestErr.slice(-1000)}; processor: ${processorErr.slice(-1000)}`
+    await until(`our client at block ${target}`, async () => (clientEnd || got.at(-1)!.number >= target ? true : undefined), 120_000).catch((e) => assert.fail(`${e.message}: ${where()}`))
+    assert.equal(clientEnd, undefined)
+    await until(`the processor at block ${target}`, async () => (processorEnd || processed().some((b: any) => b.header.height >= target) ? true : undefined), 120_000).catch((e) => assert.fail(`${e.message}: ${where()}`))
+    assert.equal(processorEnd, undefined)
     stop.abort()
     await following
     processor.kill('SIGTERM')
