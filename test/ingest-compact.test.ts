@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { readdir } from 'node:fs/promises'
+import { watch } from 'node:fs'
+import { mkdir, readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { listLocalChunks, readChunkMeta, scanLocalChunks } from '../src/chunks/layout.js'
@@ -105,7 +106,7 @@ describe('ingest --follow with compaction', { timeout: 300_000 }, () => {
         await new Promise((r) => setTimeout(r, 40))
       }
     })()
-    const merging = async () => (await readdir(out).catch(() => [] as string[])).some((n) => n.startsWith('.tmp-') && n.includes('-merge-'))
+    const merging = async (pid: number | undefined) => (await readdir(out).catch(() => [] as string[])).some((n) => n.startsWith(`.tmp-${pid}-merge-`))
     const log: string[] = []
     let midMerge = 0
     try {
@@ -115,15 +116,29 @@ describe('ingest --follow with compaction', { timeout: 300_000 }, () => {
         let stderr = ''
         child.stderr!.on('data', (d) => (stderr += d))
         const exited = new Promise<string | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)))
-        // mid-merge in rounds 0, 2, 4 (or after 8 s if no merge shows); after a random time in the others
+        // mid-merge in rounds 0, 2, 4: killed the moment this run's first merge temp folder appears
+        // (inotify; a merge can be shorter than a poll), or after 60 s if none does; after a random
+        // time in the others
         const t0 = Date.now()
         const ms = 1000 + random() * 3000
-        const wantMerge = round % 2 === 0
-        for (;;) {
-          if (wantMerge ? (await merging()) || Date.now() - t0 > 8000 : Date.now() - t0 >= ms) break
-          await new Promise((r) => setTimeout(r, 5))
+        let inMerge = false
+        if (round % 2 === 0) {
+          await mkdir(out, { recursive: true })
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(() => (watcher.close(), resolve()), 60_000)
+            const watcher = watch(out, (_event, name) => {
+              if (!name?.startsWith(`.tmp-${child.pid}-merge-`)) return
+              child.kill('SIGKILL')
+              inMerge = true
+              clearTimeout(timer)
+              watcher.close()
+              resolve()
+            })
+          })
+        } else {
+          await new Promise((r) => setTimeout(r, ms))
+          inMerge = await merging(child.pid)
         }
-        const inMerge = await merging()
         child.kill('SIGKILL')
         assert.equal(await exited, 'SIGKILL', stderr)
         children.delete(child)
