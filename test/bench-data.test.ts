@@ -19,7 +19,7 @@ import { lit } from '../src/db.js'
 const BLOCKS = 12
 const CHUNK = 5
 
-describe('bench-data generator', { timeout: 120_000 }, () => {
+describe('bench-data generator', { timeout: 600_000 }, () => {
   let dir: string
   let templates: BlockTemplate[]
   let db: DuckDBInstance

@@ -38,7 +38,7 @@ async function damage(file: string, n = 32): Promise<void> {
   }
 }
 
-describe('chunk cache over S3', { timeout: 60_000 }, () => {
+describe('chunk cache over S3', { timeout: 600_000 }, () => {
   let s3: S3Server
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let local: string

@@ -15,7 +15,7 @@ const BLOCKS = [{ header: { number: 5, hash: '0x05' } }, { header: { number: 6, 
 const TEXT = JSON.stringify(BLOCKS)
 const UNICODE = JSON.stringify([{ header: { number: 7 }, events: [{ name: 'Café €5', args: ['Ωmega', '0xff'] }] }])
 
-describe('client HTTP requests', { timeout: 30_000 }, () => {
+describe('client HTTP requests', { timeout: 600_000 }, () => {
   let server: http.Server
   let base: string
   const seen: { url: string; method: string; body: string }[] = []
@@ -160,7 +160,7 @@ describe('client HTTP requests', { timeout: 30_000 }, () => {
  * one whose last block carries a nested `{"header":{"number":…` object (the text read is wrong:
  * the parse says so instead of continuing from the wrong block).
  */
-describe('client: answers parsed when read in parallel mode', { timeout: 30_000 }, () => {
+describe('client: answers parsed when read in parallel mode', { timeout: 600_000 }, () => {
   let server: http.Server
   let base: string
   const block = (mode: string, n: number, last: boolean) => {

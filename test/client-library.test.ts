@@ -54,7 +54,7 @@ async function collect(it: AsyncIterable<Block>): Promise<Block[]> {
 
 const numbers = (blocks: Block[]) => blocks.map((b) => b.header.number)
 
-describe('client library over router + 2 workers', { timeout: 360_000 }, () => {
+describe('client library over router + 2 workers', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   let chunks: ChunkRef[]
@@ -190,7 +190,7 @@ describe('client library over router + 2 workers', { timeout: 360_000 }, () => {
   })
 })
 
-describe('client retries', { timeout: 180_000 }, () => {
+describe('client retries', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
 
@@ -249,7 +249,7 @@ describe('client retries', { timeout: 180_000 }, () => {
   })
 })
 
-describe('client library over a sparse dataset', { timeout: 180_000 }, () => {
+describe('client library over a sparse dataset', { timeout: 600_000 }, () => {
   it('ends a range whose end lies in a gap, sequentially and in parallel segments', async () => {
     const tmp = await tempDir()
     const records = await anvilRecords()

@@ -91,7 +91,7 @@ class CountingProxy {
   }
 }
 
-describe('client: parallel mode keeps N requests in flight on a long range', { timeout: 180_000 }, () => {
+describe('client: parallel mode keeps N requests in flight on a long range', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let router: RouterServer
   let worker: WorkerServer

@@ -23,7 +23,7 @@ function sources(chain: RecordedChainName, withTraces = false): SourceBlock[] {
     .map((r) => ({ number: r.number, block: r.block, receipts: r.receipts!, parityTraces: withTraces ? r.traceBlock : undefined }))
 }
 
-describe('@subsquid/evm-processor over recorded mainnet blocks', { timeout: 240_000 }, () => {
+describe('@subsquid/evm-processor over recorded mainnet blocks', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
 

@@ -16,7 +16,7 @@ import {
  */
 
 
-describe('@subsquid/evm-processor against router + workers', { timeout: 180_000 }, () => {
+describe('@subsquid/evm-processor against router + workers', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   let cluster: Cluster

@@ -36,7 +36,7 @@ async function openTarget(dir: string, name: string): Promise<FolderTarget> {
   return t
 }
 
-describe('compaction', { timeout: 300_000 }, () => {
+describe('compaction', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   const last = SIZES.reduce((a, b) => a + b, 0) - 1

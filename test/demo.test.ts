@@ -16,7 +16,7 @@ import { tempDir } from './helpers/dataset.js'
 const DATASETS = ['ethereum-mainnet', 'starknet-mainnet', 'moonbeam', 'kusama', 'polkadot']
 const sh = promisify(execFile)
 
-describe('npm start (the demo) in a fresh folder', { timeout: 480_000 }, () => {
+describe('npm start (the demo) in a fresh folder', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>> | undefined
   after(async () => {
     killChildren()

@@ -19,7 +19,7 @@ import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 /** A pid no process has (above Linux's largest pid_max). */
 const GONE = 2 ** 31 - 2
 
-describe('DuckDB resources of a worker', { timeout: 90_000 }, () => {
+describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let spillRoot: string
   let folder: string

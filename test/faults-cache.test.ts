@@ -64,7 +64,7 @@ async function collect(body: AsyncIterable<Uint8Array>, onFirst?: () => Promise<
   return JSON.parse(Buffer.concat(parts).toString('utf8'))
 }
 
-describe('cache disk faults', { timeout: 90_000 }, () => {
+describe('cache disk faults', { timeout: 600_000 }, () => {
   let s3: S3Server
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let local: string

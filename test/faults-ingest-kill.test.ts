@@ -33,7 +33,7 @@ const light = eth.filter((b) => b.number === 1000000 || b.number === 4369999) //
 const LAST = 79
 const PREFIX = 'killed'
 
-describe('ingest into s3:// killed at random moments', { timeout: 120_000 }, () => {
+describe('ingest into s3:// killed at random moments', { timeout: 600_000 }, () => {
   let s3: S3Server
   let node: ReplayServer
   let tmp: Awaited<ReturnType<typeof tempDir>>

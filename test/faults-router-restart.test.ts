@@ -23,7 +23,7 @@ const QUERY = {
   fields: { block: { hash: true, parentHash: true, timestamp: true }, transaction: { hash: true, from: true, to: true, input: true }, log: { address: true, data: true, topics: true } },
 }
 
-describe('router restarted while a client syncs', { timeout: 90_000 }, () => {
+describe('router restarted while a client syncs', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   let data: string

@@ -36,7 +36,7 @@ const LAST = 19
 const hex = (n: number) => '0x' + n.toString(16)
 const sha256 = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex')
 
-describe('malformed and inconsistent node answers', { timeout: 90_000 }, () => {
+describe('malformed and inconsistent node answers', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let level: string
   let n = 0

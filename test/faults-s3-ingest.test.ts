@@ -27,7 +27,7 @@ const light = eth.filter((b) => b.number === 1000000 || b.number === 4369999) //
 const LAST = 59
 const lease = { ttlMs: 60_000, settleMs: 50 }
 
-describe('ingest into s3:// through storage faults', { timeout: 90_000 }, () => {
+describe('ingest into s3:// through storage faults', { timeout: 600_000 }, () => {
   let s3: S3Server
   let proxy: FaultProxy
   let node: ReplayServer

@@ -30,7 +30,7 @@ import { setEnv, startS3, uploadDataset, type S3Server } from './helpers/s3.js'
 
 const TIMEOUTS = { BLOCK_ARCHIVE_S3_SOCKET_TIMEOUT_MS: '700', BLOCK_ARCHIVE_S3_CONNECT_TIMEOUT_MS: '700' }
 
-describe('object storage faults (fault proxy in front of s3rver)', { timeout: 120_000 }, () => {
+describe('object storage faults (fault proxy in front of s3rver)', { timeout: 600_000 }, () => {
   let s3: S3Server
   let proxy: FaultProxy
   let tmp: Awaited<ReturnType<typeof tempDir>>

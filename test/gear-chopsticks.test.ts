@@ -75,7 +75,7 @@ interface Queued {
   bytes: string
 }
 
-describe('Gear on a real Vara runtime (chopsticks, Vara genesis): ingest, router + 2 workers, substrate-processor', { timeout: 300_000 }, () => {
+describe('Gear on a real Vara runtime (chopsticks, Vara genesis): ingest, router + 2 workers, substrate-processor', { timeout: 600_000 }, () => {
   const t0 = Date.now()
   const lap = (what: string) => console.log(`# ${what}: ${((Date.now() - t0) / 1000).toFixed(1)} s`)
   let tmp: Awaited<ReturnType<typeof tempDir>>

@@ -21,7 +21,7 @@ import { prng } from './helpers/fault-proxy.js'
  * a one-shot ingest of the same blocks into one chunk does.
  */
 
-describe('ingest --follow with compaction', { timeout: 300_000 }, () => {
+describe('ingest --follow with compaction', { timeout: 600_000 }, () => {
   let anvil: Anvil
   let tmp: Awaited<ReturnType<typeof tempDir>>
 

@@ -112,7 +112,7 @@ async function readLease(prefix: string): Promise<any> {
 /** This process's staging folders (other test processes on the machine ingest into s3:// too). */
 const stagingFolders = async () => (await readdir(os.tmpdir())).filter((x) => x.startsWith(`ba-ingest-s3-${process.pid}-`))
 
-describe('ingest into object storage (s3rver)', { timeout: 120_000 }, () => {
+describe('ingest into object storage (s3rver)', { timeout: 600_000 }, () => {
   it('an ingest into s3://archive/eth writes the same chunks as into a local folder; meta.json lists each uploaded file with its size and SHA-256', async (t) => {
     const server = await serve(traced, { repeat: { times: 12, seed: 'same' } })
     const local = folder()

@@ -26,7 +26,7 @@ import { FaultProxy } from './helpers/fault-proxy.js'
 
 type Run = (out: string, normalizer: 'sql' | 'js') => Promise<IngestResult>
 
-describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 240_000 }, () => {
+describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 900_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let n = 0
   before(async () => {

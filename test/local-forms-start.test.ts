@@ -12,7 +12,7 @@ import { freePort } from './helpers/http.js'
  * pass was turned away: the worker served from Parquet until restarted.
  */
 
-describe('local forms of a worker started before its router', { timeout: 90_000 }, () => {
+describe('local forms of a worker started before its router', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>> | undefined
 
   after(async () => {

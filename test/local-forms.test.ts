@@ -52,7 +52,7 @@ async function copyTables(): Promise<number> {
   }
 }
 
-describe('local forms of a worker', { timeout: 120_000 }, () => {
+describe('local forms of a worker', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let data: string
   let chunks: ChunkRef[]

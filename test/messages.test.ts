@@ -12,7 +12,7 @@ import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
  * folder too deep for `serve --data`.
  */
 
-describe('messages for first mistakes', { timeout: 180_000 }, () => {
+describe('messages for first mistakes', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let router: string
   let serveLog: () => string

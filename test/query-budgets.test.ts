@@ -60,7 +60,7 @@ const QUERIES: Record<string, Obj> = {
 
 const isEmpty = (b: Obj) => KINDS.every((k) => !b[REQUEST_KEY[k]] || b[REQUEST_KEY[k]].length === 0)
 
-describe('response budgets', { timeout: 150_000 }, () => {
+describe('response budgets', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   let chunks: ChunkRef[]
@@ -259,7 +259,7 @@ describe('response budgets', { timeout: 150_000 }, () => {
   })
 })
 
-describe('response budgets through the router and the client library', { timeout: 120_000 }, () => {
+describe('response budgets through the router and the client library', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   let base: string
@@ -350,7 +350,7 @@ describe('response budgets through the router and the client library', { timeout
   })
 })
 
-describe('blocks bigger than a slice', { timeout: 60_000 }, () => {
+describe('blocks bigger than a slice', { timeout: 600_000 }, () => {
   it('are streamed kind by kind, row by row, to the same answer as slices of many blocks', async () => {
     const tmp = await tempDir()
     const workers: WorkerServer[] = []

@@ -27,7 +27,7 @@ const range = (a: number, b: number) => Array.from({ length: b - a + 1 }, (_, i)
 /** Sparse selection of the anvil chain: blocks 5–9 | 20–29 | 40–44 50–54 (gap inside a chunk) | 100–109. */
 const SPARSE_CHUNKS = [range(5, 9), range(20, 29), [...range(40, 44), ...range(50, 54)], range(100, 109)]
 
-describe('query errors', { timeout: 110_000 }, () => {
+describe('query errors', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   let worker: WorkerServer
@@ -347,7 +347,7 @@ describe('query errors', { timeout: 110_000 }, () => {
   })
 })
 
-describe('query errors: a worker asked for blocks it does not hold', { timeout: 60_000 }, () => {
+describe('query errors: a worker asked for blocks it does not hold', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   let records: AnvilRecord[]

@@ -72,7 +72,7 @@ async function slowProxy(routerOrigin: string, delayMs: number): Promise<{ origi
   return { origin, close: () => new Promise((resolve) => server.close(() => resolve())) }
 }
 
-describe('query --out, --format, --resume and progress', { timeout: 300_000 }, () => {
+describe('query --out, --format, --resume and progress', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   let base: string

@@ -42,7 +42,7 @@ async function countStatements(body: () => Promise<void>): Promise<number> {
   return count
 }
 
-describe('a query no chunk can match', { timeout: 120_000 }, () => {
+describe('a query no chunk can match', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let worker: WorkerServer
 

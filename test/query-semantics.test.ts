@@ -273,7 +273,7 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
   })
 }
 
-describe('query semantics over the recorded anvil chain', { timeout: 150_000 }, () => {
+describe('query semantics over the recorded anvil chain', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let worker: WorkerServer
   let ds: Dataset
@@ -319,7 +319,7 @@ describe('query semantics over the recorded anvil chain', { timeout: 150_000 }, 
   })
 })
 
-describe('query semantics over recorded mainnet blocks (sparse dataset)', { timeout: 150_000 }, () => {
+describe('query semantics over recorded mainnet blocks (sparse dataset)', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let worker: WorkerServer
   let ds: Dataset

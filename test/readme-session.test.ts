@@ -102,7 +102,7 @@ function cliArgs(words: string[]): string[] {
 
 const ethereum = loadRecordedChain('ethereum').filter((b) => b.block)
 
-describe('the README session without a node, verbatim', { timeout: 180_000 }, () => {
+describe('the README session without a node, verbatim', { timeout: 600_000 }, () => {
   const home = process.cwd()
   let dir: string
 
@@ -195,7 +195,7 @@ describe('the README session without a node, verbatim', { timeout: 180_000 }, ()
   })
 })
 
-describe('replay-rpc prints the ingest commands that fit what it serves', { timeout: 240_000 }, () => {
+describe('replay-rpc prints the ingest commands that fit what it serves', { timeout: 600_000 }, () => {
   let dir: string
   const home = process.cwd()
   before(async () => {
@@ -268,7 +268,7 @@ describe('replay-rpc prints the ingest commands that fit what it serves', { time
   })
 })
 
-describe('ingest says what to do when the node lacks a block or a method', { timeout: 120_000 }, () => {
+describe('ingest says what to do when the node lacks a block or a method', { timeout: 600_000 }, () => {
   let dir: string
   let eth: string
   let polygon: string

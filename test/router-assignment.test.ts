@@ -21,7 +21,7 @@ async function router(storage: MemoryStorage, opts: RouterOptions = OPTS): Promi
 
 const within = (inner: Range[], outer: Range[]) => inner.every(([a, b]) => rangesContain(outer, a, b))
 
-describe('chunk assignment', { timeout: 300_000 }, () => {
+describe('chunk assignment', { timeout: 600_000 }, () => {
   it('two routers over the same storage with the same workers agree, and route each block to a worker holding it', async () => {
     const storage = new MemoryStorage('sim', 5000)
     const a = await router(storage)

@@ -54,7 +54,7 @@ function node(id: string, storage: ArchiveStorage, routerUrl: string): WorkerNod
   return new WorkerNode({ id, publicUrl: `http://${id}.invalid:1`, storage, routerUrl, heartbeatMs: HEARTBEAT, dropGraceMs: HEARTBEAT * 2 })
 }
 
-describe('router listing', { timeout: 60_000 }, () => {
+describe('router listing', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   /** Datasets with listing problems (or deliberate jumps), served by one router and one worker. */

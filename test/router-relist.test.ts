@@ -38,7 +38,7 @@ async function counted(storage: 'folder' | 's3', f: () => Promise<unknown>): Pro
 
 const total = (c: Record<string, number>) => Object.values(c).reduce((a, b) => a + b, 0)
 
-describe('relisting cost', { timeout: 300_000 }, () => {
+describe('relisting cost', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let s3: S3Server
 

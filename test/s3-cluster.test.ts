@@ -26,7 +26,7 @@ import { listLocalChunks, type ChunkMeta, type ChunkRef } from '../src/chunks/la
 const HB = ['--heartbeat-ms', '200']
 const sha256 = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex')
 
-describe('object storage: router and three worker processes over S3', { timeout: 300_000 }, () => {
+describe('object storage: router and three worker processes over S3', { timeout: 600_000 }, () => {
   let s3: S3Server
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]

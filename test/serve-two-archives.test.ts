@@ -12,7 +12,7 @@ import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
  * given the same --cache: the second warns, naming the process that holds the file.
  */
 
-describe('two archives on one machine', { timeout: 180_000 }, () => {
+describe('two archives on one machine', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>> | undefined
 
   after(async () => {

@@ -15,7 +15,7 @@ const TRANSFER = '0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523
 
 const ndjson = (text: string) => text.split('\n').filter(Boolean).map((l) => JSON.parse(l))
 
-describe('CLI: router and workers as separate processes', { timeout: 120_000 }, () => {
+describe('CLI: router and workers as separate processes', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   let routerUrl: string
@@ -124,7 +124,7 @@ describe('CLI: router and workers as separate processes', { timeout: 120_000 }, 
   })
 })
 
-describe('CLI: serve and help', { timeout: 300_000 }, () => {
+describe('CLI: serve and help', { timeout: 600_000 }, () => {
   after(() => {
     for (const c of children) c.kill('SIGKILL')
   })

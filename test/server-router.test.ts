@@ -38,7 +38,7 @@ function startNode(storage: LocalStorage, routerUrl: string, id: string): Worker
   return new WorkerNode({ id, publicUrl: `http://${id}.invalid:1`, storage, routerUrl, heartbeatMs: HEARTBEAT, dropGraceMs: HEARTBEAT * 2 })
 }
 
-describe('router', { timeout: 60_000 }, () => {
+describe('router', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   let denseChunks: ChunkRef[]
@@ -235,7 +235,7 @@ describe('router', { timeout: 60_000 }, () => {
   })
 })
 
-describe('router with replication 2', { timeout: 30_000 }, () => {
+describe('router with replication 2', { timeout: 600_000 }, () => {
   it('puts every chunk on both workers', async () => {
     const tmp = await tempDir()
     const nodes: WorkerNode[] = []
@@ -263,7 +263,7 @@ describe('router with replication 2', { timeout: 30_000 }, () => {
   })
 })
 
-describe('router rebalancing', { timeout: 30_000 }, () => {
+describe('router rebalancing', { timeout: 600_000 }, () => {
   it('gives a worker back after missed heartbeats its own chunks, served by the other until it holds them', async () => {
     const tmp = await tempDir()
     const storage = new LocalStorage(path.join(tmp.dir, 'd'))

@@ -46,7 +46,7 @@ const BIG_QUERY = {
   },
 }
 
-describe('worker HTTP', { timeout: 90_000 }, () => {
+describe('worker HTTP', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let records: AnvilRecord[]
   let chunks: ChunkRef[]

@@ -15,7 +15,7 @@ import { slabsEnabled } from '../src/query/row-texts.js'
 
 const exited = (child: ChildProcess) => new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
 
-describe('the serving thread', { timeout: 90_000 }, () => {
+describe('the serving thread', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let routerUrl: string
 

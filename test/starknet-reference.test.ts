@@ -449,7 +449,7 @@ async function fetchFull(s: Served): Promise<FullBlock[]> {
 /** A small size budget: answers over the large blocks stop early and the walk continues. */
 const CLUSTER_OPTIONS = { concurrency: 4, queue: 64, budgets: { sizeBytes: 300_000 } }
 
-describe('Starknet queries against the reference evaluation (recorded mainnet blocks, router + 2 workers)', { timeout: 240_000 }, () => {
+describe('Starknet queries against the reference evaluation (recorded mainnet blocks, router + 2 workers)', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   let height: number
@@ -724,7 +724,7 @@ function traceRelationQueries(data: FullBlock[]): { queries: NamedQuery[]; cases
   return { queries, cases }
 }
 
-describe('Starknet trace relations against the reference: block 25 recorded, block 480000 with recorded traces and DERIVED header/receipts', { timeout: 300_000 }, () => {
+describe('Starknet trace relations against the reference: block 25 recorded, block 480000 with recorded traces and DERIVED header/receipts', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   let srv: Served

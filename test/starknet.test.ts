@@ -77,7 +77,7 @@ const ALL_TX_FIELDS = Object.fromEntries(Object.keys(expectedTransaction(0, { tr
 const walk = (client: ArchiveClient, query: object, from: number, to: number): Promise<any[]> =>
   walkRange(from, to, (next) => client.query<any, any>({ ...query, fromBlock: next, toBlock: to }))
 
-describe('Starknet: recorded mainnet blocks through ingest, router + 2 workers, real archive client', { timeout: 120_000 }, () => {
+describe('Starknet: recorded mainnet blocks through ingest, router + 2 workers, real archive client', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   let base: string

@@ -35,7 +35,7 @@ async function getJson(url: string, accept?: string) {
   return { status: res.status, type: res.headers.get('content-type') ?? '', vary: res.headers.get('vary') ?? '', text, json: () => JSON.parse(text) }
 }
 
-describe('operator view', { timeout: 120_000 }, () => {
+describe('operator view', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   const chunks: Record<string, ChunkRef[]> = {}

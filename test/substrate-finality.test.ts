@@ -14,7 +14,7 @@ import { readTable } from './helpers/ingest-expect.js'
  * node builds on an earlier block, replacing the blocks above it).
  */
 
-describe('substrate finality on chopsticks', { timeout: 300_000 }, () => {
+describe('substrate finality on chopsticks', { timeout: 600_000 }, () => {
   let node: Chopsticks
   let tmp: { dir: string; cleanup: () => Promise<void> }
   /** The head before the scenario's blocks: where the fork goes back to. */

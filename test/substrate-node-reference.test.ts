@@ -255,7 +255,7 @@ function generateQueries(data: FullBlock[], interesting: number[], seed: number)
 
 // ------------------------------------------------------------------------------------ the test
 
-describe('Substrate reference evaluation over a live chopsticks node (RPC ingest, router + 2 workers)', { timeout: 150_000 }, () => {
+describe('Substrate reference evaluation over a live chopsticks node (RPC ingest, router + 2 workers)', { timeout: 600_000 }, () => {
   const t0 = performance.now()
   let node: Chopsticks
   let tmp: Awaited<ReturnType<typeof tempDir>>

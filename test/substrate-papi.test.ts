@@ -269,7 +269,7 @@ describe('the --decoded-dir source', () => {
   })
 })
 
-describe('Moonbeam 11728459 (Sidecar) + 16083402 (polkadot-api) through ingest, router + 2 workers, real archive client', { timeout: 120_000 }, () => {
+describe('Moonbeam 11728459 (Sidecar) + 16083402 (polkadot-api) through ingest, router + 2 workers, real archive client', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   let client: ArchiveClient

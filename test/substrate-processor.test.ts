@@ -43,7 +43,7 @@ interface NodeBlock {
   records: any[]
 }
 
-describe('@subsquid/substrate-processor on chopsticks (RPC) + our router (gateway)', { timeout: 120_000 }, () => {
+describe('@subsquid/substrate-processor on chopsticks (RPC) + our router (gateway)', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let node: Chopsticks
   let scenario: Scenario

@@ -372,7 +372,7 @@ function generateQueries(data: FullBlock[], seed: number): GenQuery[] {
 
 // ------------------------------------------------------------------------------------ the test
 
-describe('Substrate queries against the reference evaluation (recorded Sidecar blocks + a synthetic nested block, router + 2 workers)', { timeout: 240_000 }, () => {
+describe('Substrate queries against the reference evaluation (recorded Sidecar blocks + a synthetic nested block, router + 2 workers)', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   const served = new Map<Dataset, Served>()

@@ -25,7 +25,7 @@ import { callTree, connectApi, key, nodeNames } from './helpers/node-view.js'
  * nested calls and which call emitted which event.
  */
 
-describe('substrate rpc source on chopsticks (offline Rococo Asset Hub genesis)', { timeout: 120_000 }, () => {
+describe('substrate rpc source on chopsticks (offline Rococo Asset Hub genesis)', { timeout: 600_000 }, () => {
   let node: Chopsticks
   let scenario: Scenario
   let api: ApiPromise

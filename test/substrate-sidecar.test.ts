@@ -335,7 +335,7 @@ describe('Substrate Sidecar source against a replay Sidecar', () => {
   })
 })
 
-describe('Substrate: recorded Sidecar blocks through ingest, served by a router and a worker', { timeout: 120_000 }, () => {
+describe('Substrate: recorded Sidecar blocks through ingest, served by a router and a worker', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
 

@@ -50,7 +50,7 @@ function rawTransacts(b: any): RawTransact[] {
   })
 }
 
-describe('Substrate: Moonbeam through ingest, router + 2 workers, real archive client', { timeout: 120_000 }, () => {
+describe('Substrate: Moonbeam through ingest, router + 2 workers, real archive client', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let cluster: Cluster
   let client: ArchiveClient

@@ -73,7 +73,7 @@ async function answer(node: WorkerNode, query: unknown): Promise<string> {
 
 const sorted = (a: string[]) => [...a].sort()
 
-describe('worker leases', { timeout: 120_000 }, () => {
+describe('worker leases', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
   let data: string
   let chunks: ChunkRef[]

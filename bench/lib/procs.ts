@@ -80,6 +80,8 @@ export interface WorkerFlags {
    * `--cache`); `deploy` waits until every form is built. Without it workers read the Parquet files.
    */
   localForms?: (index: number) => string
+  /** The router's `--missed-heartbeats` (default its own): raise it where a stalled worker must not count as dead. */
+  missedHeartbeats?: number
 }
 
 export interface Deployment {
@@ -102,7 +104,8 @@ export async function deploy(data: string, workers: number, flags: WorkerFlags =
     })))
   }
   try {
-    const router = await startCli(['router', '--data', data, '--port', '0', '--heartbeat-ms', String(heartbeatMs), '--relist-ms', '1000'], 'router', flags.env)
+    const router = await startCli(['router', '--data', data, '--port', '0', '--heartbeat-ms', String(heartbeatMs), '--relist-ms', '1000',
+      ...(flags.missedHeartbeats ? ['--missed-heartbeats', String(flags.missedHeartbeats)] : [])], 'router', flags.env)
     procs.push(router)
     const extra: string[] = []
     if (flags.concurrency) extra.push('--concurrency', String(flags.concurrency))
