@@ -88,6 +88,17 @@ function sourceOf(view: DatasetView, chunk: HeldChunk): ChunkSource {
   return chunk.local || !view.localForm ? chunk : { dir: chunk.dir, local: view.localForm(chunk) }
 }
 
+/**
+ * Whether a chunk's files were removed under the query: compaction deletes the chunks a merged chunk
+ * replaces after its grace period, and a worker whose view still holds them (its router has not
+ * swapped them yet) must send the client back to the router rather than fail.
+ */
+const vanished = (chunk: HeldChunk, e: unknown) =>
+  !existsSync(chunk.dir) || /No files found that match the pattern|No such file or directory/.test(String(e))
+
+const gone = (from: number, view: DatasetView) =>
+  new ApiError(503, 'not-available', `data for block ${from} of dataset ${view.name} was replaced by a merged chunk this worker does not hold yet; ask the router again`, undefined, 1)
+
 const noBlocks = (from: number, to: number | undefined) =>
   new ApiError(400, 'no-blocks-in-range', `the dataset has no block in [${from}, ${to ?? 'end'}]`)
 
@@ -109,6 +120,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   const head = view.chunks[start]
   if (head.first > to) throw noBlocks(from, query.toBlock)
   const missing = missingTable(plan, head)
+  if (missing && !existsSync(head.dir)) throw gone(from, view)
   if (missing) throw badRequest('table-not-available', `"${missing}" data is not available for block ${from} of dataset ${view.name}`)
 
   if (head.intact && !(await head.intact())) {
@@ -128,6 +140,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
     return { body, stats, recycle: () => texts.recycle(), released: (pieces) => texts.released(pieces) }
   } catch (e) {
     con.closeSync()
+    if (!(e instanceof ApiError) && vanished(head, e)) throw gone(from, view)
     throw e
   }
 }
@@ -204,17 +217,25 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
         blocks = a.firstBlocks
       } else {
         let pre: Prepared
-        if (ahead?.ci === ci) {
-          pre = await ahead.done
-          ahead = undefined
-        } else {
-          await settle()
-          pre = await prepareChunk(ci)
+        let passOver = false
+        try {
+          if (ahead?.ci === ci) {
+            pre = await ahead.done
+            ahead = undefined
+          } else {
+            await settle()
+            pre = await prepareChunk(ci)
+          }
+          passOver = !!pre.ruledOut && !!chunkAt(ci + 1) && !spent()
+          if (!pre.missing && !passOver && !pre.run) pre = await openChunk(ci, true)
+        } catch (e) {
+          // A later chunk removed under the query (compaction) ends the answer before it, like a missing table.
+          if (vanished(chunkAt(ci)!, e)) break
+          throw e
         }
         // A later chunk without a table the query needs ends the answer; the next query starts there and gets the 400.
         if (pre.missing) break
-        if (pre.ruledOut && chunkAt(ci + 1) && !spent()) continue
-        if (!pre.run) pre = await openChunk(ci, true)
+        if (passOver) continue
         run = pre.run!
         blocks = pre.blocks!
       }
