@@ -28,7 +28,9 @@ import { startServed, walkRange } from './helpers/walk.js'
  *   own archives: 100 before the upgrade, 1000 from the block that set the code (its state holds the
  *   new code), while that block was still executed, and is decoded, by spec 100;
  * - every event of every block (name, index, phase, extrinsic) on both sides of the upgrade, the
- *   transfers' and the remarks' args;
+ *   transfers' and the remarks' args; the decoding runtime matters here: Gear's end-of-block event
+ *   of spec 1000 (`QueueNotProcessed`) has the bytes of another one under spec 100
+ *   (`QueueProcessingReverted`);
  * - the real @subsquid/substrate-processor syncs the range from the router: its runtime per block is
  *   the one that executed it (100 up to the upgrade block, 1000 from the next), and it re-encodes every event and call (the 930 KB `set_code_without_checks`
  *   included) from the archive's JSON to exactly the node's bytes, each with its block's runtime.
@@ -69,6 +71,8 @@ interface NodeBlock {
   extrinsics: any[]
   /** `Pallet.call_name` of a call, with this block's metadata. */
   callName: (call: any) => string
+  /** `Pallet.EventName` that this block's metadata gives an event's (pallet, variant) index; null if none. */
+  eventNameOf: (bytes: string) => string | null
 }
 
 describe('Runtime upgrade on a real chain (chopsticks, Vara spec 100 → 1000): ingest, router + 2 workers, substrate-processor', { timeout: 420_000 }, () => {
@@ -139,6 +143,13 @@ describe('Runtime upgrade on a real chain (chopsticks, Vara spec 100 → 1000): 
         specVersion: at.runtimeVersion.specVersion.toNumber(),
         extrinsics: [...block.extrinsics],
         callName: (call) => `${pallet(call.callIndex[0])}.${at.registry.findMetaCall(call.callIndex).meta.name.toString()}`,
+        eventNameOf: (bytes) => {
+          const [palletIndex, variant] = Buffer.from(bytes.slice(2, 6), 'hex')
+          const p = at.registry.metadata.pallets.find((x) => x.index.toNumber() === palletIndex)
+          if (!p || p.events.isNone) return null
+          const v = at.registry.lookup.getSiType(p.events.unwrap().type).def.asVariant.variants.find((x) => x.index.toNumber() === variant)
+          return v ? `${p.name.toString()}.${v.name.toString()}` : null
+        },
         events: records.map((r, index) => ({
           index,
           name: `${pallet(r.event.index[0])}.${r.event.method}`,
@@ -196,6 +207,13 @@ describe('Runtime upgrade on a real chain (chopsticks, Vara spec 100 → 1000): 
     assert.deepEqual(nodeBlocks.map((b) => b.stateSpecVersion), nodeBlocks.map((b) => (b.number < upgrade ? 100 : 1000)), 'the code in each block\'s state')
   })
 
+  it('the runtime matters: events of the new code name other events (or none) under the old metadata', () => {
+    const old = nodeBlocks[upgrade]
+    const renamed = nodeBlocks.slice(first).flatMap((b) => b.events.filter((e) => old.eventNameOf(e.bytes) !== e.name).map((e) => `${e.name} (spec 100: ${old.eventNameOf(e.bytes)})`))
+    // Gear's end-of-block event: its bytes under spec 1000 are another event's under spec 100.
+    assert.deepEqual([...new Set(renamed)], ['Gear.QueueNotProcessed (spec 100: Gear.QueueProcessingReverted)'])
+  })
+
   it('headers: the node\'s state_getRuntimeVersion at each block (squid\'s convention): 100, then 1000 from the upgrade block on', async () => {
     const blocks = await archive()
     assert.deepEqual(blocks.map((b) => b.header.number), nodeBlocks.map((b) => b.number))
@@ -217,7 +235,6 @@ describe('Runtime upgrade on a real chain (chopsticks, Vara spec 100 → 1000): 
     assert.deepEqual(transfers, [[beforeUpgrade, String(12_345n * UNIT)], [first, String(777n * UNIT)], [last, String(3n * UNIT + 1n)], [last, String(5n * UNIT + 2n)]])
     // Blocks end with a Gear event in Finalization; the name changed with the runtime.
     const finalization = blocks.filter((b) => b.header.number > 0).map((b) => [b.header.number, b.events.filter((e: any) => e.phase === 'Finalization').map((e: any) => e.name)])
-    console.log(`# Finalization events: ${JSON.stringify(finalization)}`)
     assert.deepEqual(finalization, nodeBlocks.slice(1).map((b) => [b.number, b.events.filter((e) => e.phase === 'Finalization').map((e) => e.name)]))
   })
 
