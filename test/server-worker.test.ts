@@ -178,7 +178,7 @@ describe('worker HTTP', { timeout: 600_000 }, () => {
   it('413 reaches a client still uploading a body over the limit (chunked, no content-length), every time', async () => {
     // The default 8 MiB limit and 40 MiB uploads in 1 MiB writes: before the body was drained, 1 in
     // 6 such uploads saw EPIPE instead of the 413.
-    const app = createHttp({ service: 'worker' })
+    const app = createHttp({ service: 'worker', access: { data: () => {}, peer: () => {} } })
     app.post('/q', async () => ({}))
     const url = `${await listen(app, '127.0.0.1', 0)}/q`
     const chunk = Buffer.alloc(1024 * 1024, 32)

@@ -9,7 +9,7 @@ import { Worker } from 'node:worker_threads'
 import type { MissingReceipts, ReceiptsMode, StateDiffsMode, TracesMode } from './evm/source.js'
 import { FetchPool } from './fetch-pool.js'
 import { chooseFinality, FinalityHead, reorgsExpected, type Finality } from './finality.js'
-import { DatasetHashes, findForkPoint } from './reorg.js'
+import { DatasetHashes, ReorgHandler } from './reorg.js'
 import { BlockNotAvailable, type RowsBatch } from './source.js'
 import { createSource, type SourceSpec } from './sources.js'
 import { IngestProgress, type ProgressMode } from './progress.js'
@@ -199,8 +199,7 @@ export function defaultCloses(): number {
   return Math.min(2, availableParallelism())
 }
 
-/** The chain does not continue where we are: a reorg deeper than --max-reorg-depth, or a wrong dataset. */
-export class ReorgError extends Error {}
+export { ReorgError } from './reorg.js'
 
 export const DEFAULT_MAX_REORG_DEPTH = 300
 
@@ -364,63 +363,25 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const fetchOpts = (nums: number[]) => (o.follow && spool && nums.length < batchSize ? { inline: true } : undefined)
     const fetcher = pool ? (nums: number[]) => pool.fetch(nums, fetchOpts(nums)) : (nums: number[]) => source.fetchRows(nums, fetchOpts(nums))
 
-    /**
-     * `f` does not continue the dataset: find the fork point, drop the blocks above it (the open
-     * chunk, written chunks newest first) and read on from there. Returns where to read from.
-     */
-    const reorg = async (f: { number: number; hash: string; parentHash: string }): Promise<number> => {
-      const tip = prev!
-      const mismatch = `block ${f.number} (${f.hash}) has parent hash ${f.parentHash}, but block ${tip.number} has hash ${tip.hash} (${tip.where})`
-      if (o.blocks || maxReorgDepth === 0 || !source.blockHashes) {
-        const why = o.blocks ? 'with --blocks, a mismatch is not re-read' : maxReorgDepth === 0 ? '--max-reorg-depth is 0' : 'this source cannot tell the hashes of its blocks, so a reorg cannot be re-read'
-        throw new ReorgError(`chain mismatch: ${mismatch}; ${why}. Nothing of block ${f.number} was written; ` +
-          `if the dataset's blocks are on the abandoned fork, delete the chunks from block ${tip.number} on and ingest again.`)
-      }
-      // the chunks closing now are placed first: the search and the deletion see every written block
-      await builder?.abort()
-      const open = builder?.first
-      builder = undefined
-      await Promise.allSettled([...closing])
-      if (pendingError) throw pendingError
-      const found = await findForkPoint(tip.number, maxReorgDepth, (n) => hashes.hashOf(n), (ns) => source.blockHashes!(ns), batchSize)
-      if (!('fork' in found)) {
-        throw new ReorgError(
-          `chain mismatch deeper than --max-reorg-depth (${maxReorgDepth}): ${mismatch}. ` +
-            ('missing' in found
-              ? `The node's chain shares no block with the dataset down to its first block${found.missing >= 0 ? ` (the dataset has no block ${found.missing})` : ''}: it serves another chain, or the dataset was written from another fork. `
-              : `The node's chain and the dataset differ on each of the ${maxReorgDepth} blocks below ${tip.number + 1}. `) +
-            `Nothing of block ${f.number} was written; if the dataset's blocks are on the abandoned fork, delete its chunks down to the fork point and ingest again, or pass a larger --max-reorg-depth.`,
-        )
-      }
-      const fork = found.fork
-      const orphaned = await hashes.hashOf(fork + 1)
-      const [replacing] = await source.blockHashes([fork + 1])
-      const finalHead = Math.max(heads.known, reorgsExpected(finality) ? (await source.finalizedHead?.('finalized').catch(() => undefined)) ?? -1 : -1)
-      if (fork < finalHead) {
-        log.error({ block: fork + 1, datasetHash: orphaned, nodeHash: replacing, finalizedHead: finalHead },
-          `a reorg replaced block ${fork + 1}, below the finalized head ${finalHead} the node announced: the node's finality is not final`)
-      }
-      const deleted: ChunkRef[] = []
-      while (written.length && written[written.length - 1].last > fork) {
-        const c = written.pop()!
-        await target.deleteChunk(c)
-        deleted.push(c)
-        log.warn({ chunk: c.path }, 'reorg: deleted a chunk of replaced blocks')
-      }
-      for (const c of deleted) if (result.chunks.includes(c)) result.chunks.splice(result.chunks.indexOf(c), 1)
-      tops.splice(0, tops.length, ...written.map((c) => ({ top: c.top })))
-      if (deleted.length) head?.rewound(written)
-      chunkEnd = written.at(-1)?.last ?? -1
-      const resumeAt = Math.min(fork + 1, open ?? Infinity, ...deleted.map((c) => c.first))
-      hashes.forget(resumeAt)
-      const below = await hashes.hashOf(resumeAt - 1)
-      prev = below ? { number: resumeAt - 1, hash: below, where: 'in the dataset below the fork point' } : undefined
-      result.last = resumeAt - 1
-      result.reorgs.push({ forkPoint: fork, tip: tip.number, deletedChunks: deleted.map((c) => c.path), resumeAt })
-      log.warn({ forkPoint: fork, depth: tip.number - fork, datasetHash: orphaned, nodeHash: replacing, deletedChunks: deleted.length, resumeAt },
-        `chain reorganisation above the finality: blocks ${fork + 1}–${tip.number} replaced; reading the node's chain from block ${resumeAt}`)
-      return resumeAt
-    }
+    const reorgs = new ReorgHandler({ target, source, heads, hashes, written, maxDepth: maxReorgDepth, window: batchSize, blockList: !!o.blocks }, {
+      dropOpenChunk: async () => {
+        await builder?.abort()
+        const open = builder?.first
+        builder = undefined
+        await Promise.allSettled([...closing])
+        if (pendingError) throw pendingError
+        return open
+      },
+      rewound: ({ resumeAt, deleted, tip, info }) => {
+        for (const c of deleted) if (result.chunks.includes(c)) result.chunks.splice(result.chunks.indexOf(c), 1)
+        tops.splice(0, tops.length, ...written.map((c) => ({ top: c.top })))
+        if (deleted.length) head?.rewound(written)
+        chunkEnd = written.at(-1)?.last ?? -1
+        prev = tip
+        result.last = resumeAt - 1
+        result.reorgs.push(info)
+      },
+    })
 
     let batches = fetchInOrder(plan, concurrency, fetcher)
     try {
@@ -467,7 +428,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
           if (!forked && batch.error?.block && forks(batch.error.block)) forked = batch.error.block
           if (forked) {
             await batches.return(undefined) // the blocks in flight follow the old chain
-            plan.rewind(await reorg(forked))
+            plan.rewind(await reorgs.handle(forked, prev!))
             batches = fetchInOrder(plan, concurrency, fetcher)
             continue batch
           }

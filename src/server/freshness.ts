@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify'
 import { headChunks } from '../chunks/head-file.js'
 import type { ChunkRef } from '../chunks/layout.js'
-import { ApiError } from '../errors.js'
 import { log } from '../log.js'
-import { accessDenied, checkWorkerToken, workerToken, WORKER_TOKEN_HEADER } from './auth.js'
+import { workerToken, WORKER_TOKEN_HEADER } from './auth.js'
+import { PUBLIC } from './route-access.js'
 import { routerLagBlocks, routerLagSeconds } from './head-lag.js'
 import { HeadWatch, type HeadWatchOptions } from './head-watch.js'
 import type { RouterState } from './router.js'
@@ -56,8 +56,8 @@ export function startRouterFreshness(o: {
 
 /** Routes of the router: `POST /notify` (an ingest published a chunk) and the lag gauges at `GET /metrics`. */
 export function registerRouterFreshnessRoutes(app: FastifyInstance, state: RouterState, freshness: () => RouterFreshness | undefined): void {
-  // Open like /height: it only makes the router read head files sooner.
-  app.post('/notify', async (_req, reply) => {
+  // Public: it only makes the router read head files sooner.
+  app.post('/notify', PUBLIC, async (_req, reply) => {
     const f = freshness()
     if (f) void f.watch.check(true)
     reply.code(202)
@@ -104,18 +104,10 @@ export function nudgeWorkers(urls: string[], secret?: Buffer): void {
 
 /**
  * Worker side: `POST /heartbeat` makes the worker ping its router now (coalesced with a ping under
- * way). With a ticket secret it must carry the router's token (as pings do the worker's).
+ * way). A `peer` route: with a ticket secret it must carry the router's token (as pings do the worker's).
  */
-export function registerWorkerNudge(app: FastifyInstance, nudge: () => void, secret?: Buffer): void {
-  app.post(NUDGE_PATH, async (req, reply) => {
-    if (secret) {
-      try {
-        checkWorkerToken(secret, req.headers[WORKER_TOKEN_HEADER])
-      } catch (e) {
-        if (e instanceof ApiError) accessDenied.inc({ service: 'worker', code: e.code })
-        throw e
-      }
-    }
+export function registerWorkerNudge(app: FastifyInstance, nudge: () => void): void {
+  app.post(NUDGE_PATH, { config: { access: 'peer' } }, async (_req, reply) => {
     nudge()
     reply.code(202)
     return { ok: true }

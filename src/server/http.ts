@@ -6,6 +6,7 @@ import { registry } from '../metrics.js'
 import { redactSecrets } from './auth.js'
 import { describeJsonError } from './json-error.js'
 import { httpDuration, httpRequests } from './metrics.js'
+import { guardRoutes, PUBLIC, type AccessChecks } from './route-access.js'
 
 /*
  * What the router and the worker share: a fastify instance whose every error answer is
@@ -86,6 +87,8 @@ export interface HttpOptions {
   readiness?: () => Readiness
   /** Appended to the 404 of an unknown route: what the routes look like (the request's path, without query). */
   notFoundHint?: (path: string) => string | undefined
+  /** The checks of the routes that are not public (route-access.ts): every route gets its check here. */
+  access: AccessChecks
 }
 
 export interface Readiness {
@@ -134,13 +137,14 @@ export function createHttp(opts: HttpOptions): FastifyInstance {
   app.addHook('onResponse', async (req, reply) => {
     observe(opts.service, req, reply.statusCode, reply.elapsedTime)
   })
-  app.get('/metrics', async (_req, reply) => {
+  guardRoutes(app, opts.access)
+  app.get('/metrics', PUBLIC, async (_req, reply) => {
     reply.type(registry.contentType)
     return registry.metrics()
   })
   // For orchestrators: /health = the process answers; /ready = it can do its job (route or serve).
-  app.get('/health', async () => ({ status: 'ok' }))
-  app.get('/ready', async (_req, reply) => {
+  app.get('/health', PUBLIC, async () => ({ status: 'ok' }))
+  app.get('/ready', PUBLIC, async (_req, reply) => {
     const r = opts.readiness?.() ?? { ready: true }
     if (r.ready) return { status: 'ready' }
     reply.code(503)

@@ -1,8 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, badRequest } from '../errors.js'
 import { log } from '../log.js'
-import { accessDenied, checkWorkerToken, KeyStore, presentedKey, sha256, signTicket, WORKER_TOKEN_HEADER, type KeyEntry } from './auth.js'
+import { accessDenied, KeyStore, presentedKey, sha256, signTicket, type KeyEntry } from './auth.js'
 import { createHttp, listen, prefersHtml } from './http.js'
+import { peerCheck, PUBLIC } from './route-access.js'
 import { routerDatasetHeight, routerWorkersAlive } from './metrics.js'
 import { parseRanges, type Range } from './ranges.js'
 import { defaultBurst, TokenBuckets, type RateLimit } from './rate-limit.js'
@@ -71,6 +72,8 @@ export class RouterServer {
   /** Present when access control is on. */
   readonly keys?: KeyStore
   private readonly buckets = new TokenBuckets()
+  /** The caller of each data request, as authenticated before its handler runs. */
+  private readonly callers = new WeakMap<FastifyRequest, Caller>()
   private freshness?: RouterFreshness
   /** Listing jobs (periodic listing, head files) run one at a time. */
   private listing: Promise<void> = Promise.resolve()
@@ -87,6 +90,14 @@ export class RouterServer {
       bodyLimit: opts.bodyLimit,
       readiness: () => (this.listed ? { ready: true } : { ready: false, reason: 'storage not listed yet' }),
       notFoundHint: (route) => this.routeHint(route),
+      access: {
+        data: (req, reply) => {
+          const caller = this.authenticate(req as FastifyRequest<{ Params: { key?: string } }>, reply)
+          this.admit(caller)
+          this.callers.set(req, caller)
+        },
+        peer: peerCheck('router', opts.access?.ticketSecret),
+      },
     })
     this.routes()
   }
@@ -224,17 +235,16 @@ export class RouterServer {
 
     // The dataset routes, also under `/k/<key>` for clients that can only set a base URL (the SDK's
     // setGateway): `http://HOST/k/<key>/datasets/<name>`. Without access control the key is ignored.
+    // They are `data` routes (route-access.ts): authenticated and rate-limited before their handler runs.
     for (const prefix of ['', '/k/:key']) {
       app.get<{ Params: { name: string; key?: string } }>(`${prefix}/datasets/:name/height`, async (req, reply) => {
-        this.admit(this.authenticate(req, reply))
         const h = state.height(req.params.name)
         reply.type('text/plain; charset=utf-8')
         return String(h)
       })
 
       app.get<{ Params: { name: string; block: string; key?: string } }>(`${prefix}/datasets/:name/:block/worker`, async (req, reply) => {
-        const caller = this.authenticate(req, reply)
-        this.admit(caller)
+        const caller = this.callers.get(req)!
         const { name, block } = req.params
         if (!/^\d+$/.test(block) || !Number.isSafeInteger(Number(block))) {
           throw badRequest('invalid-block', `block must be a non-negative integer, got "${block}"`, 'block')
@@ -255,28 +265,17 @@ export class RouterServer {
       })),
     })
     // Browsers get the status page; scripts (no Accept, */*, application/json) the listing.
-    app.get<{ Querystring: { refresh?: string } }>('/', async (req, reply) => {
+    app.get<{ Querystring: { refresh?: string } }>('/', PUBLIC, async (req, reply) => {
       reply.header('vary', 'accept')
       if (!prefersHtml(req.headers.accept)) return listing(req)
       reply.type('text/html; charset=utf-8')
       return renderStatusPage(this.status(), { refreshSeconds: refreshSeconds(req.query.refresh), generatedAt: new Date() })
     })
-    app.get('/datasets', listing)
+    app.get('/datasets', PUBLIC, listing)
 
-    app.post('/ping', async (req) => {
-      const secret = this.opts.access?.ticketSecret
-      if (secret) {
-        try {
-          checkWorkerToken(secret, req.headers[WORKER_TOKEN_HEADER])
-        } catch (e) {
-          if (e instanceof ApiError) accessDenied.inc({ service: 'router', code: e.code })
-          throw e
-        }
-      }
-      return state.ping(parsePing(req.body))
-    })
+    app.post('/ping', { config: { access: 'peer' } }, async (req) => state.ping(parsePing(req.body)))
 
-    app.get('/status', async () => ({ ...this.status(), access: this.accessStatus() }))
+    app.get('/status', PUBLIC, async () => ({ ...this.status(), access: this.accessStatus() }))
     registerRouterFreshnessRoutes(app, state, () => this.freshness)
 
     app.addHook('onRequest', async (req) => {

@@ -16,6 +16,7 @@ import { KeyConcurrency } from './rate-limit.js'
 import { workerQueriesActive, workerQueriesQueued, workerQueryBlocks, workerQueryBytes } from './metrics.js'
 import { WorkerNode, type Lease, type WorkerNodeOptions } from './worker.js'
 import { registerWorkerNudge } from './freshness.js'
+import { peerCheck, PUBLIC } from './route-access.js'
 
 export interface WorkerServerOptions extends Omit<WorkerNodeOptions, 'publicUrl' | 'id' | 'queryCount'>, LimiterOptions {
   /** Defaults to the public URL. */
@@ -64,6 +65,10 @@ export class WorkerServer {
       service: 'worker',
       bodyLimit: opts.bodyLimit ?? DEFAULT_WORKER_LIMITS.bodyLimit,
       readiness: () => this.node?.readiness() ?? { ready: false, reason: 'starting' },
+      access: {
+        data: (req) => this.checkTicket(req as FastifyRequest<{ Params: { name?: string }; Querystring: { ticket?: unknown } }>),
+        peer: peerCheck('worker', opts.ticketSecret),
+      },
     })
     this.budgets = { ...DEFAULT_BUDGETS, ...opts.budgets }
     this.limiter = new Limiter(opts, (active, queued) => {
@@ -102,23 +107,23 @@ export class WorkerServer {
   }
 
   private routes(): void {
-    this.app.get('/status', async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret, duckdb: await dbSettings(), node: nodeSettings() }))
+    this.app.get('/status', PUBLIC, async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret, duckdb: await dbSettings(), node: nodeSettings() }))
+    registerWorkerNudge(this.app, () => this.node?.nudge())
+    // A `data` route (route-access.ts): its ticket is checked before the body is read.
+    this.app.post<{ Params: { name: string } }>('/datasets/:name/query', (req, reply) => this.query(req, reply))
+  }
+
+  /** With a ticket secret, a data request needs a valid ticket for its dataset (kept for the query's block and key checks). */
+  private checkTicket(req: FastifyRequest<{ Params: { name?: string }; Querystring: { ticket?: unknown } }>): void {
     const secret = this.opts.ticketSecret
-    registerWorkerNudge(this.app, () => this.node?.nudge(), secret)
-    this.app.post<{ Params: { name: string }; Querystring: { ticket?: unknown } }>('/datasets/:name/query', {
-      // Checked before the body is read: without a valid ticket nothing else happens.
-      onRequest: secret
-        ? async (req) => {
-            try {
-              this.tickets.set(req, verifyTicket(secret, req.query.ticket, req.params.name))
-            } catch (e) {
-              if (e instanceof ApiError) accessDenied.inc({ service: 'worker', code: e.code })
-              this.queriesAnswered++
-              throw e
-            }
-          }
-        : undefined,
-    }, (req, reply) => this.query(req, reply))
+    if (!secret) return
+    try {
+      this.tickets.set(req, verifyTicket(secret, req.query.ticket, req.params.name ?? ''))
+    } catch (e) {
+      if (e instanceof ApiError) accessDenied.inc({ service: 'worker', code: e.code })
+      this.queriesAnswered++
+      throw e
+    }
   }
 
   private async query(req: FastifyRequest<{ Params: { name: string } }>, reply: FastifyReply): Promise<void> {
