@@ -5,8 +5,8 @@ import type { BlockSource } from './source.js'
 /*
  * What the ingest needs to know of a family besides its declaration: the flags its `ingest` takes,
  * how those options become a source spec (plain data, so that fetch workers build their own source
- * from it), and how a spec becomes the source. Each family has one such module
- * (`src/ingest/<family>/source-module.ts`), registered with its declaration in src/families/index.ts;
+ * from it), and how a spec becomes the source. Each family has one such module (EVM, Starknet and
+ * Substrate: `src/ingest/<family>/source-module.ts`), listed in the registry (src/families/index.ts);
  * the ingest loop and the `ingest` command know families only through the registry.
  */
 
