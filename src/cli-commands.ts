@@ -1,6 +1,7 @@
 /* The CLI's commands (src/cli.ts loads this where the command runs). */
 import { Command, Option } from 'commander'
 import { registerIngest } from './commands/ingest.js'
+import { registerReplayRpc } from './commands/replay-rpc.js'
 import { registerDemo } from './commands/demo.js'
 import { registerServe } from './commands/serve.js'
 import { registerCompact } from './commands/compact.js'
@@ -37,6 +38,7 @@ Logging (stderr):
   })
 
 registerIngest(program)
+registerReplayRpc(program)
 registerServe(program)
 registerDemo(program)
 registerCompact(program)

@@ -2,35 +2,20 @@ import { Command, InvalidArgumentError } from 'commander'
 import { configureDb } from '../db.js'
 import { availableParallelism } from 'node:os'
 import { FINALITY_CHOICES, type Finality } from '../ingest/finality.js'
-import { DEFAULT_CHUNK_BLOCKS, DEFAULT_MAX_REORG_DEPTH, DEFAULT_POLL_MS, defaultWorkers, runIngest } from '../ingest/loop.js'
-import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, blockList, suggestIngest, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
-import { ReplayServer } from '../ingest/replay.js'
-import { loadRecordedSubstrate, RECORDED_SUBSTRATE_CHAINS, SubstrateReplayServer, type RecordedSubstrateChain } from '../ingest/substrate/rpc/replay.js'
+import { DEFAULT_CHUNK_BLOCKS, DEFAULT_MAX_REORG_DEPTH, DEFAULT_POLL_MS, defaultWorkers, runIngest, type IngestOptions } from '../ingest/loop.js'
+import { familyFlags, sourceSpec } from '../ingest/sources.js'
+import { DEFAULT_FAMILY, FAMILY_NAMES } from '../families/index.js'
 import { log } from '../log.js'
 import { isS3Url } from '../storage/s3.js'
-import { choice, int, opt } from './options.js'
+import { choice, int, numberList, opt } from './options.js'
 import { compactFanoutOption, compactGraceOption, metricsPortOption } from './compact.js'
 import { serveMetrics } from '../compact/metrics.js'
 
 /*
- * `ingest` (EVM JSON-RPC → Parquet chunks) and `replay-rpc` (a JSON-RPC node answering from the
- * recorded fixtures). Every flag also reads an environment variable (shown in --help).
+ * `ingest` (a node's blocks → Parquet chunks). Every flag also reads an environment variable (shown
+ * in --help); each family's flags come from its source module (src/families/index.ts lists them).
  * docs/ingest.md describes them.
  */
-
-function numberList(value: string): number[] {
-  const out: number[] = []
-  for (const part of value.split(',').map((s) => s.trim()).filter(Boolean)) {
-    const m = /^(\d+)(?:-(\d+))?$/.exec(part)
-    if (!m) throw new InvalidArgumentError(`expected numbers and ranges such as "100,200-210", got "${part}"`)
-    const a = Number(m[1])
-    const b = m[2] != null ? Number(m[2]) : a
-    if (b < a) throw new InvalidArgumentError(`range ${part} goes down`)
-    for (let n = a; n <= b; n++) out.push(n)
-  }
-  if (!out.length) throw new InvalidArgumentError('empty block list')
-  return out
-}
 
 /** `finalized`, `safe`, `latest` or a number of confirmations. */
 function finality(value: string): Finality {
@@ -54,13 +39,11 @@ function abortOnSignal(): AbortController {
 }
 
 export function registerIngest(program: Command): void {
-  program
+  const command = program
     .command('ingest')
     .description('read blocks from an EVM, Starknet or Substrate node (JSON-RPC; Substrate also Sidecar or decoded dumps) and write immutable Parquet chunks ({top}/{first}-{last}-{hash}/*.parquet); resumes after the last complete chunk')
-    .addOption(choice('--family <family>', 'chain family of the node', 'BLOCK_ARCHIVE_FAMILY', ['evm', 'starknet', 'substrate'], 'evm'))
+    .addOption(choice('--family <family>', 'chain family of the node', 'BLOCK_ARCHIVE_FAMILY', FAMILY_NAMES, DEFAULT_FAMILY))
     .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https; ws/wss for substrate)', 'BLOCK_ARCHIVE_RPC'))
-    .addOption(opt('--sidecar <url>', 'substrate: read decoded blocks from a Substrate API Sidecar instead of the node (GET /blocks/{n}); see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_SIDECAR'))
-    .addOption(opt('--decoded-dir <folder>', 'substrate: read blocks decoded by polkadot-api, as JSON files (<anything>.json[.gz], one block each, numbered by their content) from this folder instead of the node; see docs/ingest.md for what it cannot fill', 'BLOCK_ARCHIVE_DECODED_DIR'))
     .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json at the root of --out', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
     .addOption(opt('--out <folder|s3://bucket/prefix>', 'dataset folder (created if missing) or object-storage prefix (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; see docs/ingest.md)', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
     .addOption(opt('--from <n>', 'first block (default: after the last chunk in --out, else 0)', 'BLOCK_ARCHIVE_FROM', int(0)))
@@ -76,12 +59,9 @@ export function registerIngest(program: Command): void {
     .addOption(opt('--flush-after-ms <ms>', 'write the open chunk once it is this old and the ingest has caught up with the head (default: 0 with --follow, so each new block is queryable at once; 600000 while waiting for --to)', 'BLOCK_ARCHIVE_FLUSH_AFTER_MS', int(0)))
     .addOption(opt('--poll-ms <ms>', 'how often the head is polled while waiting for new blocks', 'BLOCK_ARCHIVE_POLL_MS', int(10), DEFAULT_POLL_MS))
     .addOption(opt('--notify <url>', 'with --follow: router base URL to tell of each new chunk (POST <url>/notify), repeatable; routers also watch the dataset\'s head.json without it', 'BLOCK_ARCHIVE_NOTIFY', (v: string, prev: string[] | undefined) => [...(prev ?? []), ...v.split(',').map((x) => x.trim()).filter(Boolean)]))
-    .addOption(choice('--receipts <how>', 'auto: eth_getBlockReceipts, eth_getTransactionReceipt per transaction if the node lacks it; block: eth_getBlockReceipts only; transaction: per transaction', 'BLOCK_ARCHIVE_RECEIPTS', ['auto', 'block', 'transaction'], 'auto'))
-    .addOption(choice('--traces <how>', 'traces table: none; EVM: trace_block (parity/erigon/reth/nethermind) or callTracer (debug_traceBlockByNumber, geth); Starknet: starknet (starknet_traceBlockTransactions)', 'BLOCK_ARCHIVE_TRACES', ['none', 'trace_block', 'callTracer', 'starknet'], 'none'))
-    .addOption(choice('--state-diffs <how>', 'statediffs table: none, replay (trace_replayBlockTransactions stateDiff) or prestateTracer (debug_traceBlockByNumber diffMode)', 'BLOCK_ARCHIVE_STATE_DIFFS', ['none', 'replay', 'prestateTracer'], 'none'))
-    .addOption(opt('--state-updates', 'Starknet: state_updates and storage_diffs tables (starknet_getStateUpdate)', 'BLOCK_ARCHIVE_STATE_UPDATES').default(false))
-    .addOption(choice('--missing-receipts <what>', 'a transaction the node has no receipt for (early Cronos): error stops, null stores it without receipt fields and logs', 'BLOCK_ARCHIVE_MISSING_RECEIPTS', ['error', 'null'], 'error'))
-    .addOption(choice('--normalizer <how>', 'EVM blocks, transactions and logs: sql spools the raw RPC answers to disk and normalises them in DuckDB when the chunk closes; js normalises each block in the fetch workers (traces and state diffs always go that way, and with them the whole block)', 'BLOCK_ARCHIVE_NORMALIZER', ['sql', 'js'], 'sql'))
+  // each family's flags, from its source module
+  for (const f of familyFlags()) command.addOption(f.choices ? choice(f.flags, f.description, f.env, f.choices, f.default as string) : opt(f.flags, f.description, f.env, undefined, f.default))
+  command
     .addOption(opt('--batch-size <n>', 'blocks per fetch = calls per JSON-RPC batch request (1 = no batching)', 'BLOCK_ARCHIVE_BATCH_SIZE', int(1), 20))
     .addOption(opt('--concurrency <n>', 'fetches and HTTP requests in flight at once', 'BLOCK_ARCHIVE_INGEST_CONCURRENCY', int(1), 4))
     .addOption(opt('--workers <n>', 'worker threads that fetch, parse and normalise blocks (0: the main thread does it; default: cores − 1, 1 to 4)', 'BLOCK_ARCHIVE_INGEST_WORKERS', int(0)))
@@ -104,28 +84,11 @@ export function registerIngest(program: Command): void {
       if (o.notify && !o.follow) throw new InvalidArgumentError('--notify needs --follow')
       for (const url of o.notify ?? []) if (!/^https?:\/\/[^/]+/.test(url)) throw new InvalidArgumentError(`--notify ${url}: expected a router base URL such as http://127.0.0.1:8080`)
       if (o.finality != null && o.confirmations != null) throw new InvalidArgumentError('--finality and --confirmations say the same thing: give one')
-      const starknet = o.family === 'starknet'
-      if (o.family === 'substrate' ? [o.rpc, o.sidecar, o.decodedDir].filter((x) => x).length !== 1 : !o.rpc) {
-        throw new InvalidArgumentError(o.family === 'substrate'
-          ? 'a substrate ingest reads one of: the node (--rpc ws://…|http://…), a Sidecar (--sidecar <url>) or blocks decoded by polkadot-api (--decoded-dir <folder>)'
-          : '--rpc <url> is required')
-      }
-      if (o.family !== 'substrate' && o.sidecar) throw new InvalidArgumentError('--sidecar is for --family substrate')
-      if (o.family !== 'substrate' && o.decodedDir) throw new InvalidArgumentError('--decoded-dir is for --family substrate')
-      if (o.family === 'substrate' && (o.traces !== 'none' || o.stateDiffs !== 'none' || o.stateUpdates)) throw new InvalidArgumentError('--traces, --state-diffs and --state-updates do not apply to substrate')
-      if (starknet && !['none', 'starknet'].includes(o.traces)) throw new InvalidArgumentError(`--traces ${o.traces} is for EVM nodes; a Starknet ingest takes --traces starknet`)
-      if (!starknet && o.traces === 'starknet') throw new InvalidArgumentError('--traces starknet needs --family starknet')
-      if (starknet && o.stateDiffs !== 'none') throw new InvalidArgumentError('--state-diffs is for EVM nodes; a Starknet ingest takes --state-updates')
-      if (!starknet && o.stateUpdates) throw new InvalidArgumentError('--state-updates needs --family starknet')
-      configureDb({ threads: o.dbThreads ?? ingestDbThreads(o.workers), memoryLimit: o.dbMemory })
-      const ac = abortOnSignal()
-      if (o.metricsPort) await serveMetrics(o.metricsPort)
-      const r = await runIngest({
+      const options: IngestOptions = {
         compact: o.compact === 'on' ? { fanout: o.compactFanout, graceMs: o.compactGraceMs } : undefined,
         family: o.family,
         rpc: o.rpc,
-        sidecar: o.sidecar,
-        decodedDir: o.decodedDir,
+        ...Object.fromEntries(familyFlags().map((f) => [f.key, o[f.key]])),
         dataset: o.dataset,
         out: o.out,
         from: o.from,
@@ -140,9 +103,6 @@ export function registerIngest(program: Command): void {
         flushAfterMs: o.flushAfterMs,
         pollMs: o.pollMs,
         notify: o.notify,
-        ...(starknet
-          ? { starknetTraces: o.traces === 'starknet', stateUpdates: o.stateUpdates }
-          : { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, normalizer: o.normalizer }),
         batchSize: o.batchSize,
         concurrency: o.concurrency,
         closes: o.closes,
@@ -152,8 +112,13 @@ export function registerIngest(program: Command): void {
         maxBackoffMs: o.maxBackoffMs,
         timeoutMs: o.timeoutMs,
         progress: o.progress,
-        signal: ac.signal,
-      })
+      }
+      // the source the flags name (its family's flags, and no other family's), before anything starts
+      sourceSpec({ ...options, batchSize: o.batchSize, concurrency: o.concurrency })
+      configureDb({ threads: o.dbThreads ?? ingestDbThreads(o.workers), memoryLimit: o.dbMemory })
+      const ac = abortOnSignal()
+      if (o.metricsPort) await serveMetrics(o.metricsPort)
+      const r = await runIngest({ ...options, signal: ac.signal })
       const secs = r.elapsedMs / 1000
       const rows = Object.values(r.rows).reduce((a, b) => a + b, 0)
       console.log(
@@ -166,53 +131,6 @@ export function registerIngest(program: Command): void {
           (r.reorgs.length ? `; reorgs re-read: ${r.reorgs.map((x) => `blocks ${x.forkPoint + 1}–${x.tip} from ${x.resumeAt}`).join(', ')}` : ''),
       )
     })
-
-  program
-    .command('replay-rpc')
-    .description('serve recorded node answers (fixtures/) as a JSON-RPC node, for trying and measuring the ingest without a node; prints the ingest commands that fit what it serves')
-    .addOption(choice('--chain <name>', 'recorded chain (EVM, Starknet, or Substrate: raw SCALE blocks with their events and metadata)', 'BLOCK_ARCHIVE_REPLAY_CHAIN', [...RECORDED_CHAINS, ...RECORDED_STARKNET_CHAINS, ...RECORDED_SUBSTRATE_CHAINS], 'ethereum'))
-    .addOption(opt('--repeat <times>', 'serve the recorded blocks this many times over as one chain (renumbered from --first, hashes re-linked)', 'BLOCK_ARCHIVE_REPLAY_REPEAT', int(1)))
-    .addOption(opt('--first <n>', 'with --repeat: number of the first block', 'BLOCK_ARCHIVE_REPLAY_FIRST', int(0), 0))
-    .addOption(opt('--only <list>', 'serve only these recorded blocks (e.g. 18500000 for the one with trace_block)', 'BLOCK_ARCHIVE_REPLAY_ONLY', numberList))
-    .addOption(opt('--host <host>', 'interface to listen on', 'BLOCK_ARCHIVE_REPLAY_HOST', undefined, '127.0.0.1'))
-    .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_REPLAY_PORT', int(0), 8545))
-    .action(async (o) => {
-      const starknet = (RECORDED_STARKNET_CHAINS as readonly string[]).includes(o.chain)
-      const substrate = (RECORDED_SUBSTRATE_CHAINS as readonly string[]).includes(o.chain)
-      if ((starknet || substrate) && o.repeat) throw new InvalidArgumentError('--repeat serves EVM chains only')
-      if (substrate) return replaySubstrate(o.chain, o)
-      let recorded = starknet ? loadRecordedStarknet(o.chain as RecordedStarknetChain) : loadRecordedChain(o.chain as RecordedChainName)
-      if (o.only) recorded = recorded.filter((r) => o.only.includes(r.number))
-      const server = new ReplayServer(recorded, { host: o.host, port: o.port, repeat: o.repeat ? { times: o.repeat, first: o.first } : undefined })
-      const url = await server.start()
-      console.log(`rpc: ${url}`)
-      const numbers = server.numbers()
-      const sparse = !o.repeat && numbers.length > 1 && numbers[numbers.length - 1] - numbers[0] + 1 !== numbers.length
-      console.log(`blocks: ${o.repeat ? `${server.first}-${server.last}` : blockList(numbers)}${sparse ? ' (only these: other numbers answer null, so ingest them with --blocks)' : ''}`)
-      // the ingest commands that fit: every served block with what all of them have; then the blocks some tables were recorded for
-      for (const [i, c] of suggestIngest(recorded, o.chain, url, o.repeat ? { first: server.first, last: server.last } : undefined).entries()) {
-        console.log(i === 0 ? `ingest: ${c.command}` : `  ${c.what}: ${c.command}`)
-      }
-      const stop = () => server.close().then(() => process.exit(0))
-      process.once('SIGINT', stop)
-      process.once('SIGTERM', stop)
-    })
-}
-
-/** `replay-rpc` for a recorded Substrate chain: serves it and prints the ingest command that fits. */
-async function replaySubstrate(chain: RecordedSubstrateChain, o: { only?: number[]; host?: string; port?: number }): Promise<void> {
-  const recorded = loadRecordedSubstrate(chain)
-  if (o.only) recorded.blocks = recorded.blocks.filter((b) => o.only!.includes(b.number))
-  if (recorded.blocks.length === 0) throw new InvalidArgumentError(`--only leaves none of the recorded blocks of ${chain}`)
-  const server = new SubstrateReplayServer(recorded, { host: o.host, port: o.port })
-  const url = await server.start()
-  const blocks = blockList(server.numbers())
-  console.log(`rpc: ${url}`)
-  console.log(`blocks: ${blocks} (only these: other numbers answer null, so ingest them with --blocks)`)
-  console.log(`ingest: npx block-archive ingest --family substrate --rpc ${url} --dataset ${chain} --out data/replay/${chain} --blocks ${blocks}`)
-  const stop = () => server.close().then(() => process.exit(0))
-  process.once('SIGINT', stop)
-  process.once('SIGTERM', stop)
 }
 
 /**

@@ -141,8 +141,9 @@ export interface ItemDecl {
   baseWeight?: number
 }
 
-export interface FamilyDecl {
-  name: 'evm' | 'starknet' | 'substrate'
+export interface FamilyDecl<N extends string = string> {
+  /** The family's name (in `dataset.json`, `ingest --family`); the registry (index.ts) lists the families. */
+  name: N
   /** Accepted values of the query's `type` key; `undefined` in the list means "absent is fine". */
   queryTypes: (string | undefined)[]
   /** How block hashes (and `parentBlockHash`) are written: lower-case hex, or Starknet felts (no leading zeros). */

@@ -389,7 +389,7 @@ const stateDiff: ItemDecl = {
   ],
 }
 
-export const evmFamily: FamilyDecl = {
+export const evmFamily: FamilyDecl<'evm'> = {
   name: 'evm',
   queryTypes: [undefined, 'evm', 'eth'],
   hashValues: 'hex',

@@ -355,7 +355,7 @@ const storageDiff: ItemDecl = {
   ],
 }
 
-export const starknetFamily: FamilyDecl = {
+export const starknetFamily: FamilyDecl<'starknet'> = {
   name: 'starknet',
   queryTypes: ['starknet'],
   hashValues: 'felt',

@@ -215,7 +215,7 @@ const event: ItemDecl = {
   ],
 }
 
-export const substrateFamily: FamilyDecl = {
+export const substrateFamily: FamilyDecl<'substrate'> = {
   name: 'substrate',
   queryTypes: ['substrate'],
   hashValues: 'hex',

@@ -6,14 +6,13 @@ import { ChunkBuilder } from '../chunks/writer.js'
 import { log } from '../log.js'
 import { availableParallelism } from 'node:os'
 import { Worker } from 'node:worker_threads'
-import type { MissingReceipts, ReceiptsMode, StateDiffsMode, TracesMode } from './evm/source.js'
 import { FetchPool } from './fetch-pool.js'
 import { chooseFinality, FinalityHead, reorgsExpected, type Finality } from './finality.js'
 import { DatasetHashes, ReorgHandler } from './reorg.js'
 import { BlockNotAvailable, type RowsBatch } from './source.js'
-import { createSource, type SourceSpec } from './sources.js'
+import { createSource, sourceSpec, type SourceOptions } from './sources.js'
 import { IngestProgress, type ProgressMode } from './progress.js'
-import { newTransferStats, type RpcClientOptions } from './rpc.js'
+import { newTransferStats } from './rpc.js'
 import type { LeaseOptions } from './s3-lease.js'
 import { ingestTarget, type UploadStats } from './target.js'
 import { startCompactor, type CompactSettings } from '../compact/in-ingest.js'
@@ -30,11 +29,11 @@ export { DatasetLocked, LeaseLost } from './locked.js'
  * object storage, blocks.parquet uploaded last: target.ts).
  */
 
-export interface IngestOptions {
-  /** Dataset family of the node (default `evm`). */
-  family?: SourceSpec['family']
-  /** JSON-RPC endpoint (every family but a Substrate ingest from a Sidecar or from decoded files). */
-  rpc?: string
+/**
+ * An ingest's settings, and which source it reads (`SourceOptions`: `family`, default the first
+ * registered one, `rpc`, and the options of each family's source module, e.g. EVM `traces`).
+ */
+export interface IngestOptions extends Partial<SourceOptions> {
   /** Dataset name (written to dataset.json). */
   dataset: string
   /** Dataset folder, or `s3://bucket/prefix`. */
@@ -101,26 +100,7 @@ export interface IngestOptions {
   backoffMs?: number
   maxBackoffMs?: number
   timeoutMs?: number
-  /** EVM: how receipts, traces and state diffs are fetched. */
-  receipts?: ReceiptsMode
-  traces?: TracesMode
-  stateDiffs?: StateDiffsMode
-  missingReceipts?: MissingReceipts
-  /** Starknet: also `starknet_traceBlockTransactions` (traces, message and event call addresses). */
-  starknetTraces?: boolean
-  /** Starknet: also `starknet_getStateUpdate` (state updates, storage diffs). */
-  stateUpdates?: boolean
-  /** Substrate: read decoded blocks from this Substrate API Sidecar (instead of `rpc`). */
-  sidecar?: string
-  /** Substrate: read blocks decoded by polkadot-api from JSON files in this folder (instead of `rpc`). */
-  decodedDir?: string
   progress?: ProgressMode
-  /**
-   * EVM blocks, transactions and logs: `sql` (default) spools the raw RPC answers to disk and
-   * normalises them in DuckDB when the chunk closes; `js` normalises each block in JS as it arrives
-   * (the way traces and state diffs always go; with them, the whole block does).
-   */
-  normalizer?: 'sql' | 'js'
   /** Stop gracefully (the open chunk is written) when aborted. */
   signal?: AbortSignal
   /** Called after each chunk is in place. */
@@ -237,12 +217,11 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new Error('a block list cannot be combined with --from, --to or --follow')
   if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
 
-  const connection: Omit<RpcClientOptions, 'url'> = { concurrency, attempts: o.attempts, backoffMs: o.backoffMs, maxBackoffMs: o.maxBackoffMs, timeoutMs: o.timeoutMs }
-  const spec = sourceSpec(o, batchSize, connection)
+  const spec = sourceSpec({ ...o, batchSize, concurrency })
   const target = ingestTarget(o.out, { lease: o.lease })
   await target.open({ name: o.dataset, family: spec.family })
   // raw answers of the open chunks, under the build folder (a killed run's `.tmp-*` folders are removed at the next start)
-  const spool = spec.family === 'evm' && (o.normalizer ?? 'sql') === 'sql' && (o.traces ?? 'none') === 'none' && (o.stateDiffs ?? 'none') === 'none'
+  const spool = spec.spool
     ? new Spool(path.join(target.buildRoot, `.tmp-${process.pid}-spool-${randomBytes(4).toString('hex')}`))
     : undefined
   const closes = Math.max(1, o.closes ?? (spool ? defaultCloses() : 1))
@@ -250,7 +229,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   try {
     if (spool) {
       await mkdir(spool.dir, { recursive: true })
-      spec.options = { ...spec.options, spoolDir: spool.dir }
+      spec.spoolDir = spool.dir
     }
     const written = await target.listChunks()
     let prev: { number: number; hash: string; where: string } | undefined
@@ -355,7 +334,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const pool = workers > 0
       ? new FetchPool(workers, {
         // The requests in flight are spread over the workers.
-        source: 'rpc' in spec ? { ...spec, rpc: { ...spec.rpc, concurrency: Math.ceil(concurrency / workers) } } : spec,
+        source: spec.rpc ? { ...spec, rpc: { ...spec.rpc, concurrency: Math.ceil(concurrency / workers) } } : spec,
       }, Worker, transfer)
       : undefined
     // Following: a short batch reaches the head as last read, and the chunk it goes into is written
@@ -498,30 +477,6 @@ class Spool {
   async remove(): Promise<void> {
     await rm(this.dir, { recursive: true, force: true })
   }
-}
-
-function sourceSpec(o: IngestOptions, batchSize: number, connection: Omit<RpcClientOptions, 'url'>): SourceSpec {
-  const family = o.family ?? 'evm'
-  if (family !== 'substrate' && o.decodedDir) throw new Error('--decoded-dir is for --family substrate')
-  if (family === 'substrate') {
-    if ([o.rpc, o.sidecar, o.decodedDir].filter((x) => x).length > 1) {
-      throw new Error('give one of the node (--rpc), a Sidecar (--sidecar) or a folder of decoded blocks (--decoded-dir), not several')
-    }
-    if (o.sidecar) return { family, from: 'sidecar', options: { url: o.sidecar, batchSize, timeoutMs: o.timeoutMs } }
-    if (o.decodedDir) return { family, from: 'decoded', options: { dir: path.resolve(o.decodedDir) } }
-    if (!o.rpc) throw new Error('a Substrate ingest needs the node (--rpc ws://…|http://…), a Sidecar (--sidecar) or a folder of blocks decoded by polkadot-api (--decoded-dir)')
-    return { family, from: 'node', options: { url: o.rpc, batchSize, timeoutMs: o.timeoutMs, attempts: o.attempts, concurrency: Math.max(1, o.concurrency ?? 4) } }
-  }
-  if (!o.rpc) throw new Error('give the node URL (--rpc)')
-  const rpc = { ...connection, url: o.rpc }
-  if (family === 'starknet') {
-    if ((o.traces && o.traces !== 'none') || (o.stateDiffs && o.stateDiffs !== 'none')) {
-      throw new Error('--receipts, --traces trace_block|callTracer, --state-diffs and --missing-receipts are EVM options; a Starknet ingest takes --traces starknet and --state-updates')
-    }
-    return { family, rpc, options: { traces: o.starknetTraces ?? false, stateUpdates: o.stateUpdates ?? false, batchSize } }
-  }
-  if (o.starknetTraces || o.stateUpdates) throw new Error('--state-updates and Starknet traces are Starknet options (add --family starknet)')
-  return { family, rpc, options: { receipts: o.receipts, traces: o.traces, stateDiffs: o.stateDiffs, missingReceipts: o.missingReceipts, batchSize } }
 }
 
 interface PlannerOptions {

@@ -222,13 +222,13 @@ export async function ingestRecordedStarknet(outDir: string, datasetName: string
   const server = new ReplayServer(recorded)
   await server.start()
   try {
-    const groups: { blocks: number[]; starknetTraces: boolean; stateUpdates: boolean }[] = []
+    const groups: { blocks: number[]; traces: 'none' | 'starknet'; stateUpdates: boolean }[] = []
     for (const r of recorded) {
-      const traces = r.starknet!.traces != null
+      const traces = r.starknet!.traces != null ? 'starknet' : 'none'
       const updates = r.starknet!.stateUpdate != null
       const last = groups[groups.length - 1]
-      if (last && last.starknetTraces === traces && last.stateUpdates === updates) last.blocks.push(r.number)
-      else groups.push({ blocks: [r.number], starknetTraces: traces, stateUpdates: updates })
+      if (last && last.traces === traces && last.stateUpdates === updates) last.blocks.push(r.number)
+      else groups.push({ blocks: [r.number], traces, stateUpdates: updates })
     }
     const results: IngestResult[] = []
     for (const g of groups) {

@@ -1,6 +1,7 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv'
 import { ApiError, badRequest } from '../errors.js'
 import { normalizeHex, type FamilyDecl, type FilterDecl, type ItemDecl, type RequestDecl } from '../families/declaration.js'
+import { FAMILY_OF_QUERY_TYPE } from '../families/index.js'
 
 /*
  * Query validation (docs/protocol.md §2, §3.2), compiled once per family from its declaration into a
@@ -136,8 +137,6 @@ function validator(family: FamilyDecl): ValidateFunction {
   return v
 }
 
-const FAMILY_OF_TYPE: Record<string, string> = { evm: 'evm', eth: 'evm', starknet: 'starknet', substrate: 'substrate' }
-
 function normalizeValues(f: FilterDecl, value: unknown): unknown {
   if (value == null || f.kind !== 'in') return value
   const list = value as unknown[]
@@ -161,8 +160,7 @@ export function validateQuery(family: FamilyDecl, body: unknown): ValidQuery {
   if (q.type !== undefined) {
     if (typeof q.type !== 'string') throw badRequest('invalid-query', 'type: expected string', 'type')
     // Own keys only: `toString`, `constructor`, `__proto__` are no query types.
-    const fam = Object.hasOwn(FAMILY_OF_TYPE, q.type) ? FAMILY_OF_TYPE[q.type] : undefined
-    if (!fam) throw badRequest('unknown-type', `unknown query type "${q.type}" (known: ${Object.keys(FAMILY_OF_TYPE).join(', ')})`, 'type')
+    if (!FAMILY_OF_QUERY_TYPE.has(q.type)) throw badRequest('unknown-type', `unknown query type "${q.type}" (known: ${[...FAMILY_OF_QUERY_TYPE.keys()].join(', ')})`, 'type')
     if (!family.queryTypes.includes(q.type)) {
       throw badRequest('wrong-family', `this dataset holds ${family.name} data; a query of type "${q.type}" does not apply to it`, 'type')
     }

@@ -148,7 +148,7 @@ export class PapiDirSource implements BlockSource {
   }
 }
 
-/** The source `SourceSpec` `{family: 'substrate', from: 'decoded'}` builds; pass the loop's `rpc.stats` to count files read there. */
+/** The source a Substrate ingest with `--decoded-dir` reads (source-module.ts); pass the loop's `rpc.stats` to count files read there. */
 export function createPapiDirSource(options: DecodedDirOptions, stats?: TransferStats): PapiDirSource {
   return new PapiDirSource(options, stats)
 }

@@ -143,7 +143,7 @@ export class SidecarSource implements BlockSource {
   }
 }
 
-/** The source `SourceSpec` `{family: 'substrate', options}` builds; pass the loop's `rpc.stats` to count requests there. */
+/** The source a Substrate ingest with `--sidecar` reads (source-module.ts); pass the loop's `rpc.stats` to count requests there. */
 export function createSidecarSource(options: SidecarSourceOptions, stats?: TransferStats): SidecarSource {
   return new SidecarSource(options, stats)
 }
