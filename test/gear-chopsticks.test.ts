@@ -1,19 +1,17 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import type { ApiPromise } from '@polkadot/api'
 import { Keyring } from '@polkadot/keyring'
 import type { KeyringPair } from '@polkadot/keyring/types'
-import { HttpClient } from '@subsquid/http-client'
 import { ArchiveClient } from '@subsquid/util-internal-archive-client'
 import type { Cluster } from '../src/server/cluster.js'
 import { startChopsticks, type Chopsticks } from './helpers/chopsticks.js'
-import { REPO_ROOT, tempDir } from './helpers/dataset.js'
+import { tempDir } from './helpers/dataset.js'
 import { demoPing, VARA_SS58, varaChain } from './helpers/gear.js'
 import { connectApi, key, nodeNames } from './helpers/node-view.js'
 import { assertRan, runSubstrateProcessor, type Run } from './helpers/substrate-processor.js'
-import { startServed, walkRange } from './helpers/walk.js'
+import { ingestServed, walkRange } from './helpers/walk.js'
 
 /*
  * Gear on a real Vara runtime: chopsticks runs the Vara mainnet genesis offline (runtime "vara" spec
@@ -45,21 +43,6 @@ const FIELDS = {
   extrinsic: { hash: true, success: true },
 }
 
-/** Block-archive CLI (the built one) with `args`; resolves with its exit code and output. */
-function cli(args: string[]): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [path.join(REPO_ROOT, 'dist/src/cli.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let output = ''
-    child.stdout!.on('data', (d) => (output += d))
-    child.stderr!.on('data', (d) => (output += d))
-    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000)
-    child.once('exit', (code) => {
-      clearTimeout(timer)
-      resolve({ code, output })
-    })
-  })
-}
-
 /** One Gear.MessageQueued as the node says it, in the archive's terms. */
 interface Queued {
   block: number
@@ -83,6 +66,7 @@ describe('Gear on a real Vara runtime (chopsticks, Vara genesis): ingest, router
   let api: ApiPromise
   let cluster: Cluster
   let client: ArchiveClient
+  let gateway: string
   let alice: KeyringPair
   let bob: KeyringPair
   let programId: string
@@ -160,15 +144,8 @@ describe('Gear on a real Vara runtime (chopsticks, Vara genesis): ingest, router
     ])
     lap('node view read')
 
-    const out = path.join(tmp.dir, 'store', DATASET)
-    const ingest = await cli(['ingest', '--family', 'substrate', '--rpc', node.url, '--dataset', DATASET, '--out', out, '--from', '0', '--to', String(last), '--chunk-blocks', '2', '--workers', '0'])
-    assert.equal(ingest.code, 0, ingest.output)
-    lap('ingested through the CLI')
-    let heights: Record<string, number>
-    ;({ cluster, heights } = await startServed(path.join(tmp.dir, 'store'), { [DATASET]: last }))
-    assert.equal(heights[DATASET], last)
-    const gateway = cluster.datasets.get(DATASET)!
-    client = new ArchiveClient({ http: new HttpClient({ httpTimeout: 20_000 }), url: gateway })
+    ;({ cluster, gateway, client } = await ingestServed(node.url, path.join(tmp.dir, 'store'), DATASET, last, 2))
+    lap('ingested through the CLI and served')
 
     processor = await runSubstrateProcessor(tmp.dir, 'gear', {
       gateway,

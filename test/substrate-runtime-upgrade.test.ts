@@ -3,16 +3,15 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import type { ApiPromise } from '@polkadot/api'
 import { Keyring } from '@polkadot/keyring'
-import { HttpClient } from '@subsquid/http-client'
 import { ArchiveClient } from '@subsquid/util-internal-archive-client'
 import type { Cluster } from '../src/server/cluster.js'
 import { startChopsticks, type Chopsticks } from './helpers/chopsticks.js'
-import { runCli, until } from './helpers/cli.js'
+import { until } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
 import { VARA_SS58, varaChain, varaTestnetRuntime } from './helpers/gear.js'
 import { callTree, connectApi, key } from './helpers/node-view.js'
 import { assertRan, runSubstrateProcessor, type Run } from './helpers/substrate-processor.js'
-import { startServed, walkRange } from './helpers/walk.js'
+import { ingestServed, walkRange } from './helpers/walk.js'
 
 /*
  * A real runtime upgrade across an ingested range: chopsticks runs the Vara mainnet genesis offline
@@ -83,6 +82,7 @@ describe('Runtime upgrade on a real chain (chopsticks, Vara spec 100 → 1000): 
   let api: ApiPromise
   let cluster: Cluster
   let client: ArchiveClient
+  let gateway: string
   /** Blocks of the scenario: the refused set_code, the upgrade, the first block of the new code. */
   let beforeUpgrade: number
   let refused: number
@@ -162,15 +162,8 @@ describe('Runtime upgrade on a real chain (chopsticks, Vara spec 100 → 1000): 
     }
     lap('node view read')
 
-    const out = path.join(tmp.dir, 'store', DATASET)
-    const ingest = await runCli(['ingest', '--family', 'substrate', '--rpc', node.url, '--dataset', DATASET, '--out', out, '--from', '0', '--to', String(last), '--chunk-blocks', '3', '--workers', '0'])
-    assert.equal(ingest.code, 0, ingest.stderr)
-    lap('ingested through the CLI')
-    let heights: Record<string, number>
-    ;({ cluster, heights } = await startServed(path.join(tmp.dir, 'store'), { [DATASET]: last }))
-    assert.equal(heights[DATASET], last)
-    const gateway = cluster.datasets.get(DATASET)!
-    client = new ArchiveClient({ http: new HttpClient({ httpTimeout: 30_000 }), url: gateway })
+    ;({ cluster, gateway, client } = await ingestServed(node.url, path.join(tmp.dir, 'store'), DATASET, last, 3))
+    lap('ingested through the CLI and served')
 
     processor = await runSubstrateProcessor(tmp.dir, 'upgrade', {
       gateway,

@@ -1,9 +1,12 @@
 import assert from 'node:assert/strict'
 import { readdirSync } from 'node:fs'
 import path from 'node:path'
+import { HttpClient } from '@subsquid/http-client'
+import { ArchiveClient } from '@subsquid/util-internal-archive-client'
 import { startCluster, type Cluster, type ClusterOptions } from '../../src/server/cluster.js'
 import { LocalStorage } from '../../src/server/storage.js'
 import { InvalidQuery, NoBlocksInRange, type Obj } from './answers.js'
+import { runCli } from './cli.js'
 import { stallTolerant } from './dataset.js'
 import { postJson } from './http.js'
 
@@ -318,4 +321,24 @@ export function randomFields(r: Rng, selectors: [string, readonly string[]][], i
     fields[sel] = f
   }
   return fields
+}
+
+/**
+ * Blocks 0..`last` of the Substrate node at `rpcUrl` ingested through the CLI (`ingest --family
+ * substrate --rpc`, chunks of `chunkBlocks`) into `root`/`dataset`, then served by `startServed`;
+ * resolves once the router serves them all, with the archive client of the dataset.
+ */
+export async function ingestServed(rpcUrl: string, root: string, dataset: string, last: number, chunkBlocks: number): Promise<{ cluster: Cluster; gateway: string; client: ArchiveClient }> {
+  const out = path.join(root, dataset)
+  const ingest = await runCli(['ingest', '--family', 'substrate', '--rpc', rpcUrl, '--dataset', dataset, '--out', out, '--from', '0', '--to', String(last), '--chunk-blocks', String(chunkBlocks), '--workers', '0'])
+  assert.equal(ingest.code, 0, ingest.stderr)
+  const { cluster, heights } = await startServed(root, { [dataset]: last })
+  try {
+    assert.equal(heights[dataset], last)
+    const gateway = cluster.datasets.get(dataset)!
+    return { cluster, gateway, client: new ArchiveClient({ http: new HttpClient({ httpTimeout: 30_000 }), url: gateway }) }
+  } catch (e) {
+    await cluster.stop()
+    throw e
+  }
 }
