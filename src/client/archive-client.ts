@@ -1,4 +1,5 @@
 import { orderedSegments } from './ordered-segments.js'
+import { retry } from '../retry.js'
 import { httpRequest, RequestFailed, type HttpAnswer, type HttpRequestOptions } from './http-request.js'
 
 /*
@@ -308,22 +309,22 @@ export class ArchiveClient {
 
   /** `final`: errors not retried whatever their status. */
   private async retry<T>(step: () => Promise<T>, signal?: AbortSignal, final?: (e: unknown) => boolean): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const r = await step()
-        this.reached = true
-        return r
-      } catch (e) {
-        if (signal?.aborted || attempt >= this.opts.maxAttempts || !isRetryable(e) || final?.(e)) throw e
-        // Nothing has answered yet and nothing listens there: a wrong URL, not worth 20 s of retries.
-        if (!this.reached && e instanceof ConnectionError && e.code && WRONG_ADDRESS.has(e.code)) throw e
+    return retry(async () => {
+      const r = await step()
+      this.reached = true
+      return r
+    }, {
+      attempts: this.opts.maxAttempts,
+      signal,
+      // Nothing has answered yet and nothing listens there: a wrong URL, not worth 20 s of retries.
+      retryable: (e) => isRetryable(e) && !final?.(e) && !(!this.reached && e instanceof ConnectionError && e.code && WRONG_ADDRESS.has(e.code)),
+      pauseMs: (attempt, e) => {
         const backoff = this.opts.backoffMs[Math.min(attempt - 1, this.opts.backoffMs.length - 1)]
         const retryAfter = e instanceof HttpError ? e.retryAfterMs : undefined
-        const pauseMs = retryAfter !== undefined ? Math.min(Math.max(retryAfter, backoff), this.opts.maxRetryAfterMs) : backoff
-        this.opts.onRetry?.({ attempt, error: e as Error, pauseMs })
-        await sleep(pauseMs, signal)
-      }
-    }
+        return retryAfter !== undefined ? Math.min(Math.max(retryAfter, backoff), this.opts.maxRetryAfterMs) : backoff
+      },
+      onRetry: (e, attempt, pauseMs) => this.opts.onRetry?.({ attempt, error: e as Error, pauseMs }),
+    })
   }
 
   private async get(url: string, signal?: AbortSignal): Promise<string> {

@@ -3,6 +3,7 @@ import { BodyBuffers, decodeText } from '../body-buffers.js'
 import http from 'node:http'
 import https from 'node:https'
 import { log } from '../log.js'
+import { exponential, retry } from '../retry.js'
 
 /*
  * A small JSON-RPC 2.0 client over HTTP (Node's fetch): batching, a bound on requests in flight,
@@ -177,22 +178,16 @@ export class RpcClient {
     if (calls.length === 0) return { answers: [] }
     await this.acquire()
     try {
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await this.send(calls, ids ?? calls.map(() => this.nextId++), scan)
-        } catch (e) {
-          if (!(e instanceof Retryable) || attempt >= this.attempts) {
-            if (e instanceof Retryable) {
-              throw new RpcUnavailable(`${what(calls)} at ${this.url} failed ${attempt} times; last error: ${e.message}`)
-            }
-            throw e
-          }
-          const delay = Math.min(this.maxBackoffMs, this.backoffMs * 2 ** (attempt - 1)) * (0.75 + Math.random() * 0.5)
+      return await retry(() => this.send(calls, ids ?? calls.map(() => this.nextId++), scan), {
+        attempts: this.attempts,
+        pauseMs: exponential(this.backoffMs, this.maxBackoffMs, 0.25),
+        retryable: (e) => e instanceof Retryable,
+        onRetry: (e, attempt, delayMs) => {
           this.stats.retries++
-          log.warn({ url: this.url, call: what(calls), attempt, delayMs: Math.round(delay), err: e.message }, 'RPC request failed, retrying')
-          await new Promise((r) => setTimeout(r, delay))
-        }
-      }
+          log.warn({ url: this.url, call: what(calls), attempt, delayMs: Math.round(delayMs), err: (e as Error).message }, 'RPC request failed, retrying')
+        },
+        exhausted: (e, attempt) => new RpcUnavailable(`${what(calls)} at ${this.url} failed ${attempt} times; last error: ${(e as Error).message}`),
+      })
     } finally {
       this.release()
     }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import { log } from '../log.js'
+import { retry } from '../retry.js'
 import { deleteObjects, getText, putText } from '../storage/s3.js'
 import { DatasetLocked, LeaseLost } from './locked.js'
 
@@ -146,14 +147,17 @@ export class S3Lease {
 
   /** The stored lease, undefined without one, TORN when it stays cut short over a few reads. */
   private async read(): Promise<LeaseRecord | undefined | typeof TORN> {
-    for (let i = 1; ; i++) {
+    const cut = new Error('cut short')
+    return retry(async () => {
       const text = await this.attempts((signal) => getText(this.bucket, this.key, signal))
       if (text == null) return undefined
       const record = parseLease(text)
-      if (record) return record
-      if (i >= TORN_READS) return TORN
-      await sleep(100 * i)
-    }
+      if (!record) throw cut
+      return record
+    }, { attempts: TORN_READS, retryable: (e) => e === cut, pauseMs: (n) => 100 * n }).catch((e) => {
+      if (e === cut) return TORN
+      throw e
+    })
   }
 
   /**
@@ -184,14 +188,7 @@ export class S3Lease {
    */
   private async attempts<T>(f: (signal: AbortSignal) => Promise<T>): Promise<T> {
     const limitMs = Math.min(10_000, Math.max(1000, Math.floor(this.ttlMs / 6)))
-    for (let i = 1; ; i++) {
-      try {
-        return await f(AbortSignal.timeout(limitMs))
-      } catch (e) {
-        if (i >= 3) throw e
-        await sleep(100 * i)
-      }
-    }
+    return retry(() => f(AbortSignal.timeout(limitMs)), { attempts: 3, retryable: () => true, pauseMs: (n) => 100 * n })
   }
 }
 
@@ -199,7 +196,6 @@ export class S3Lease {
 const TORN = Symbol('torn lease')
 const TORN_READS = 4
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 function parseLease(text: string): LeaseRecord | undefined {
   try {

@@ -2,6 +2,7 @@ import { blockRowsSize, ndjsonTables, ndjsonText, type BlockRows, type RowsText 
 import type { SpoolEntry, SpoolWriter } from '../chunks/writer.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
+import { exponential, retry } from '../retry.js'
 
 /*
  * What the ingest loop needs from a chain, whatever the family: the head, and batches of blocks as
@@ -107,20 +108,22 @@ export const NEAR_HEAD_BLOCKS = 64
  * asked only then) a block more than NEAR_HEAD_BLOCKS below it fails at once.
  */
 export async function fetchWithRetry<T>(fetch: (nums: number[]) => Promise<T>, nums: number[], head?: () => Promise<number>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await fetch(nums)
-    } catch (e) {
-      if (!(e instanceof BlockChanged || e instanceof BlockNotAvailable) || attempt >= 5) throw e
+  return retry(() => fetch(nums), {
+    attempts: 5,
+    pauseMs: exponential(500, Infinity),
+    retryable: async (e) => {
+      if (!(e instanceof BlockChanged || e instanceof BlockNotAvailable)) return false
       if (e instanceof BlockNotAvailable && head) {
         const h = await head().catch(() => undefined)
         if (h != null && e.block < h - NEAR_HEAD_BLOCKS) throw new BlockNotAvailable(e.block, e.method, h)
       }
+      return true
+    },
+    onRetry: (e, attempt) => {
       const what = e instanceof BlockNotAvailable ? `block ${e.block} is missing below the node's head, asking again` : 'inconsistent answers, fetching the blocks again'
-      log.warn({ blocks: `${nums[0]}-${nums[nums.length - 1]}`, attempt, err: e.message }, what)
-      await new Promise((resolve) => setTimeout(resolve, 250 * 2 ** attempt))
-    }
-  }
+      log.warn({ blocks: `${nums[0]}-${nums[nums.length - 1]}`, attempt, err: (e as Error).message }, what)
+    },
+  })
 }
 
 /** One normalised block as the loop takes it: NDJSON tables as text, the size counted. */

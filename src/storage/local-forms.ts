@@ -5,6 +5,7 @@ import path from 'node:path'
 import type { DuckDBConnection } from '@duckdb/node-api'
 import { connect, ident, inTransaction, lit } from '../db.js'
 import { log } from '../log.js'
+import { retry } from '../retry.js'
 import { Mutex } from '../query/mutex.js'
 import { localFormBuilds, localFormBytes, localFormSeconds } from './metrics.js'
 
@@ -466,15 +467,7 @@ export class LocalForms {
    * again for up to half a second before giving up (the next checkpoint catches up).
    */
   private async checkpoint(con: DuckDBConnection): Promise<void> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await con.run(`CHECKPOINT ${this.alias}`)
-        return
-      } catch {
-        if (attempt >= 20) return
-        await new Promise((resolve) => setTimeout(resolve, 25))
-      }
-    }
+    await retry(() => con.run(`CHECKPOINT ${this.alias}`), { attempts: 21, retryable: () => true, pauseMs: () => 25 }).catch(() => undefined)
   }
 
   private async usedBytes(con: DuckDBConnection): Promise<number> {

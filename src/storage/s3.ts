@@ -5,6 +5,7 @@ import { Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import type { S3Client } from '@aws-sdk/client-s3'
 import { log } from '../log.js'
+import { exponential, retry } from '../retry.js'
 import { storageRequests } from './metrics.js'
 
 /*
@@ -154,8 +155,9 @@ function isMissing(e: any): boolean {
  * bytes than announced) is asked for again here, up to the same number of tries.
  */
 async function getObject<T>(bucket: string, key: string, signal: AbortSignal | undefined, read: (body: Readable, length: number | undefined) => Promise<T>): Promise<T> {
-  const { attempts } = s3Settings()
-  for (let attempt = 1; ; attempt++) {
+  /** Errors of a body that broke off (a failed request is the SDK's to retry, a failed `read` is not retried). */
+  const broke = new WeakSet<object>()
+  return retry(async () => {
     const r = await (await s3Client()).send(new (cmd().GetObjectCommand)({ Bucket: bucket, Key: key }), { abortSignal: signal })
     const body = r.Body as Readable
     let broken: unknown
@@ -164,11 +166,16 @@ async function getObject<T>(bucket: string, key: string, signal: AbortSignal | u
       return await read(body, r.ContentLength)
     } catch (e) {
       if (e instanceof BodyCut) broken ??= e
-      if (signal?.aborted || broken === undefined || localErrors.has(e as object) || attempt >= attempts) throw e
-      log.warn({ bucket, key, attempt, err: (e as Error)?.message }, 's3: the object body broke off; asking again')
-      await new Promise((resolve) => setTimeout(resolve, Math.min(2000, 100 * 2 ** attempt)))
+      if (broken !== undefined && !localErrors.has(e as object) && typeof e === 'object' && e) broke.add(e)
+      throw e
     }
-  }
+  }, {
+    attempts: s3Settings().attempts,
+    signal,
+    retryable: (e) => typeof e === 'object' && e !== null && broke.has(e),
+    pauseMs: exponential(200, 2000),
+    onRetry: (e, attempt) => log.warn({ bucket, key, attempt, err: (e as Error)?.message }, 's3: the object body broke off; asking again'),
+  })
 }
 
 /** The body ended before the announced length. */

@@ -1,5 +1,6 @@
 import { substrateFamily } from '../../../families/substrate.js'
 import { log } from '../../../log.js'
+import { exponential, retry } from '../../../retry.js'
 import { newTransferStats, RpcUnavailable, type TransferStats } from '../../rpc.js'
 import { BadRpcAnswer, BlockNotAvailable, fetchAndNormalize, type BlockSource, type FinalityLevel, type RowsBatch } from '../../source.js'
 import { normalizeSidecarBlock } from './normalize.js'
@@ -29,6 +30,9 @@ export interface SidecarSourceOptions {
 const ATTEMPTS = 6
 const BACKOFF_MS = 200
 const MAX_BACKOFF_MS = 10_000
+
+/** A request worth asking again (a timeout, a refused connection, HTTP 429 or 5xx). */
+class SidecarRetry extends Error {}
 const IN_FLIGHT = 8
 /** 400 answers that mean "no such block (yet)" (sidecar's messages for numbers above the head). */
 const NOT_FOUND = /not found|larger than|no block|unknown block|cannot find|could not find|does not exist/i
@@ -85,44 +89,46 @@ export class SidecarSource implements BlockSource {
     })
   }
 
-
   /** GET a JSON answer, retrying what is worth retrying. */
   private async get(route: string, block: number): Promise<any> {
     const method = `GET ${block >= 0 ? route.replace(/\d+$/, '{n}') : route}`
     await this.acquire()
     try {
-      let delay = BACKOFF_MS
-      for (let attempt = 1; ; attempt++) {
-        let retry: string
+      return await retry(async () => {
+        let res: Response
+        let text: string
         try {
-          const res = await fetch(this.url + route, { signal: AbortSignal.timeout(this.timeoutMs), headers: { accept: 'application/json' } })
-          const text = await res.text()
-          this.stats.requests++
-          this.stats.calls++
-          this.stats.bytes += text.length
-          if (res.ok) {
-            const t0 = performance.now()
-            try {
-              return JSON.parse(text)
-            } catch {
-              throw new BadRpcAnswer(block, method, `the answer is not JSON: ${text.slice(0, 100)}`)
-            } finally {
-              this.stats.parseMs += performance.now() - t0
-            }
-          }
-          if (res.status === 404 || (res.status === 400 && NOT_FOUND.test(text))) throw new BlockNotAvailable(block, method)
-          if (res.status !== 429 && res.status < 500) throw new BadRpcAnswer(block, method, `HTTP ${res.status}: ${text.slice(0, 200)}`)
-          retry = `HTTP ${res.status}`
+          res = await fetch(this.url + route, { signal: AbortSignal.timeout(this.timeoutMs), headers: { accept: 'application/json' } })
+          text = await res.text()
         } catch (e) {
-          if (e instanceof BadRpcAnswer || e instanceof BlockNotAvailable) throw e
-          retry = (e as Error).name === 'TimeoutError' ? `timed out after ${this.timeoutMs} ms` : String((e as Error).message ?? e)
+          throw new SidecarRetry((e as Error).name === 'TimeoutError' ? `timed out after ${this.timeoutMs} ms` : String((e as Error).message ?? e))
         }
-        if (attempt >= ATTEMPTS) throw new RpcUnavailable(`${method} at ${this.url} failed ${attempt} times, last: ${retry}`)
-        this.stats.retries++
-        log.warn({ url: this.url + route, attempt, err: retry }, 'sidecar request failed, retrying')
-        await new Promise((resolve) => setTimeout(resolve, delay))
-        delay = Math.min(delay * 2, MAX_BACKOFF_MS)
-      }
+        this.stats.requests++
+        this.stats.calls++
+        this.stats.bytes += text.length
+        if (res.ok) {
+          const t0 = performance.now()
+          try {
+            return JSON.parse(text)
+          } catch {
+            throw new BadRpcAnswer(block, method, `the answer is not JSON: ${text.slice(0, 100)}`)
+          } finally {
+            this.stats.parseMs += performance.now() - t0
+          }
+        }
+        if (res.status === 404 || (res.status === 400 && NOT_FOUND.test(text))) throw new BlockNotAvailable(block, method)
+        if (res.status !== 429 && res.status < 500) throw new BadRpcAnswer(block, method, `HTTP ${res.status}: ${text.slice(0, 200)}`)
+        throw new SidecarRetry(`HTTP ${res.status}`)
+      }, {
+        attempts: ATTEMPTS,
+        pauseMs: exponential(BACKOFF_MS, MAX_BACKOFF_MS),
+        retryable: (e) => e instanceof SidecarRetry,
+        onRetry: (e, attempt) => {
+          this.stats.retries++
+          log.warn({ url: this.url + route, attempt, err: (e as Error).message }, 'sidecar request failed, retrying')
+        },
+        exhausted: (e, attempt) => new RpcUnavailable(`${method} at ${this.url} failed ${attempt} times, last: ${(e as Error).message}`),
+      })
     } finally {
       this.release()
     }
