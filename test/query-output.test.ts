@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { DuckDBInstance } from '@duckdb/node-api'
 import { JsonOut } from '../src/query/json-out.js'
-import { Mutex } from '../src/query/mutex.js'
+import { Mutex } from '../src/semaphore.js'
 import { bigintNumbers, integerNumbers, varcharBytes } from '../src/query/raw-rows.js'
 import { slabStats, RowTexts, slabsEnabled } from '../src/query/row-texts.js'
 

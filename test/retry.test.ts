@@ -45,3 +45,30 @@ describe('retry', () => {
     }
   })
 })
+
+describe('semaphore', () => {
+  it('lets `permits` holders in at once and the others in order; a release twice counts once', async () => {
+    const { Semaphore } = await import('../src/semaphore.js')
+    const s = new Semaphore(2)
+    const order: number[] = []
+    const a = await s.acquire()
+    const b = await s.acquire()
+    const waiting = [3, 4].map((n) => s.acquire().then((release) => (order.push(n), release)))
+    await new Promise((r) => setImmediate(r))
+    assert.deepEqual(order, [], 'both permits are held')
+    a()
+    a()
+    const c = await waiting[0]
+    await new Promise((r) => setImmediate(r))
+    assert.deepEqual(order, [3], 'a second release of the same permit let nobody else in')
+    b()
+    const d = await waiting[1]
+    assert.deepEqual(order, [3, 4])
+    c()
+    d()
+    const e = await s.acquire()
+    const f = await s.acquire()
+    e()
+    f()
+  })
+})

@@ -4,6 +4,7 @@ import http from 'node:http'
 import https from 'node:https'
 import { log } from '../log.js'
 import { exponential, retry } from '../retry.js'
+import { Semaphore } from '../semaphore.js'
 
 /*
  * A small JSON-RPC 2.0 client over HTTP (Node's fetch): batching, a bound on requests in flight,
@@ -117,8 +118,7 @@ export class RpcClient {
   private readonly target: URL
   private readonly https: boolean
   private readonly agent: http.Agent
-  private active = 0
-  private readonly waiting: (() => void)[] = []
+  private readonly inFlight: Semaphore
   private nextId = 1
   private readonly bodies: BodyBuffers
   /** Counters for progress and measurements. */
@@ -128,6 +128,7 @@ export class RpcClient {
     this.url = opts.url
     this.stats = opts.stats ?? newTransferStats()
     this.concurrency = Math.max(1, opts.concurrency ?? 4)
+    this.inFlight = new Semaphore(this.concurrency)
     this.attempts = Math.max(1, opts.attempts ?? 8)
     this.backoffMs = opts.backoffMs ?? 200
     this.maxBackoffMs = opts.maxBackoffMs ?? 10_000
@@ -176,7 +177,7 @@ export class RpcClient {
 
   private async exchange(calls: RpcCall[], ids?: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
     if (calls.length === 0) return { answers: [] }
-    await this.acquire()
+    const release = await this.inFlight.acquire()
     try {
       return await retry(() => this.send(calls, ids ?? calls.map(() => this.nextId++), scan), {
         attempts: this.attempts,
@@ -189,7 +190,7 @@ export class RpcClient {
         exhausted: (e, attempt) => new RpcUnavailable(`${what(calls)} at ${this.url} failed ${attempt} times; last error: ${(e as Error).message}`),
       })
     } finally {
-      this.release()
+      release()
     }
   }
 
@@ -304,22 +305,6 @@ export class RpcClient {
       req.on('error', reject)
       req.end(body)
     })
-  }
-
-  private acquire(): Promise<void> {
-    if (this.active < this.concurrency) {
-      this.active++
-      return Promise.resolve()
-    }
-    return new Promise((resolve) => this.waiting.push(() => {
-      this.active++
-      resolve()
-    }))
-  }
-
-  private release(): void {
-    this.active--
-    this.waiting.shift()?.()
   }
 }
 

@@ -13,7 +13,7 @@ import { INLINE_LIST_MAX } from './sql.js'
 import { validateQuery } from './validate.js'
 import { chunkCannotMatch } from './summary.js'
 import { BlockWriter } from './block-writer.js'
-import { Mutex } from './mutex.js'
+import { Mutex } from '../semaphore.js'
 import { RowTexts } from './row-texts.js'
 
 /*

@@ -6,7 +6,7 @@ import type { DuckDBConnection } from '@duckdb/node-api'
 import { connect, ident, inTransaction, lit } from '../db.js'
 import { log } from '../log.js'
 import { retry } from '../retry.js'
-import { Mutex } from '../query/mutex.js'
+import { Mutex } from '../semaphore.js'
 import { localFormBuilds, localFormBytes, localFormSeconds } from './metrics.js'
 
 /*

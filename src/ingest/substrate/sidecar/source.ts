@@ -1,6 +1,7 @@
 import { substrateFamily } from '../../../families/substrate.js'
 import { log } from '../../../log.js'
 import { exponential, retry } from '../../../retry.js'
+import { Semaphore } from '../../../semaphore.js'
 import { newTransferStats, RpcUnavailable, type TransferStats } from '../../rpc.js'
 import { BadRpcAnswer, BlockNotAvailable, fetchAndNormalize, type BlockSource, type FinalityLevel, type RowsBatch } from '../../source.js'
 import { normalizeSidecarBlock } from './normalize.js'
@@ -42,8 +43,7 @@ export class SidecarSource implements BlockSource {
   readonly url: string
   readonly batchSize: number
   readonly timeoutMs: number
-  private active = 0
-  private readonly waiting: (() => void)[] = []
+  private readonly inFlight = new Semaphore(IN_FLIGHT)
 
   constructor(opts: SidecarSourceOptions, readonly stats: TransferStats = newTransferStats()) {
     this.url = opts.url.replace(/\/+$/, '')
@@ -92,7 +92,7 @@ export class SidecarSource implements BlockSource {
   /** GET a JSON answer, retrying what is worth retrying. */
   private async get(route: string, block: number): Promise<any> {
     const method = `GET ${block >= 0 ? route.replace(/\d+$/, '{n}') : route}`
-    await this.acquire()
+    const release = await this.inFlight.acquire()
     try {
       return await retry(async () => {
         let res: Response
@@ -130,22 +130,8 @@ export class SidecarSource implements BlockSource {
         exhausted: (e, attempt) => new RpcUnavailable(`${method} at ${this.url} failed ${attempt} times, last: ${(e as Error).message}`),
       })
     } finally {
-      this.release()
+      release()
     }
-  }
-
-  private async acquire(): Promise<void> {
-    if (this.active < IN_FLIGHT) {
-      this.active++
-      return
-    }
-    await new Promise<void>((resolve) => this.waiting.push(resolve))
-  }
-
-  private release(): void {
-    const next = this.waiting.shift()
-    if (next) next()
-    else this.active--
   }
 }
 
