@@ -12,6 +12,7 @@ import { freePort } from '../test/helpers/http.js'
 import { setEnv } from '../test/helpers/s3.js'
 import { resetS3Client } from '../src/storage/s3.js'
 import { machine, printTable } from './lib/report.js'
+import { StageLog, stageRows } from './lib/freshness-stages.js'
 
 /*
  * `bench freshness`: how long a block takes from the node to the archive's clients at the defaults.
@@ -30,6 +31,10 @@ export interface FreshnessBenchOptions {
   txs: number
   /** The ingest's --normalizer (default: its own default). */
   normalizer?: string
+  /** Also break each block's lag into stages, from the processes' debug logs. */
+  stages?: boolean
+  /** With `stages`: also append every log record to this file. */
+  stagesLog?: string
 }
 
 export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
@@ -52,22 +57,39 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
       }
     })()
     const rows: (string | number)[][] = []
+    const stages: (string | number)[][] = []
+    const notes: string[] = []
     const load0 = loadavg()[0]
     for (const target of o.targets) {
       const out = target === 's3' ? `s3://fresh/bench-${Date.now()}` : path.join(dir, `folder-${Date.now()}`)
+      const stageLog = o.stages ? new StageLog(o.stagesLog) : undefined
+      const logEnv: Record<string, string> = stageLog ? { LOG_LEVEL: 'debug', LOG_FORMAT: 'json' } : {}
       const ingest = spawn(process.execPath, [CLI, 'ingest', '--rpc', anvil.url, '--dataset', 'fresh', '--out', out, '--follow', '--progress', 'none', ...(o.normalizer ? ['--normalizer', o.normalizer] : [])], {
-        stdio: ['ignore', 'ignore', 'inherit'],
-        env: { ...process.env, LOG_LEVEL: 'warn', ...env },
+        stdio: ['ignore', 'ignore', stageLog ? 'pipe' : 'inherit'],
+        env: { ...process.env, LOG_LEVEL: 'warn', ...env, ...logEnv },
       })
+      ingest.stderr?.on('data', (d) => stageLog!.feed(d))
       procs.push(ingest)
       await until('the ingest\'s first chunk', async () => ((await readHead(out))?.chunks.length ? true : undefined), 60_000)
-      const serve = await startCli(['serve', '--data', out, '--port', '0', '--cache', path.join(dir, `cache-${target}`)], ['router'], env, 180_000)
+      const serve = await startCli(['serve', '--data', out, '--port', '0', '--cache', path.join(dir, `cache-${target}`)], ['router'], { ...env, ...logEnv }, 180_000)
+      serve.child.stderr!.on('data', (d) => stageLog?.feed(d))
       procs.push(serve.child)
       const router = serve.lines.get('router')![0]
       await until('a first height', async () => (Number(await (await fetch(`${router}/datasets/fresh/height`)).text()) >= 0 ? true : undefined), 60_000)
+      const requests0 = await storageRequests(router)
       const run = await measureFreshness({ anvil, head: () => finalizedHead(a), router, dataset: 'fresh', seconds: o.seconds, drainMs: 60_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
       if (run.mismatches.length || run.unanswered.length) throw new Error(`${target}: ${run.mismatches.length} hash mismatches, unanswered blocks ${run.unanswered}`)
+      const requests1 = await storageRequests(router)
+      notes.push(`${target}: storage requests of \`serve\` (router and workers) while measuring, per block: ${[...requests1].map(([op, n]) => `${op} ${((n - (requests0.get(op) ?? 0)) / Math.max(1, run.blocks.length)).toFixed(1)}`).join(', ')}`)
+      const loop = await (await fetch(`${router}/metrics`)).text()
+      const gauge = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(loop)?.[1]) * 1000
+      notes.push(`${target}: event loop delay of \`serve\` over the run: p50 ${gauge('nodejs_eventloop_lag_p50_seconds').toFixed(0)} ms, p99 ${gauge('nodejs_eventloop_lag_p99_seconds').toFixed(0)} ms, max ${gauge('nodejs_eventloop_lag_max_seconds').toFixed(0)} ms`)
       rows.push(...summarize(target, run))
+      if (stageLog) stages.push(...stageRows(target, [
+        ...stageLog.stages(run.blocks),
+        { stage: '(the router\'s periodic listing, each)', ms: stageLog.durations('router: storage listed') },
+        { stage: '(a worker\'s check of its held chunks, each pass)', ms: stageLog.durations('worker: held chunks checked') },
+      ]))
       await Promise.all([stop(serve.child), stop(ingest)])
     }
     sending = false
@@ -75,6 +97,8 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
     console.log(`machine: ${machine()}; 1-min load average ${load0.toFixed(1)} at the start, ${loadavg()[0].toFixed(1)} at the end (the processes measured add about 1)`)
     printTable(`block lag at the defaults${o.normalizer ? ` (but ingest --normalizer ${o.normalizer})` : ''}: node reports it → router /height covers it → answered through the router (${o.seconds} s per target, anvil --block-time 1, ${o.txs} transfer(s)/s)`,
       ['storage', 'stage', 'blocks', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms'], rows)
+    for (const n of notes) console.log(n)
+    if (stages.length) printTable('where the lag goes, stage by stage (from the debug logs; blocks whose every mark was found)', ['storage', 'stage', 'blocks', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms'], stages)
   } finally {
     await Promise.all(procs.map(stop))
     await anvil?.stop()
@@ -112,6 +136,17 @@ function summarize(target: string, run: FreshnessRun): (string | number)[][] {
     line('node → router /height', run.blocks.map((b) => b.heightMs)),
     line('node → answered', run.blocks.map((b) => b.answerMs)),
   ]
+}
+
+/** `block_archive_storage_requests_total` of a `serve` process by operation. */
+async function storageRequests(router: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`${router}/metrics`)).text()
+  const out = new Map<string, number>()
+  for (const m of text.matchAll(/^block_archive_storage_requests_total\{([^}]*)\} (\S+)$/gm)) {
+    const op = /op="([^"]*)"/.exec(m[1])?.[1] ?? '?'
+    out.set(op, (out.get(op) ?? 0) + Number(m[2]))
+  }
+  return out
 }
 
 async function readHead(out: string) {

@@ -101,6 +101,7 @@ export class HeadWriter {
         const text = JSON.stringify(this.head) + '\n'
         try {
           await writeHeadFile(this.o.out, text)
+          log.debug({ last: this.head.last, writtenAt: this.head.writtenAt }, `ingest: ${HEAD_FILE} written`)
         } catch (e) {
           log.warn({ err: e instanceof Error ? e.message : String(e), out: this.o.out }, `ingest: cannot write ${HEAD_FILE} (routers learn of new chunks at their next listing instead)`)
         }
