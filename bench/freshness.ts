@@ -4,7 +4,7 @@ import { loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseDatasetHead } from '../src/chunks/head-file.js'
-import { getText } from '../src/storage/s3.js'
+import { getText, putText } from '../src/storage/s3.js'
 import { startAnvil, type Anvil } from '../test/helpers/anvil.js'
 import { CLI, startCli, until } from '../test/helpers/cli.js'
 import { finalizedHead, measureFreshness, quantile, type FreshnessRun } from '../test/helpers/freshness.js'
@@ -77,6 +77,8 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
       const router = serve.lines.get('router')![0]
       await until('a first height', async () => (Number(await (await fetch(`${router}/datasets/fresh/height`)).text()) >= 0 ? true : undefined), 60_000)
       const requests0 = await storageRequests(router)
+      const probing = { on: true }
+      const probe = out.startsWith('s3://') ? probeS3(probing) : undefined
       const run = await measureFreshness({ anvil, head: () => finalizedHead(a), router, dataset: 'fresh', seconds: o.seconds, drainMs: 60_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
       if (run.mismatches.length || run.unanswered.length) throw new Error(`${target}: ${run.mismatches.length} hash mismatches, unanswered blocks ${run.unanswered}`)
       const requests1 = await storageRequests(router)
@@ -84,7 +86,10 @@ export async function runFreshness(o: FreshnessBenchOptions): Promise<void> {
       const loop = await (await fetch(`${router}/metrics`)).text()
       const gauge = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(loop)?.[1]) * 1000
       notes.push(`${target}: event loop delay of \`serve\` over the run: p50 ${gauge('nodejs_eventloop_lag_p50_seconds').toFixed(0)} ms, p99 ${gauge('nodejs_eventloop_lag_p99_seconds').toFixed(0)} ms, max ${gauge('nodejs_eventloop_lag_max_seconds').toFixed(0)} ms`)
+      probing.on = false
+      const probed = await probe
       rows.push(...summarize(target, run))
+      if (probed) rows.push(lineOf(target, '(s3rver alone: a 2 KB PUT)', probed.put), lineOf(target, '(s3rver alone: a 2 KB GET)', probed.get))
       if (stageLog) stages.push(...stageRows(target, [
         ...stageLog.stages(run.blocks),
         { stage: '(the router\'s periodic listing, each)', ms: stageLog.durations('router: storage listed') },
@@ -129,8 +134,31 @@ async function startS3Process(dir: string): Promise<{ env: Record<string, string
   }
 }
 
+const lineOf = (target: string, stage: string, xs: number[]): (string | number)[] => [target, stage, xs.length, ...[0.5, 0.9, 0.99].map((q) => quantile(xs, q).toFixed(0)), Math.max(...xs).toFixed(0)]
+
+/**
+ * s3rver's own latency meanwhile, from this process: a 2 KB object (about a one-block chunk's
+ * meta.json or head.json) PUT and read back every 500 ms, until `probing.on` is false.
+ */
+async function probeS3(probing: { on: boolean }): Promise<{ put: number[]; get: number[] }> {
+  const put: number[] = []
+  const get: number[] = []
+  const body = 'x'.repeat(2048)
+  for (let i = 0; probing.on; i++) {
+    const key = `probe/${i % 10}`
+    let t0 = performance.now()
+    await putText('fresh', key, body)
+    put.push(performance.now() - t0)
+    t0 = performance.now()
+    await getText('fresh', key)
+    get.push(performance.now() - t0)
+    await new Promise((r) => setTimeout(r, 500))
+  }
+  return { put, get }
+}
+
 function summarize(target: string, run: FreshnessRun): (string | number)[][] {
-  const line = (stage: string, xs: number[]) => [target, stage, xs.length, ...[0.5, 0.9, 0.99].map((q) => quantile(xs, q).toFixed(0)), Math.max(...xs).toFixed(0)]
+  const line = (stage: string, xs: number[]) => lineOf(target, stage, xs)
   return [
     line('node → in storage (head.json)', run.blocks.flatMap((b) => (b.publishedMs === undefined ? [] : [b.publishedMs]))),
     line('node → router /height', run.blocks.map((b) => b.heightMs)),

@@ -205,7 +205,11 @@ describe('freshness: ingest --follow and serve at their defaults', { timeout: 60
   for (const where of ['folder', 's3'] as const) {
     it(`a worker killed in the middle of an answer: a client following the head gets every block once, with the node's hashes (${where})`, async () => {
       const out = where === 'folder' ? path.join(tmp.dir, 'worker-kill') : 's3://fresh/worker-kill'
+      const t0 = performance.now()
+      const marks: string[] = []
+      const mark = (what: string) => marks.push(`${what} ${((performance.now() - t0) / 1000).toFixed(1)} s`)
       const ingest = await startIngest(out, [], s3.env)
+      mark('ingest')
       // A router and two worker processes (consecutive chunks on alternate workers); clients reach
       // the first worker through a proxy that passes its answers on, and kills it once half of the
       // armed answer is sent.
@@ -220,13 +224,14 @@ describe('freshness: ingest --follow and serve at their defaults', { timeout: 60
         procs.push(w.child)
         return w.child
       }
-      const victim = await worker(0, ['--port', String(port), '--public-url', proxy.url])
-      await worker(1, ['--port', '0'])
+      const [victim] = await Promise.all([worker(0, ['--port', String(port), '--public-url', proxy.url]), worker(1, ['--port', '0'])])
+      mark('workers')
       const stopFollowing = new AbortController()
       const got: { number: number; hash: string }[] = []
       try {
         const base = `${routerUrl}/datasets/${DATASET}`
         await until('a first height', async () => ((await heightOf(routerUrl)) ?? -1) >= 0 ? true : undefined, 60_000)
+        mark('height')
         const client = new ArchiveClient(base)
         const following = (async () => {
           try {
@@ -240,15 +245,18 @@ describe('freshness: ingest --follow and serve at their defaults', { timeout: 60
         // The client is at the head; then the next answer the first worker gives is cut half-way by its death.
         const caughtUp = Number(await (await fetch(`${base}/height`)).text())
         await until(`the client at block ${caughtUp}`, async () => ((got.at(-1)?.number ?? -1) >= caughtUp ? true : undefined), 120_000)
+        mark('caught up')
         let killedAt = -1
         proxy.setRules([{ name: 'killed', method: 'POST', path: /\/query/, fault: 'cut', times: 1, then: () => {
           killedAt = got.at(-1)!.number
           victim.kill('SIGKILL')
         } }])
         await until('the first worker killed mid-answer', async () => (proxy.hitCount('killed') ? true : undefined), 120_000)
+        mark('killed')
         // Blocks mined after the kill reach the client too (served by the other worker alone).
         const target = (await finalizedHead(anvil)) + 3
         await until(`the client at block ${target}`, async () => ((got.at(-1)?.number ?? -1) >= target ? true : undefined), 120_000)
+        mark('followed on')
         stopFollowing.abort()
         await following
 
@@ -257,7 +265,7 @@ describe('freshness: ingest --follow and serve at their defaults', { timeout: 60
         assert.deepEqual(numbers, [...Array(numbers.length).keys()], 'every block from 0 once, in order')
         for (const b of got) assert.equal(b.hash, (await anvil.rpc('eth_getBlockByNumber', ['0x' + b.number.toString(16), false])).hash, `hash of block ${b.number}`)
         assert.ok(killedAt >= caughtUp && numbers.at(-1)! > killedAt, `killed at block ${killedAt}, followed to ${numbers.at(-1)}`)
-        console.log(`worker killed mid-answer (${where}): the client had block ${killedAt}, followed on to ${numbers.at(-1)}`)
+        console.log(`worker killed mid-answer (${where}): the client had block ${killedAt}, followed on to ${numbers.at(-1)} (${marks.join(', ')})`)
       } finally {
         stopFollowing.abort()
         await proxy.close()

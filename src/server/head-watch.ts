@@ -21,8 +21,8 @@ export interface HeadWatchOptions {
 
 export const DEFAULT_HEAD_WATCH: HeadWatchOptions = { folderMs: 100, s3Ms: 250 }
 
-/** Time limit of one read of an object's head file: several intervals, at least 2 s. */
-export const headReadLimitMs = (s3Ms: number): number => Math.max(2000, 8 * s3Ms)
+/** Time limit of one read of an object's head file: a few intervals, at least 1 s. */
+export const headReadLimitMs = (s3Ms: number): number => Math.max(1000, 4 * s3Ms)
 
 interface Watched {
   url: string
