@@ -57,7 +57,7 @@ export class StageLog {
       return !!ref && ref.first <= b && b <= ref.last
     }
     const first = <T>(xs: T[], f: (x: T) => boolean) => xs.find(f)
-    const names = ['node → chunk closed (fetch, poll, waiting for the previous upload)', 'closed → built (Parquet, upload starts)', 'upload: files but blocks.parquet, lease check', 'upload: blocks.parquet', 'uploaded → chunk written (loop)', 'written → head.json PUT done', 'head.json → router read it', 'router read it → appended', 'router appended → worker nudged', 'nudged → download starts', 'download (LIST, meta.json, files)', 'downloaded → router /height', 'router /height → answered']
+    const names = ['node → chunk closed (fetch, poll, waiting for the previous upload)', 'closed → built (Parquet, upload starts)', 'upload: files but blocks.parquet, lease check', 'upload: blocks.parquet', 'uploaded → chunk written (loop)', 'written → head.json PUT done', 'head.json → router read it', 'router read it → appended', 'router appended → worker nudged', 'nudged → download starts', 'download (meta.json, then the files)', 'downloaded → router /height', 'router /height → answered']
     const out = names.map((stage) => ({ stage, ms: [] as number[] }))
     for (const blk of blocks) {
       const b = blk.block
