@@ -117,7 +117,7 @@ async function lagMetrics(router: string): Promise<{ blocks?: number; seconds?: 
   return { blocks: value('block_archive_router_head_lag_blocks'), seconds: value('block_archive_router_head_lag_seconds') }
 }
 
-describe('freshness: ingest --follow and serve at their defaults', { timeout: 600_000 }, () => {
+describe('freshness: ingest --follow and serve at their defaults', { timeout: 900_000 }, () => {
   for (const where of ['folder', 's3'] as const) {
     it(`every block the node mines is served through the router, with the node's hash (${where})`, async () => {
       const out = where === 'folder' ? path.join(tmp.dir, 'defaults') : 's3://fresh/defaults'
