@@ -194,6 +194,8 @@ program
   .option('--targets <which...>', 'storage: folder, s3', ['folder', 's3'])
   .option('--txs <n>', 'transfers sent per second meanwhile', int, 2)
   .option('--normalizer <how>', 'the ingest\'s --normalizer (default: its default, sql)')
+  .option('--stages', 'also break the lag into stages (ingest, upload, head.json, router, worker download), from the processes\' debug logs')
+  .option('--stages-log <file>', 'with --stages: append every log record to this file too')
   .action(async (o) => (await import('./freshness.js')).runFreshness(o))
 
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */

@@ -9,7 +9,10 @@ import { callData, compile, startAnvil, TOKEN_SOURCE, type Anvil } from './helpe
 import { compareRows, expectTables, readTable, type NodeBlock } from './helpers/ingest-expect.js'
 import { killChildren, startCli, until } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
+import { FaultProxy } from './helpers/fault-proxy.js'
 import { describeFreshness, finalizedHead, measureFreshness } from './helpers/freshness.js'
+import { freePort } from './helpers/http.js'
+import { ArchiveClient } from '../src/client/archive-client.js'
 import { startS3, type S3Server } from './helpers/s3.js'
 
 /*
@@ -20,7 +23,9 @@ import { startS3, type S3Server } from './helpers/s3.js'
  * printed, not asserted. Then the paths that make it fast, each alone: with the router's periodic
  * listing and the workers' heartbeat set to an hour, new blocks are still served (the router learns
  * of them from the head file, the workers from the router's nudge); and with the head file's watch
- * off, from the ingest's `--notify`.
+ * off, from the ingest's `--notify`. Last, a worker process killed (SIGKILL) in the middle of an
+ * answer while our client follows the head: the client still gets every block once, with the
+ * node's hashes.
  */
 
 const DATASET = 'fresh'
@@ -61,7 +66,7 @@ after(async () => {
 /** Stop a child and wait for it (SIGTERM: the ingest writes its open chunk). */
 function stop(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve()
+    if (child.exitCode !== null || child.signalCode !== null) return resolve()
     child.once('exit', () => resolve())
     child.kill('SIGTERM')
     setTimeout(() => child.kill('SIGKILL'), 10_000).unref()
@@ -112,7 +117,7 @@ async function lagMetrics(router: string): Promise<{ blocks?: number; seconds?: 
   return { blocks: value('block_archive_router_head_lag_blocks'), seconds: value('block_archive_router_head_lag_seconds') }
 }
 
-describe('freshness: ingest --follow and serve at their defaults', { timeout: 600_000 }, () => {
+describe('freshness: ingest --follow and serve at their defaults', { timeout: 900_000 }, () => {
   for (const where of ['folder', 's3'] as const) {
     it(`every block the node mines is served through the router, with the node's hash (${where})`, async () => {
       const out = where === 'folder' ? path.join(tmp.dir, 'defaults') : 's3://fresh/defaults'
@@ -196,4 +201,77 @@ describe('freshness: ingest --follow and serve at their defaults', { timeout: 60
       await stop(ingest)
     }
   })
+
+  for (const where of ['folder', 's3'] as const) {
+    it(`a worker killed in the middle of an answer: a client following the head gets every block once, with the node's hashes (${where})`, async () => {
+      const out = where === 'folder' ? path.join(tmp.dir, 'worker-kill') : 's3://fresh/worker-kill'
+      const t0 = performance.now()
+      const marks: string[] = []
+      const mark = (what: string) => marks.push(`${what} ${((performance.now() - t0) / 1000).toFixed(1)} s`)
+      const ingest = await startIngest(out, [], s3.env)
+      mark('ingest')
+      // A router and two worker processes (consecutive chunks on alternate workers); clients reach
+      // the first worker through a proxy that passes its answers on, and kills it once half of the
+      // armed answer is sent.
+      const router = await startCli(['router', '--data', out, '--port', '0', '--heartbeat-ms', '200', '--missed-heartbeats', '15', '--replication', '1', '--group-chunks', '1'], ['router'], s3.env, 180_000)
+      procs.push(router.child)
+      const routerUrl = router.lines.get('router')![0]
+      const port = await freePort()
+      const proxy = new FaultProxy(`http://127.0.0.1:${port}`)
+      await proxy.start()
+      const worker = async (i: number, extra: string[]) => {
+        const w = await startCli(['worker', '--router', routerUrl, '--cache', path.join(tmp.dir, `cache-kill-${where}-${i}`), '--id', `w${i}`, '--heartbeat-ms', '200', ...extra], ['worker'], s3.env, 180_000)
+        procs.push(w.child)
+        return w.child
+      }
+      const [victim] = await Promise.all([worker(0, ['--port', String(port), '--public-url', proxy.url]), worker(1, ['--port', '0'])])
+      mark('workers')
+      const stopFollowing = new AbortController()
+      const got: { number: number; hash: string }[] = []
+      try {
+        const base = `${routerUrl}/datasets/${DATASET}`
+        await until('a first height', async () => ((await heightOf(routerUrl)) ?? -1) >= 0 ? true : undefined, 60_000)
+        mark('height')
+        const client = new ArchiveClient(base)
+        const following = (async () => {
+          try {
+            for await (const b of client.blocks({ includeAllBlocks: true, fields: { block: { number: true, hash: true } } }, { fromBlock: 0, follow: true, pollMs: 200, signal: stopFollowing.signal })) {
+              got.push({ number: b.header.number, hash: b.header.hash as string })
+            }
+          } catch (e) {
+            if (!stopFollowing.signal.aborted) throw e
+          }
+        })()
+        // The client is at the head; then the next answer the first worker gives is cut half-way by its death.
+        const caughtUp = Number(await (await fetch(`${base}/height`)).text())
+        await until(`the client at block ${caughtUp}`, async () => ((got.at(-1)?.number ?? -1) >= caughtUp ? true : undefined), 120_000)
+        mark('caught up')
+        let killedAt = -1
+        proxy.setRules([{ name: 'killed', method: 'POST', path: /\/query/, fault: 'cut', times: 1, then: () => {
+          killedAt = got.at(-1)!.number
+          victim.kill('SIGKILL')
+        } }])
+        await until('the first worker killed mid-answer', async () => (proxy.hitCount('killed') ? true : undefined), 120_000)
+        mark('killed')
+        // Blocks mined after the kill reach the client too (served by the other worker alone).
+        const target = (await finalizedHead(anvil)) + 3
+        await until(`the client at block ${target}`, async () => ((got.at(-1)?.number ?? -1) >= target ? true : undefined), 120_000)
+        mark('followed on')
+        stopFollowing.abort()
+        await following
+
+        assert.equal(victim.signalCode, 'SIGKILL')
+        const numbers = got.map((b) => b.number)
+        assert.deepEqual(numbers, [...Array(numbers.length).keys()], 'every block from 0 once, in order')
+        for (const b of got) assert.equal(b.hash, (await anvil.rpc('eth_getBlockByNumber', ['0x' + b.number.toString(16), false])).hash, `hash of block ${b.number}`)
+        assert.ok(killedAt >= caughtUp && numbers.at(-1)! > killedAt, `killed at block ${killedAt}, followed to ${numbers.at(-1)}`)
+        console.log(`worker killed mid-answer (${where}): the client had block ${killedAt}, followed on to ${numbers.at(-1)} (${marks.join(', ')})`)
+      } finally {
+        stopFollowing.abort()
+        await proxy.close()
+        await Promise.all(procs.splice(-4).map(stop))
+        await stop(ingest)
+      }
+    })
+  }
 })

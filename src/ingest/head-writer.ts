@@ -7,12 +7,15 @@ import { isS3Url, joinKey, parseS3Url, putText } from '../storage/s3.js'
 
 /*
  * A following ingest keeps the dataset's `head.json` (src/chunks/head-file.ts) up to date: after
- * each chunk is published (in object storage: after its blocks.parquet is uploaded) and whenever
- * the node's head moves. Writes are coalesced, one at a time, the newest state winning; a failed
+ * each chunk is published (in object storage: after its blocks.parquet is uploaded) and when the
+ * node's head moves (at most once a second for that alone). Writes are coalesced, one at a time, the newest state winning; a failed
  * write is logged and retried with the next change, never stopping the ingest. With `notify` URLs
  * (routers), each write that adds a chunk is followed by a `POST <url>/notify` so those routers look
  * at once instead of at their next watch tick.
  */
+
+/** Writes for the node's head alone, at most one per this many ms. */
+const NODE_ONLY_WRITE_MS = 1000
 
 export interface HeadWriterOptions {
   /** `--out`: a folder or `s3://bucket/prefix`. */
@@ -32,6 +35,8 @@ export class HeadWriter {
   private again = false
   private notifyNext = false
   private closed = false
+  private lastWriteAt = 0
+  private nodeTimer?: NodeJS.Timeout
 
   constructor(private readonly o: HeadWriterOptions) {
     this.head = {
@@ -52,7 +57,24 @@ export class HeadWriter {
     if (confirmed > this.head.last && confirmed > (this.sightings.at(-1)?.confirmed ?? -1)) this.sightings.push({ confirmed, at: now })
     this.head.node = { head, confirmed, at: now }
     this.updateBehind()
-    if (moved) this.write(false)
+    if (moved) this.writeNodeSoon()
+  }
+
+  /**
+   * A change of the node's head alone (what routers show as the lag) is written at most every
+   * NODE_ONLY_WRITE_MS; a chunk's write carries it at once. On a chain with a block a second that
+   * is about one write per block instead of two: fewer writes for the chunk's write to wait behind,
+   * and, on a store that rewrites objects in place, fewer a router's read can meet.
+   */
+  private writeNodeSoon(): void {
+    if (this.nodeTimer || this.closed) return
+    const wait = this.lastWriteAt + NODE_ONLY_WRITE_MS - Date.now()
+    if (wait <= 0) return this.write(false)
+    this.nodeTimer = setTimeout(() => {
+      this.nodeTimer = undefined
+      this.write(false)
+    }, wait)
+    this.nodeTimer.unref()
   }
 
   /** A chunk is in place for readers. */
@@ -74,8 +96,9 @@ export class HeadWriter {
     this.write(true)
   }
 
-  /** Wait for the last write. */
+  /** Write what is pending and wait for it. */
   async close(): Promise<void> {
+    if (this.nodeTimer) this.write(false)
     while (this.writing) await this.writing
     this.closed = true
   }
@@ -87,6 +110,8 @@ export class HeadWriter {
 
   private write(notify: boolean): void {
     if (this.closed) return
+    clearTimeout(this.nodeTimer) // this write carries the node's head too
+    this.nodeTimer = undefined
     this.notifyNext ||= notify
     if (this.writing) {
       this.again = true
@@ -97,10 +122,11 @@ export class HeadWriter {
         this.again = false
         const notifying = this.notifyNext
         this.notifyNext = false
-        this.head.writtenAt = Date.now()
+        this.head.writtenAt = this.lastWriteAt = Date.now()
         const text = JSON.stringify(this.head) + '\n'
         try {
           await writeHeadFile(this.o.out, text)
+          log.debug({ last: this.head.last, writtenAt: this.head.writtenAt }, `ingest: ${HEAD_FILE} written`)
         } catch (e) {
           log.warn({ err: e instanceof Error ? e.message : String(e), out: this.o.out }, `ingest: cannot write ${HEAD_FILE} (routers learn of new chunks at their next listing instead)`)
         }

@@ -308,6 +308,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       stages.finishWaitMs += performance.now() - t0
       const top = nextTop(tops, b.first, topDirSize)
       tops.push({ top })
+      log.debug({ first: b.first, last: b.last }, 'ingest: closing a chunk')
       const previous = placed
       const done = b.finish(top, () => previous).then((ref) => target.publish(ref)).then(async (ref) => {
         await spool?.consumed(ref.last)

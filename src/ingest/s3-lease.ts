@@ -90,6 +90,16 @@ export class S3Lease {
     this.timer.unref()
   }
 
+  /**
+   * How long a check stays good for a publish: a check that found the lease ours and unexpired
+   * rules out another holder until our lease expires (an unexpired lease is never taken over), but
+   * an ingest that stalled after it (a long pause of the machine) checks again. A tenth of the TTL,
+   * well inside the two thirds left after a renewal.
+   */
+  get recheckAfterMs(): number {
+    return Math.floor(this.ttlMs / 10)
+  }
+
   /** Throws LeaseLost unless the stored lease is still ours and unexpired. */
   async check(): Promise<void> {
     await this.renewing

@@ -21,6 +21,9 @@ export interface HeadWatchOptions {
 
 export const DEFAULT_HEAD_WATCH: HeadWatchOptions = { folderMs: 100, s3Ms: 250 }
 
+/** Time limit of one read of an object's head file: a few intervals, at least 1 s. */
+export const headReadLimitMs = (s3Ms: number): number => Math.max(1000, 4 * s3Ms)
+
 interface Watched {
   url: string
   /** What identifies the version last read: a file's inode, mtime and size, an object's ETag. */
@@ -88,7 +91,9 @@ export class HeadWatch {
     try {
       if (isS3Url(w.url)) {
         const loc = parseS3Url(w.url)
-        const r = await getTextIfChanged(loc.bucket, joinKey(loc.prefix, HEAD_FILE), w.version)
+        // A read that meets the ingest's write can stall (s3rver rewrites objects in place): give up
+        // and read again at the next check rather than wait for the socket timeout meanwhile.
+        const r = await getTextIfChanged(loc.bucket, joinKey(loc.prefix, HEAD_FILE), w.version, AbortSignal.timeout(headReadLimitMs(this.o.s3Ms)))
         if (r === 'unchanged' || r === undefined) return
         text = r.text
         w.version = r.etag
@@ -112,6 +117,7 @@ export class HeadWatch {
       return
     }
     this.counts.changes++
+    log.debug({ dataset: name, last: head.last }, `router: ${HEAD_FILE} changed`)
     try {
       await this.onHead(name, head)
     } catch (e) {

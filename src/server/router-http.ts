@@ -107,7 +107,13 @@ export class RouterServer {
     await this.state.relist(true)
     this.listed = true
     this.keys?.start()
-    this.every(this.opts.relistMs, () => this.serial(() => this.state.relist()))
+    this.every(this.opts.relistMs, () =>
+      this.serial(async () => {
+        const t0 = performance.now()
+        await this.state.relist()
+        log.debug({ ms: Math.round(performance.now() - t0) }, 'router: storage listed')
+      }),
+    )
     this.freshness = startRouterFreshness({ state: this.state, watch: this.opts.headWatch ?? DEFAULT_HEAD_WATCH, secret: this.opts.access?.ticketSecret, serial: (job) => this.serial(job) })
     // Check liveness at a fraction of the heartbeat so dead workers lose their chunks promptly.
     this.every(Math.max(50, Math.floor(this.opts.heartbeatMs / 2)), async () => this.state.tick())

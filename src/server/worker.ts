@@ -107,6 +107,7 @@ export class WorkerNode {
     this.stopped = true
     if (this.timer) clearTimeout(this.timer)
     await this.nudging
+    await this.fresh
     await this.settled()
     await this.forming
     await this.opts.storage.close?.()
@@ -118,7 +119,10 @@ export class WorkerNode {
     // Fetching may be slow (downloads): it runs in the background, one pass at a time. Not once
     // stopped (a ping in flight during stop): sync() would return at once, leaving `syncing` set to a
     // settled promise that settled() then awaits forever.
-    if (!this.stopped) this.syncing ??= this.sync()
+    if (!this.stopped) {
+      if (this.syncing && this.desiredChanged && this.opts.routerUrl) this.fetchFreshBeside()
+      this.syncing ??= this.sync()
+    }
     if (!this.opts.routerUrl) await this.syncing
   }
 
@@ -131,6 +135,7 @@ export class WorkerNode {
    */
   nudge(): void {
     if (this.stopped || !this.opts.routerUrl) return
+    log.debug({ worker: this.opts.id }, 'worker: nudged')
     if (this.nudging) {
       this.nudgeAgain = true
       return
@@ -392,8 +397,14 @@ export class WorkerNode {
       const superseded = new Set(
         supersede([...ds.held.values()].map((h) => h.ref)).superseded.filter((x) => servedPaths.has(x.by.path)).map((x) => x.chunk.path),
       )
-      for (const h of [...ds.held.values()]) {
-        if (!(await this.checkIntact(ds, h))) {
+      // Every held chunk's files are looked at (a stat each) at once: one after the other they
+      // delayed a fresh chunk's download by the number of held chunks times a file system round trip.
+      const t0 = performance.now()
+      const held = [...ds.held.values()]
+      const intact = await Promise.all(held.map((h) => this.checkIntact(ds, h)))
+      log.debug({ worker: this.opts.id, dataset: ds.name, chunks: held.length, ms: Math.round(performance.now() - t0) }, 'worker: held chunks checked')
+      for (const [i, h] of held.entries()) {
+        if (!intact[i]) {
           changed = true
           continue
         }
@@ -424,21 +435,13 @@ export class WorkerNode {
           log.info({ worker: this.opts.id, dataset: ds.name, chunk: h.ref.path }, 'worker: chunk dropped')
         }
       }
-      // of listed chunks in the desired ranges, those no other one of them nor a served held chunk contains
-      const servedRefs = served(ds).map((h) => h.ref)
-      const candidates = ds.listing.filter((ref) => rangesContain(ds.desired, ref.first, ref.last))
-      const covered = new Set(supersede([...servedRefs, ...candidates]).superseded.map((x) => x.chunk.path))
-      const todo = candidates.filter((ref) => !ds.held.has(ref.path) && !covered.has(ref.path))
+      const todo = this.toFetch(ds)
       const fetchOne = async () => {
         for (let ref = todo.shift(); ref && !this.stopped; ref = todo.shift()) {
           // The router may have changed its mind while earlier chunks downloaded (workers registering one by one).
           if (!rangesContain(ds.desired, ref.first, ref.last)) continue
           try {
-            const dir = await this.opts.storage.fetchChunk(ds.name, ref)
-            ds.held.set(ref.path, { ref, dir })
-            ds.view = undefined
-            changed = true
-            workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
+            if (await this.fetchInto(ds, ref)) changed = true
           } catch (e) {
             log.error({ worker: this.opts.id, dataset: ds.name, chunk: ref.path, err: e instanceof Error ? e.message : e }, 'worker: cannot fetch chunk')
             if ((e as NodeJS.ErrnoException)?.code === 'ENOSPC') diskFull = true
@@ -455,6 +458,48 @@ export class WorkerNode {
       await this.opts.storage.pruneUnused([...this.datasets.values()].flatMap((ds) => [...ds.held.values()].map((h) => ({ dataset: ds.name, chunk: h.ref }))))
     }
     return changed
+  }
+
+  /** Of listed chunks in the desired ranges, those not held that no other one of them nor a served held chunk contains. */
+  private toFetch(ds: DatasetHolding): ChunkRef[] {
+    const servedRefs = served(ds).map((h) => h.ref)
+    const candidates = ds.listing.filter((ref) => rangesContain(ds.desired, ref.first, ref.last))
+    const covered = new Set(supersede([...servedRefs, ...candidates]).superseded.map((x) => x.chunk.path))
+    return candidates.filter((ref) => !ds.held.has(ref.path) && !covered.has(ref.path))
+  }
+
+  /** Fetch a chunk and hold it; false when it was held meanwhile (by the other pass: the storage fetches a chunk once). */
+  private async fetchInto(ds: DatasetHolding, ref: ChunkRef): Promise<boolean> {
+    const dir = await this.opts.storage.fetchChunk(ds.name, ref)
+    if (ds.held.has(ref.path)) return false
+    ds.held.set(ref.path, { ref, dir })
+    ds.view = undefined
+    workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
+    return true
+  }
+
+  private fresh?: Promise<void>
+
+  /**
+   * Chunks that became desired while a pass is fetching (a nudge for a fresh chunk while the pass
+   * downloads a merged chunk or a backlog): the newest few are fetched at once beside that pass,
+   * and the router is pinged as soon as they are held, instead of after the pass.
+   */
+  private fetchFreshBeside(): void {
+    if (this.fresh || this.stopped) return
+    this.fresh = (async () => {
+      let got = false
+      for (const ds of this.datasets.values()) {
+        await Promise.all(this.toFetch(ds).slice(-FRESH_FETCHED_BESIDE).map(async (ref) => {
+          try {
+            if (await this.fetchInto(ds, ref)) got = true
+          } catch (e) {
+            log.warn({ worker: this.opts.id, dataset: ds.name, chunk: ref.path, err: e instanceof Error ? e.message : e }, 'worker: cannot fetch a fresh chunk (the next pass tries again)')
+          }
+        }))
+      }
+      if (got) this.nudge()
+    })().finally(() => (this.fresh = undefined))
   }
 
   private pruned = false
@@ -486,6 +531,8 @@ export class WorkerNode {
 
 /** Chunk downloads in flight per dataset. */
 const CHUNKS_FETCHED_AT_ONCE = 3
+/** Newest chunks fetched beside a pass under way (fetchFreshBeside). */
+const FRESH_FETCHED_BESIDE = 2
 
 /** Held chunks queries may be given (not retired). */
 const served = (ds: DatasetHolding): Held[] => [...ds.held.values()].filter((h) => h.retiredAt === undefined)

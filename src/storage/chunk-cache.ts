@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { existsSync, readdirSync, rmSync } from 'node:fs'
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { hashFile, type ChunkRef } from '../chunks/layout.js'
+import { hashFile, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
 import { alive } from '../pid.js'
 import { log } from '../log.js'
 import { cacheBytes, cacheCorrupt, cacheEvictions, downloadBytes, downloadSeconds } from './metrics.js'
@@ -275,22 +275,30 @@ export class ChunkCache {
     this.reserved += need
   }
 
+  /**
+   * Download a chunk into the cache. Its meta.json comes first: its file manifest names the other
+   * files with their sizes and hashes, so they are fetched at once without listing the chunk folder
+   * (a round trip, and on some stores a slow one, on the way of every fresh chunk). A chunk without
+   * a manifest (written before manifests) is listed instead.
+   */
   private async download(dataset: string, store: DatasetStore, ref: ChunkRef, signal?: AbortSignal): Promise<string> {
-    const listed = await store.chunkFiles(ref)
-    const total = listed.reduce((n, f) => n + f.size, 0)
-    await this.makeRoom(total)
     const dest = path.join(this.datasetDir(dataset), ref.path)
     const tmp = `${dest}.part-${randomBytes(4).toString('hex')}`
     const t0 = performance.now()
+    let total = 0
+    let reserved = 0
     try {
       await mkdir(tmp, { recursive: true })
-      const meta = listed.some((f) => f.name === 'meta.json') ? await store.chunkMeta(ref) : undefined
-      const manifest = meta?.files
-      if (manifest) {
-        for (const name of Object.keys(manifest)) if (!listed.some((f) => f.name === name)) throw new Error(`chunk ${ref.path}: ${name} is in its manifest but not in storage`)
-      }
       const files: Record<string, VerifiedFile> = {}
-      const queue = [...listed]
+      const metaFile = path.join(tmp, 'meta.json')
+      const metaGot = await store.download(ref, 'meta.json', metaFile, signal)
+      files['meta.json'] = { size: metaGot.bytes, sha256: metaGot.sha256, mtimeMs: (await stat(metaFile)).mtimeMs }
+      const manifest = (JSON.parse(await readFile(metaFile, 'utf8')) as ChunkMeta).files
+      const rest = manifest ? Object.entries(manifest).map(([name, f]) => ({ name, size: f.size })) : (await store.chunkFiles(ref)).filter((f) => f.name !== 'meta.json')
+      total = metaGot.bytes + rest.reduce((n, f) => n + f.size, 0)
+      await this.makeRoom(total)
+      reserved = total
+      const queue = [...rest]
       // The first failure stops the other downloads of the chunk, and the temp folder is deleted
       // only once none of them writes into it any more (else a file created meanwhile is left behind).
       const stop = new AbortController()
@@ -301,8 +309,8 @@ export class ChunkCache {
           const file = path.join(tmp, f.name)
           const got = await store.download(ref, f.name, file, both)
           const want = manifest?.[f.name]
-          if (got.bytes !== f.size || (want && (want.size !== got.bytes || want.sha256 !== got.sha256))) {
-            throw new Error(`chunk ${ref.path}: ${f.name} arrived with ${got.bytes} bytes, sha256 ${got.sha256}; storage lists ${f.size} bytes${want ? `, the manifest ${want.size} bytes, sha256 ${want.sha256}` : ''}`)
+          if (got.bytes !== f.size || (want && want.sha256 !== got.sha256)) {
+            throw new Error(`chunk ${ref.path}: ${f.name} arrived with ${got.bytes} bytes, sha256 ${got.sha256}; ${want ? `its manifest says ${want.size} bytes, sha256 ${want.sha256}` : `storage lists ${f.size} bytes`}`)
           }
           files[f.name] = { size: got.bytes, sha256: got.sha256, mtimeMs: (await stat(file)).mtimeMs }
         }
@@ -311,7 +319,7 @@ export class ChunkCache {
         failed ??= { error }
         stop.abort()
       })
-      await Promise.all(Array.from({ length: Math.min(this.opts.parallel ?? 4, listed.length) }, guarded))
+      await Promise.all(Array.from({ length: Math.min(this.opts.parallel ?? 4, rest.length) }, guarded))
       if (failed) throw failed.error
       await writeFile(path.join(tmp, VERIFIED), JSON.stringify({ files }))
       await rm(dest, { recursive: true, force: true })
@@ -327,7 +335,7 @@ export class ChunkCache {
       await rm(tmp, { recursive: true, force: true })
       throw e
     } finally {
-      this.reserved -= total
+      this.reserved -= reserved
     }
   }
 }

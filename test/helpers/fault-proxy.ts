@@ -44,6 +44,11 @@ export interface FaultRule {
   times?: number
   /** Apply to each matching request with this probability (default 1). */
   probability?: number
+  /**
+   * `cut`: called once the part of the body is sent, before the connection is destroyed (e.g. to
+   * kill the server whose answer it is, so that it dies in the middle of an answer).
+   */
+  then?: () => void
 }
 
 export interface ProxyLogEntry {
@@ -175,7 +180,10 @@ export class FaultProxy {
       case 'cut': {
         entry.status = up.status
         res.writeHead(up.status, { ...headers, 'content-length': String(up.body.length) })
-        res.write(up.body.subarray(0, Math.min(rule.bytes ?? half, up.body.length - 1)), () => setTimeout(() => req.socket.destroy(), 20))
+        res.write(up.body.subarray(0, Math.min(rule.bytes ?? half, up.body.length - 1)), () => {
+          rule.then?.()
+          setTimeout(() => req.socket.destroy(), 20)
+        })
         return
       }
       case 'stall-body':

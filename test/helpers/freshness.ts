@@ -9,6 +9,8 @@ import type { Anvil } from './anvil.js'
 
 export interface BlockFreshness {
   block: number
+  /** When the node first reported it (ms since the epoch, this machine's clock: to line up with logs). */
+  seenAt: number
   /** Node reported it → the ingest's head.json says it is published (ms; with `storageLast`). */
   publishedMs?: number
   /** Node reported it → router's /height covers it (ms). */
@@ -163,7 +165,7 @@ export async function measureFreshness(o: FreshnessOptions): Promise<FreshnessRu
     const node = await o.anvil.rpc('eth_getBlockByNumber', ['0x' + b.toString(16), false])
     if (node.hash !== a.hash) mismatches.push(`${b}: node ${node.hash}, archive ${a.hash}`)
     const p = publishedAt.get(b)
-    blocks.push({ block: b, heightMs: heightAt.get(b)! - at, answerMs: a.at - at, ...(p !== undefined ? { publishedMs: p - at } : {}) })
+    blocks.push({ block: b, seenAt: performance.timeOrigin + at, heightMs: heightAt.get(b)! - at, answerMs: a.at - at, ...(p !== undefined ? { publishedMs: p - at } : {}) })
   }
   return { blocks, unanswered, mismatches }
 }
