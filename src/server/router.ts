@@ -31,6 +31,10 @@ import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
 const SETTLE_HEARTBEATS = 2
 /** ...but at most this long: with slow heartbeats (a worker pinging hourly) the first downloads do not wait hours. */
 const SETTLE_MAX_MS = 10_000
+/** The start-up window of `starting`: this many heartbeats, within these bounds. */
+const STARTUP_HEARTBEATS = 5
+const STARTUP_MIN_MS = 3_000
+const STARTUP_MAX_MS = 30_000
 
 export interface RouterOptions {
   /** Chunks are held by this many workers (fewer if fewer are alive). */
@@ -116,6 +120,8 @@ export class RouterState {
   onNewChunks?: (workerUrls: string[]) => void
   /** A worker pinged holding chunks within the settle window: this router was restarted under running workers. */
   private restart = false
+  /** Time of the first ping or routing request (the router's start, as far as answers go). */
+  private startedAt?: number
 
   constructor(
     private readonly storage: ChunkStorage,
@@ -298,6 +304,7 @@ export class RouterState {
 
   /** Register or refresh a worker; answer its desired state and the datasets' locations. */
   ping(msg: PingMessage, now = Date.now()): PingAnswer {
+    this.startedAt ??= now
     let w = this.workers.get(msg.worker_id)
     const registering = !w
     if (!w) {
@@ -355,6 +362,11 @@ export class RouterState {
     const ds = this.dataset(dataset)
     this.advanceHeights(now)
     if (block > ds.height) {
+      if (this.starting(now) && block <= (ds.chunks.at(-1)?.last ?? -1)) {
+        // Not "above the height": a client would end its range there, and the height of a router that
+        // just (re)started is only as high as the workers it has heard from yet.
+        throw new ApiError(503, 'not-ready', `block ${block} of dataset ${dataset} is stored, and the router, started moments ago, has not heard yet from a worker serving it; ask again`, undefined, this.retryAfterSeconds)
+      }
       throw new ApiError(
         503,
         'block-not-available',
@@ -450,6 +462,16 @@ export class RouterState {
       const w = this.workers.get(id)
       return !!w && this.isAlive(w, now) && this.holds(w, ds, ds.chunks[i])
     })
+  }
+
+  /**
+   * The first moments after the router started (a few heartbeats, at least 3 s, at most 30 s, and
+   * while settling): workers are still registering, so a stored block above the height is not ready
+   * yet rather than above the height.
+   */
+  private starting(now: number): boolean {
+    this.startedAt ??= now
+    return now - this.startedAt < Math.min(Math.max(STARTUP_HEARTBEATS * this.opts.heartbeatMs, STARTUP_MIN_MS), STARTUP_MAX_MS) || this.settling(now)
   }
 
   /** Settling: workers came back holding chunks right after this router started (a restart). */
