@@ -333,7 +333,7 @@ export interface ParquetSettings {
   version?: 'V1' | 'V2'
 }
 
-export const PARQUET_DEFAULTS: Required<ParquetSettings> = { rowGroupSize: 10_000, compression: 'zstd', compressionLevel: 3, version: 'V1' }
+export const PARQUET_DEFAULTS: Required<ParquetSettings> = { rowGroupSize: 2048, compression: 'zstd', compressionLevel: 3, version: 'V1' }
 /** The settings chunks were written with before (for comparisons: readers take both alike). */
 export const PARQUET_BEFORE: Required<ParquetSettings> = { rowGroupSize: 10_000, compression: 'zstd', compressionLevel: 3, version: 'V1' }
 
