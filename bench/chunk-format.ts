@@ -82,17 +82,19 @@ export async function runChunkFormat(o: ChunkFormatBenchOptions): Promise<void> 
   const con = await connect()
   const out = `${root}-formats`
   const chosen = VARIANTS.filter((v, i) => i === 0 || !o.variant?.length || o.variant.some((w) => v.name === w))
-  const views: { name: string; dir: string; local?: LocalTables; bytes: number; metadataCache?: boolean }[] = []
+  const views: { name: string; dir: string; local?: LocalTables; bytes: number; metadataCache?: boolean; writeMs?: number }[] = []
   for (const v of chosen) {
     const vdir = path.join(out, v.name.replace(/[^a-z0-9]+/gi, '-'))
     await rm(vdir, { recursive: true, force: true })
     await mkdir(vdir, { recursive: true })
+    const c0 = process.cpuUsage()
     for (const t of tables) {
       const decl = evmFamily.tables.find((d) => d.name === t)!
       // one thread and insertion order kept: the rows keep the file's order
       await con.run(`COPY (SELECT * FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))})) TO ${lit(path.join(vdir, `${t}.parquet`))} ${parquetOptions(evmFamily, decl, v.settings)}`)
     }
-    views.push({ name: v.name, dir: vdir, bytes: await bytesOf(vdir), metadataCache: v.metadataCache })
+    const c = process.cpuUsage(c0)
+    views.push({ name: v.name, dir: vdir, bytes: await bytesOf(vdir), metadataCache: v.metadataCache, writeMs: (c.user + c.system) / 1000 })
   }
   const baseBytes = views[0].bytes
   if (!o.variant?.length || o.variant.includes(NATIVE)) {
@@ -166,8 +168,8 @@ export async function runChunkFormat(o: ChunkFormatBenchOptions): Promise<void> 
     rest.push(await cpuInterleaved(views.map((v) => () => answer(dataset(v), q, false, v.metadataCache)), o.runs, 1))
   }
   printTable(`chunk format variants: the engine over one ${meta.blockCount}-block chunk, in process (all tx+logs: ${mb(allBytes)} MB of JSON)`,
-    ['variant', 'MB', 'vs today', 'logs+tx CPU ms', 'all tx+logs MB per CPU s', 'full scan CPU ms', ...others.map((s) => `${s.name} CPU ms`)],
-    views.map((v, i) => [v.name, mb(v.bytes), `${((v.bytes / baseBytes) * 100).toFixed(0)} %`, ms(lt[i].median), (allBytes / 1e6 / (al[i].median / 1000)).toFixed(0),
+    ['variant', 'MB', 'vs today', 'written in CPU ms', 'logs+tx CPU ms', 'all tx+logs MB per CPU s', 'full scan CPU ms', ...others.map((s) => `${s.name} CPU ms`)],
+    views.map((v, i) => [v.name, mb(v.bytes), `${((v.bytes / baseBytes) * 100).toFixed(0)} %`, v.writeMs === undefined ? '' : ms(v.writeMs), ms(lt[i].median), (allBytes / 1e6 / (al[i].median / 1000)).toFixed(0),
       ms(sc[i].median), ...rest.map((r) => ms(r[i].median))]))
   await forms?.close()
   con.closeSync()
