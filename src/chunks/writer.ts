@@ -335,9 +335,9 @@ export interface ParquetSettings {
 
 /*
  * zstd level 1: smaller than level 3 in DuckDB's writer (55.9 against 59.5 MB for the bench chunk)
- * and cheaper to read — logs+tx 18–25 % less CPU, the JSON rate of all tx+logs 21–22 % higher, a
- * full scan 15–22 % less (`bench chunk-format`, BENCHMARKS.md "Chunk format"). Row groups of 2,048
- * rows made logs+tx faster too, but filtered trace and state-diff reads 20–80 % slower.
+ * and cheaper to read and to write — logs+tx 18–26 % less CPU, the JSON rate of all tx+logs 19–22 %
+ * higher, a full scan 15–27 % less, writing about half (`bench chunk-format`, BENCHMARKS.md "Chunk
+ * format"). Row groups of 2,048 rows made filtered trace and state-diff reads 20–80 % slower.
  */
 export const PARQUET_DEFAULTS: Required<ParquetSettings> = { rowGroupSize: 10_000, compression: 'zstd', compressionLevel: 1, version: 'V1' }
 /** The settings chunks were written with before (for comparisons: readers take both alike). */
