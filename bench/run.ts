@@ -110,6 +110,14 @@ program
   })
 
 program
+  .command('chunk-format')
+  .description('the chunk\'s Parquet written with other settings (codec, row groups, version) and as a DuckDB file: bytes, logs+tx, JSON rate, full scan, answers compared byte for byte')
+  .option('--runs <n>', 'timed runs per variant', int, 7)
+  .option('--variant <text...>', 'only these variants, by name (today\'s is always in; see bench/chunk-format.ts)')
+  .option('--no-local-form', 'leave out the worker-built local form of today\'s chunk')
+  .action(async (o) => (await import('./chunk-format.js')).runChunkFormat(o))
+
+program
   .command('worker')
   .description('query engine latency per shape vs bare SQL on one chunk, and its JSON rate vs JSON.stringify')
   .option('--runs <n>', 'timed runs per variant', int, 7)

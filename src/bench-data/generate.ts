@@ -1,7 +1,7 @@
 import { mkdir, readdir, rm, statfs, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { nextTop, type ChunkRef } from '../chunks/layout.js'
-import { ChunkBuilder } from '../chunks/writer.js'
+import { ChunkBuilder, type ParquetSettings } from '../chunks/writer.js'
 import { evmFamily } from '../families/evm.js'
 import { bundleTables, normalizeEvmBlock } from '../ingest/evm/normalize.js'
 import { loadTemplates, type BlockTemplate } from './templates.js'
@@ -27,6 +27,8 @@ export interface GenerateOptions {
   force?: boolean
   fixturesDir?: string
   templates?: BlockTemplate[]
+  /** Parquet settings of the chunks (default: the writer's, `PARQUET_DEFAULTS`). */
+  parquet?: ParquetSettings
   /** Called after every block. */
   onBlock?: (done: number, total: number) => void
   /** Called once the first chunk is written, with the projected size of the whole dataset. */
@@ -95,7 +97,7 @@ export async function generateDataset(opts: GenerateOptions): Promise<GenerateSt
       t0 = performance.now()
       stats.normalizeMs += t0 - t1
       tables ??= bundleTables(bundle).filter((t) => !drop.has(t))
-      builder ??= new ChunkBuilder(evmFamily, opts.out, tables)
+      builder ??= new ChunkBuilder(evmFamily, opts.out, tables, opts.parquet)
       const before = builder.bytes
       await builder.addBlock(n, bundle.block.hash, bundle.block.parentHash, rows)
       stats.rowBytes += builder.bytes - before

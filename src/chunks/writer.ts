@@ -8,10 +8,8 @@ import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
 import { ndjsonTables, ndjsonText, textSize, type BlockRows, type Row, type RowsText } from './rows.js'
 
-export interface WriteOptions {
-  /** Rows per Parquet row group (blocks table uses a fifth of it). */
-  rowGroupSize?: number
-  compressionLevel?: number
+/** How a chunk is written: its Parquet settings (`ParquetSettings`, defaults `PARQUET_DEFAULTS`) and more. */
+export interface WriteOptions extends ParquetSettings {
   /** Extra members of meta.json (e.g. which RPC methods filled each table). */
   extraMeta?: Record<string, unknown>
   /**
@@ -323,11 +321,36 @@ export class ChunkBuilder {
   }
 }
 
-/** Parquet options of a table's file: zstd, and the row-group size (the header table's is a fifth). Chunks merged by compaction are written the same way. */
-export function parquetOptions(family: FamilyDecl, table: TableDecl, o: Pick<WriteOptions, 'rowGroupSize' | 'compressionLevel'> = {}): string {
-  const groupSize = o.rowGroupSize ?? 10_000
+/** How a chunk's Parquet files are encoded (the writer's defaults: `PARQUET_DEFAULTS`). */
+export interface ParquetSettings {
+  /** Rows per Parquet row group (the header table's are a fifth of it). */
+  rowGroupSize?: number
+  /** DuckDB's Parquet codec: zstd, lz4_raw, snappy, uncompressed, … */
+  compression?: string
+  /** zstd's level (other codecs have none). */
+  compressionLevel?: number
+  /** Parquet format version: V1 or V2 (data page V2, newer encodings). */
+  version?: 'V1' | 'V2'
+}
+
+/*
+ * zstd level 1: smaller than level 3 in DuckDB's writer (55.9 against 59.5 MB for the bench chunk)
+ * and cheaper to read and to write — logs+tx 18–26 % less CPU, the JSON rate of all tx+logs 19–22 %
+ * higher, a full scan 15–27 % less, writing about half (`bench chunk-format`, BENCHMARKS.md "Chunk
+ * format"). Row groups of 2,048 rows made filtered trace and state-diff reads 20–80 % slower.
+ */
+export const PARQUET_DEFAULTS: Required<ParquetSettings> = { rowGroupSize: 10_000, compression: 'zstd', compressionLevel: 1, version: 'V1' }
+/** The settings chunks were written with before (for comparisons: readers take both alike). */
+export const PARQUET_BEFORE: Required<ParquetSettings> = { rowGroupSize: 10_000, compression: 'zstd', compressionLevel: 3, version: 'V1' }
+
+/** Parquet options of a table's file: codec, row-group size (the header table's is a fifth). Chunks merged by compaction are written the same way. */
+export function parquetOptions(family: FamilyDecl, table: TableDecl, o: ParquetSettings = {}): string {
+  const groupSize = o.rowGroupSize ?? PARQUET_DEFAULTS.rowGroupSize
   const rowGroup = table.name === family.header.table ? Math.max(1000, Math.floor(groupSize / 5)) : groupSize
-  return `(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL ${o.compressionLevel ?? 3}, ROW_GROUP_SIZE ${rowGroup})`
+  const codec = o.compression ?? PARQUET_DEFAULTS.compression
+  const level = codec === 'zstd' ? `, COMPRESSION_LEVEL ${o.compressionLevel ?? PARQUET_DEFAULTS.compressionLevel}` : ''
+  const version = o.version && o.version !== 'V1' ? `, PARQUET_VERSION ${o.version}` : ''
+  return `(FORMAT parquet, COMPRESSION ${codec}${level}, ROW_GROUP_SIZE ${rowGroup}${version})`
 }
 
 /** The `ORDER BY` keys of a table's rows in its Parquet file, as the family declares them. */

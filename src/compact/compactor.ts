@@ -2,7 +2,7 @@ import { rm } from 'node:fs/promises'
 import path from 'node:path'
 import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
 import { supersede, type Superseded } from '../chunks/supersede.js'
-import type { WriteOptions } from '../chunks/writer.js'
+import type { ParquetSettings } from '../chunks/writer.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { LeaseLost } from '../ingest/locked.js'
 import type { IngestTarget } from '../ingest/target.js'
@@ -44,7 +44,8 @@ export interface CompactorOptions extends Omit<CompactBounds, 'maxBlock'> {
    * at: back to the last `CLOSED_RUN` consecutive chunks compaction leaves as they are.
    */
   all?: boolean
-  write?: Pick<WriteOptions, 'rowGroupSize' | 'compressionLevel'>
+  /** Parquet settings of the merged chunks (default: the writer's, `PARQUET_DEFAULTS`). */
+  write?: ParquetSettings
   /** Background passes stopped: the S3 lease was lost. */
   onLeaseLost?: (e: LeaseLost) => void
 }

@@ -4,7 +4,7 @@ import path from 'node:path'
 import { connect, ident, lit } from '../db.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { chunkPath, exists, hashFile, parseChunkPath, shortHash, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
-import { parquetOptions, sortOrder, type WriteOptions } from '../chunks/writer.js'
+import { parquetOptions, sortOrder, type ParquetSettings } from '../chunks/writer.js'
 import type { Merge } from './plan.js'
 
 /*
@@ -23,7 +23,7 @@ export interface MergeInput {
   top: number
 }
 
-export async function writeMerged(family: FamilyDecl, buildRoot: string, input: MergeInput, o: Pick<WriteOptions, 'rowGroupSize' | 'compressionLevel'> = {}): Promise<ChunkRef> {
+export async function writeMerged(family: FamilyDecl, buildRoot: string, input: MergeInput, o: ParquetSettings = {}): Promise<ChunkRef> {
   const { merge, folders } = input
   const firstMeta = merge.chunks[0].meta
   const lastMeta = merge.chunks[merge.chunks.length - 1].meta
