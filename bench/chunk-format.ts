@@ -11,7 +11,7 @@ import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import type { LocalTables } from '../src/storage/local-forms.js'
 import { LocalForms } from '../src/storage/local-forms.js'
 import { benchChunk } from './lib/chunk.js'
-import { mb, ms, summarize, type Timing } from './lib/measure.js'
+import { cpuClock, mb, ms, timeInterleaved, type Timing } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
 import { SHAPES, shapeByName } from './lib/shapes.js'
 
@@ -42,26 +42,8 @@ const VARIANTS: { name: string; settings: ParquetSettings; metadataCache?: boole
 ]
 const NATIVE = 'DuckDB file per chunk'
 
-/**
- * Like `timeInterleaved`, but the process's CPU time (user + system) of each run: on a machine
- * shared with other jobs the wall time of one DuckDB thread moves with the load, its CPU time much
- * less. DuckDB runs with one thread, so this is the query's own work.
- */
-async function cpuInterleaved(fns: (() => Promise<unknown>)[], runs: number, warmup = 1): Promise<Timing[]> {
-  for (let i = 0; i < warmup; i++) for (const fn of fns) await fn()
-  const samples: number[][] = fns.map(() => [])
-  for (let i = 0; i < runs; i++) {
-    const order = fns.map((_, j) => j)
-    if (i % 2) order.reverse()
-    for (const j of order) {
-      const c0 = process.cpuUsage()
-      await fns[j]()
-      const c = process.cpuUsage(c0)
-      samples[j].push((c.user + c.system) / 1000)
-    }
-  }
-  return samples.map(summarize)
-}
+/** `timeInterleaved` by the process's CPU time: DuckDB runs with one thread, so this is the query's own work. */
+const cpuInterleaved = (fns: (() => Promise<unknown>)[], runs: number, warmup = 1): Promise<Timing[]> => timeInterleaved(fns, runs, warmup, cpuClock)
 
 const bytesOf = async (dir: string) => {
   let n = 0

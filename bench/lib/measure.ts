@@ -29,11 +29,22 @@ export async function time(fn: () => Promise<unknown> | unknown, runs: number, w
   return summarize(samples)
 }
 
+/** Wall-clock milliseconds. */
+export const wallClock = () => performance.now()
+/**
+ * The process's CPU milliseconds (user + system): on a machine shared with other jobs the wall time
+ * of one DuckDB thread moves with the load, its CPU time much less.
+ */
+export const cpuClock = () => {
+  const c = process.cpuUsage()
+  return (c.user + c.system) / 1000
+}
+
 /**
  * Time several variants interleaved (a, b, c, c, b, a, …) so that a burst of load from other
- * processes hits all of them alike. Returns one Timing per variant, in order.
+ * processes hits all of them alike, by `clock` (default wall time). Returns one Timing per variant, in order.
  */
-export async function timeInterleaved(fns: (() => Promise<unknown> | unknown)[], runs: number, warmup = 1): Promise<Timing[]> {
+export async function timeInterleaved(fns: (() => Promise<unknown> | unknown)[], runs: number, warmup = 1, clock = wallClock): Promise<Timing[]> {
   for (let i = 0; i < warmup; i++) for (const fn of fns) await fn()
   const samples: number[][] = fns.map(() => [])
   for (let i = 0; i < runs; i++) {
@@ -41,9 +52,9 @@ export async function timeInterleaved(fns: (() => Promise<unknown> | unknown)[],
     const order = fns.map((_, j) => j)
     if (i % 2) order.reverse()
     for (const j of order) {
-      const t0 = performance.now()
+      const t0 = clock()
       await fns[j]()
-      samples[j].push(performance.now() - t0)
+      samples[j].push(clock() - t0)
     }
   }
   return samples.map(summarize)
