@@ -204,7 +204,11 @@ program
   .option('--normalizer <how>', 'the ingest\'s --normalizer (default: its default, sql)')
   .option('--stages', 'also break the lag into stages (ingest, upload, head.json, router, worker download), from the processes\' debug logs')
   .option('--stages-log <file>', 'with --stages: append every log record to this file too')
-  .action(async (o) => (await import('./freshness.js')).runFreshness(o))
+  .option('--fresh-part-blocks <n>', 'then the query time over a fresh part of this many one-block chunks before and after compaction (as `bench compact`; 0: skip)', int, 64)
+  .action(async (o) => {
+    await (await import('./freshness.js')).runFreshness(o)
+    if (o.freshPartBlocks > 0) await (await import('./compact.js')).runCompact({ blocks: o.freshPartBlocks, fanout: 4, runs: 3 })
+  })
 
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
 const ALL: string[][] = [
