@@ -18,6 +18,7 @@ import { ingestTarget, type UploadStats } from './target.js'
 import { startCompactor, type CompactSettings } from '../compact/in-ingest.js'
 import type { Compactor } from '../compact/compactor.js'
 import { HeadWriter } from './head-writer.js'
+import { sleep } from '../retry.js'
 
 export { DatasetLocked, LeaseLost } from './locked.js'
 
@@ -586,14 +587,3 @@ async function* fetchInOrder(plan: Planner, concurrency: number, fetch: (nums: n
   }
 }
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms)
-    function done() {
-      clearTimeout(t)
-      signal?.removeEventListener('abort', done)
-      resolve()
-    }
-    signal?.addEventListener('abort', done, { once: true })
-  })
-}
