@@ -5,7 +5,6 @@ import { registerReplayRpc } from './commands/replay-rpc.js'
 import { registerDemo } from './commands/demo.js'
 import { registerServe } from './commands/serve.js'
 import { registerCompact } from './commands/compact.js'
-import { dbSettled } from './db.js'
 import { LOG_FORMATS, parseLogFormat, setLogFormat, type LogFormat } from './log.js'
 
 const program = new Command()
@@ -46,6 +45,6 @@ registerCompact(program)
 program.parseAsync(process.argv).catch(async (e) => {
   console.error(e instanceof Error ? e.message : e)
   // Exiting while DuckDB is still starting on its own thread aborts the process natively (src/db.ts).
-  await dbSettled()
+  await (await import('./db.js')).dbSettled()
   process.exit(typeof e?.exitCode === 'number' ? e.exitCode : 1)
 })

@@ -9,9 +9,10 @@ import { ApiError } from '../src/errors.js'
 import { signTicket, workerToken, WORKER_TOKEN_HEADER } from '../src/server/auth.js'
 import { createHttp } from '../src/server/http.js'
 import { routeTable, type RouteEntry } from '../src/server/route-access.js'
-import { DEFAULT_ROUTER_OPTIONS, RouterServer } from '../src/server/router-http.js'
+import { RouterServer } from '../src/server/router-http.js'
+import { DEFAULT_ROUTER_OPTIONS, DEFAULT_WORKER_LIMITS } from '../src/server/defaults.js'
 import { LocalStorage } from '../src/server/storage.js'
-import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../src/server/worker-http.js'
+import { WorkerServer } from '../src/server/worker-http.js'
 import { tempDir } from './helpers/dataset.js'
 
 /*

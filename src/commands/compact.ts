@@ -1,12 +1,7 @@
 import { Command, InvalidArgumentError } from 'commander'
 import { readDatasetMeta, type DatasetMeta } from '../chunks/layout.js'
-import { Compactor } from '../compact/compactor.js'
-import { DEFAULT_COMPACT_FANOUT, DEFAULT_COMPACT_GRACE_MS } from '../compact/in-ingest.js'
-import { serveMetrics } from '../compact/metrics.js'
-import { configureDb } from '../db.js'
-import { familyByName } from '../families/index.js'
-import { DEFAULT_CHUNK_BLOCKS } from '../ingest/loop.js'
-import { ingestTarget } from '../ingest/target.js'
+import { DEFAULT_COMPACT_FANOUT, DEFAULT_COMPACT_GRACE_MS } from '../compact/defaults.js'
+import { DEFAULT_CHUNK_BLOCKS } from '../ingest/defaults.js'
 import { log } from '../log.js'
 import { getText, isS3Url, joinKey, parseS3Url } from '../storage/s3.js'
 import { int, opt } from './options.js'
@@ -54,6 +49,13 @@ export function registerCompact(program: Command): void {
       if (isS3Url(o.out) && !/^s3:\/\/[^/]+/i.test(o.out)) throw new InvalidArgumentError(`--out ${o.out}: expected s3://bucket or s3://bucket/prefix`)
       const meta = await datasetMetaAt(o.out)
       if (!meta) throw new InvalidArgumentError(`${o.out} is not a dataset (no dataset.json)`)
+      const [{ configureDb }, { serveMetrics }, { ingestTarget }, { Compactor }, { familyByName }] = await Promise.all([
+        import('../db.js'),
+        import('../compact/metrics.js'),
+        import('../ingest/target.js'),
+        import('../compact/compactor.js'),
+        import('../families/index.js'),
+      ])
       configureDb({ threads: o.dbThreads, memoryLimit: o.dbMemory })
       if (o.metricsPort) await serveMetrics(o.metricsPort)
       const target = ingestTarget(o.out)

@@ -1,14 +1,9 @@
 import path from 'node:path'
 import type { Command } from 'commander'
 import { readDatasetMeta } from '../chunks/layout.js'
-import { ingestRecorded, ingestRecordedStarknet } from '../ingest/recorded.js'
-import { ingestRecordedPapi } from '../ingest/substrate/papi/recorded.js'
-import { ingestRecordedSidecar } from '../ingest/substrate/sidecar/recorded.js'
 import { log } from '../log.js'
-import { startCluster } from '../server/cluster.js'
-import { LocalStorage } from '../server/storage.js'
 import { int, opt } from './options.js'
-import { hostOption, onShutdown } from './serve.js'
+import { hostOption } from './serve.js'
 
 /*
  * `demo` (what `npm start` runs): builds the bundled datasets from recorded real blocks on first
@@ -21,11 +16,13 @@ const TRANSFER = '0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523
 const STARKNET_ETH = '0x49d36570d4e46f48e99674bd3fcc84644ddd6b96f7c741b1562b82f9e004dc7'
 const STARKNET_TRANSFER = '0x99cd8bde557814842a3121e8ddfd433a539b8c9f14bf31ebf108d12e6196e9'
 
-/** Datasets of the demo: name → how to build it from the fixtures. */
+const sidecar = () => import('../ingest/substrate/sidecar/recorded.js')
+
+/** Datasets of the demo: name → how to build it from the fixtures (their code loaded when the command runs). */
 const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<unknown>; example: object; from: number }> = {
   'ethereum-mainnet': {
     // Ethereum mainnet blocks 1000000, 4369999, 18000000, 18500000 with receipts (a sparse dataset).
-    build: (dir, name) => ingestRecorded(dir, name),
+    build: async (dir, name) => (await import('../ingest/recorded.js')).ingestRecorded(dir, name),
     from: 18000000,
     example: {
       fromBlock: 18000000,
@@ -36,7 +33,7 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
   },
   'starknet-mainnet': {
     // Starknet mainnet blocks 25 (with traces), 6500, 65000, 550000 (with state updates), 588763, 623436.
-    build: (dir, name) => ingestRecordedStarknet(dir, name),
+    build: async (dir, name) => (await import('../ingest/recorded.js')).ingestRecordedStarknet(dir, name),
     from: 623436,
     example: {
       type: 'starknet',
@@ -52,8 +49,8 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
     // 11728459 from the Sidecar recording, then 16083402 (48 Ethereum.transact, 51 EVM.Log) from the
     // polkadot-api recording: a second ingest run into the same folder, resuming after the first chunk.
     build: async (dir, name) => {
-      await ingestRecordedSidecar(dir, name, 'moonbeam')
-      return ingestRecordedPapi(dir, name)
+      await (await sidecar()).ingestRecordedSidecar(dir, name, 'moonbeam')
+      return (await import('../ingest/substrate/papi/recorded.js')).ingestRecordedPapi(dir, name)
     },
     from: 11728459,
     example: {
@@ -65,7 +62,7 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
     },
   },
   kusama: {
-    build: (dir, name) => ingestRecordedSidecar(dir, name, 'kusama'),
+    build: async (dir, name) => (await sidecar()).ingestRecordedSidecar(dir, name, 'kusama'),
     from: 13556605,
     example: {
       type: 'substrate',
@@ -76,7 +73,7 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
     },
   },
   polkadot: {
-    build: (dir, name) => ingestRecordedSidecar(dir, name, 'polkadot'),
+    build: async (dir, name) => (await sidecar()).ingestRecordedSidecar(dir, name, 'polkadot'),
     from: 8891183,
     example: {
       type: 'substrate',
@@ -108,6 +105,7 @@ export function registerDemo(program: Command): void {
         if (!(await readDatasetMeta(path.join(root, name)))) console.log(`preparing ${name} in ${path.join(root, name)} …`)
         await d.build(path.join(root, name), name)
       }
+      const [{ startCluster }, { LocalStorage }, { onShutdown }] = await Promise.all([import('../server/cluster.js'), import('../server/storage.js'), import('./serve-run.js')])
       const start = (port: number) => startCluster({ storage: new LocalStorage(root), host: o.host, port, workers: o.workers, heartbeatMs: 1000 })
       const cluster = await start(o.port).catch((e) => {
         if (e?.code !== 'EADDRINUSE' || o.port === 0) throw e

@@ -1,15 +1,14 @@
 import { Command, InvalidArgumentError } from 'commander'
-import { configureDb } from '../db.js'
 import { availableParallelism } from 'node:os'
 import { FINALITY_CHOICES, type Finality } from '../ingest/finality.js'
-import { DEFAULT_CHUNK_BLOCKS, DEFAULT_MAX_REORG_DEPTH, DEFAULT_POLL_MS, defaultWorkers, runIngest, type IngestOptions } from '../ingest/loop.js'
+import { DEFAULT_CHUNK_BLOCKS, DEFAULT_MAX_REORG_DEPTH, DEFAULT_POLL_MS, defaultWorkers } from '../ingest/defaults.js'
+import type { IngestOptions } from '../ingest/loop.js'
 import { familyFlags, sourceSpec } from '../ingest/sources.js'
 import { DEFAULT_FAMILY, FAMILY_NAMES } from '../families/index.js'
 import { log } from '../log.js'
 import { isS3Url } from '../storage/s3.js'
 import { choice, int, numberList, opt } from './options.js'
 import { compactFanoutOption, compactGraceOption, metricsPortOption } from './compact.js'
-import { serveMetrics } from '../compact/metrics.js'
 
 /*
  * `ingest` (a node's blocks → Parquet chunks). Every flag also reads an environment variable (shown
@@ -115,6 +114,7 @@ export function registerIngest(program: Command): void {
       }
       // the source the flags name (its family's flags, and no other family's), before anything starts
       sourceSpec({ ...options, batchSize: o.batchSize, concurrency: o.concurrency })
+      const [{ configureDb }, { runIngest }, { serveMetrics }] = await Promise.all([import('../db.js'), import('../ingest/loop.js'), import('../compact/metrics.js')])
       configureDb({ threads: o.dbThreads ?? ingestDbThreads(o.workers), memoryLimit: o.dbMemory })
       const ac = abortOnSignal()
       if (o.metricsPort) await serveMetrics(o.metricsPort)

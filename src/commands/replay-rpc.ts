@@ -1,7 +1,5 @@
 import { Command, InvalidArgumentError } from 'commander'
-import { loadRecordedChain, loadRecordedStarknet, RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, blockList, suggestIngest, type RecordedChainName, type RecordedStarknetChain } from '../ingest/recorded.js'
-import { ReplayServer } from '../ingest/replay.js'
-import { loadRecordedSubstrate, RECORDED_SUBSTRATE_CHAINS, SubstrateReplayServer, type RecordedSubstrateChain } from '../ingest/substrate/rpc/replay.js'
+import { RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, RECORDED_SUBSTRATE_CHAINS, type RecordedChainName, type RecordedStarknetChain, type RecordedSubstrateChain } from '../ingest/recorded-chains.js'
 import { choice, int, numberList, opt } from './options.js'
 
 /*
@@ -25,6 +23,7 @@ export function registerReplayRpc(program: Command): void {
       const substrate = (RECORDED_SUBSTRATE_CHAINS as readonly string[]).includes(o.chain)
       if ((starknet || substrate) && o.repeat) throw new InvalidArgumentError('--repeat serves EVM chains only')
       if (substrate) return replaySubstrate(o.chain, o)
+      const [{ loadRecordedChain, loadRecordedStarknet, blockList, suggestIngest }, { ReplayServer }] = await Promise.all([import('../ingest/recorded.js'), import('../ingest/replay.js')])
       let recorded = starknet ? loadRecordedStarknet(o.chain as RecordedStarknetChain) : loadRecordedChain(o.chain as RecordedChainName)
       if (o.only) recorded = recorded.filter((r) => o.only.includes(r.number))
       const server = new ReplayServer(recorded, { host: o.host, port: o.port, repeat: o.repeat ? { times: o.repeat, first: o.first } : undefined })
@@ -45,6 +44,7 @@ export function registerReplayRpc(program: Command): void {
 
 /** `replay-rpc` for a recorded Substrate chain: serves it and prints the ingest command that fits. */
 async function replaySubstrate(chain: RecordedSubstrateChain, o: { only?: number[]; host?: string; port?: number }): Promise<void> {
+  const [{ blockList }, { loadRecordedSubstrate, SubstrateReplayServer }] = await Promise.all([import('../ingest/recorded.js'), import('../ingest/substrate/rpc/replay.js')])
   const recorded = loadRecordedSubstrate(chain)
   if (o.only) recorded.blocks = recorded.blocks.filter((b) => o.only!.includes(b.number))
   if (recorded.blocks.length === 0) throw new InvalidArgumentError(`--only leaves none of the recorded blocks of ${chain}`)

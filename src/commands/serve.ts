@@ -1,22 +1,10 @@
 import { Command, InvalidArgumentError, Option } from 'commander'
-import { runQueryCli } from '../client/query-cli.js'
-import { configureDb } from '../db.js'
-import { log } from '../log.js'
-import type { QueryBudgets } from '../query/types.js'
-import { loadTicketSecret, randomSecret } from '../server/auth.js'
-import { startCluster } from '../server/cluster.js'
-import { DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, RouterServer, type RouterAccessOptions } from '../server/router-http.js'
-import { DEFAULT_HEAD_WATCH } from '../server/head-watch.js'
-import { DEFAULT_GROUP_CHUNKS } from '../server/router.js'
-import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
-import { ArchiveStorage } from '../server/storage.js'
-import { ChunkCache, spillFolder } from '../storage/chunk-cache.js'
 import { createHash } from 'node:crypto'
 import os from 'node:os'
 import path from 'node:path'
-import { DEFAULT_WORKER_LIMITS, WorkerServer } from '../server/worker-http.js'
+import { DEFAULT_GROUP_CHUNKS, DEFAULT_HEAD_WATCH, DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, DEFAULT_WORKER_LIMITS } from '../server/defaults.js'
+import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { choice, int, opt } from './options.js'
-import { onSignal } from './serving-thread.js'
 
 /*
  * `serve` (router + workers in one process), `router`, `worker` (separate processes) and `query`
@@ -33,21 +21,11 @@ const dataOption = () =>
 const datasetOption = () =>
   opt('--dataset <name=url>', 'serve the dataset at this folder or s3:// URL under this name, repeatable', 'BLOCK_ARCHIVE_DATASETS', collect)
 
-interface StorageFlags {
+export interface StorageFlags {
   data?: string[]
   dataset?: string[]
 }
 
-/** `--data` roots and `--dataset name=URL` entries; at least one is needed. */
-function storageOptions(o: StorageFlags, cache?: ChunkCache): ArchiveStorage {
-  const datasets = (o.dataset ?? []).map((entry) => {
-    const eq = entry.indexOf('=')
-    if (eq <= 0 || eq === entry.length - 1) throw new InvalidArgumentError(`--dataset expects NAME=URL, got "${entry}"`)
-    return { name: entry.slice(0, eq), url: entry.slice(eq + 1) }
-  })
-  if (!o.data?.length && !datasets.length) throw new InvalidArgumentError('give where the datasets are: --data <folder|s3://bucket/prefix> and/or --dataset NAME=URL')
-  return new ArchiveStorage({ roots: o.data, datasets, cache })
-}
 
 const localFormsOption = () =>
   choice('--local-forms <mode>', 'duckdb: copy each served chunk into a DuckDB file in the cache folder (reads 1.5–2.5× faster, ~3× the Parquet bytes, within --cache-gb); off: read the Parquet files only', 'BLOCK_ARCHIVE_LOCAL_FORMS', ['duckdb', 'off'], 'duckdb')
@@ -87,7 +65,7 @@ function accessOptions(cmd: Command): Command {
     .addOption(opt('--key-concurrency <n>', 'queries at once per API key on each worker (needs tickets); 0 = no limit', 'BLOCK_ARCHIVE_KEY_CONCURRENCY', int(0), 0))
 }
 
-interface AccessFlags {
+export interface AccessFlags {
   keysFile?: string
   ticketSecretFile?: string
   ticketTtlS: number
@@ -96,31 +74,6 @@ interface AccessFlags {
   keyConcurrency: number
 }
 
-/** The secret from --ticket-secret-file, else BLOCK_ARCHIVE_TICKET_SECRET. */
-const ticketSecret = (o: { ticketSecretFile?: string }) => loadTicketSecret({ file: o.ticketSecretFile, value: process.env.BLOCK_ARCHIVE_TICKET_SECRET })
-
-/**
- * `serve` may make up the secret (its router and workers share the process); a separate router may
- * not: its workers must have the same one.
- */
-function accessSettings(o: AccessFlags, mayGenerateSecret: boolean): RouterAccessOptions {
-  let secret = ticketSecret(o)
-  if (!secret && o.keysFile && mayGenerateSecret) {
-    secret = randomSecret()
-    log.info('access: the workers of this process share a random ticket secret (workers started elsewhere cannot serve this router: give --ticket-secret-file)')
-  }
-  if (o.keysFile && !secret) {
-    throw new InvalidArgumentError('--keys-file needs the ticket secret that the router and its workers share: --ticket-secret-file <path> or BLOCK_ARCHIVE_TICKET_SECRET')
-  }
-  return {
-    keysFile: o.keysFile,
-    ticketSecret: secret,
-    ticketTtlS: o.ticketTtlS,
-    rateLimit: o.rateLimit,
-    rateBurst: o.rateBurst,
-    keyConcurrency: o.keyConcurrency,
-  }
-}
 
 function routerOptions(cmd: Command): Command {
   return cmd
@@ -151,7 +104,7 @@ function workerOptions(cmd: Command): Command {
     .addOption(opt('--db-spill <size>', 'most DuckDB may write into its spill folder (.duckdb-spill-<pid> in the cache folder, else .tmp in the working folder) when what it works on does not fit in --db-memory', 'BLOCK_ARCHIVE_DB_SPILL', duckdbSize, DEFAULT_DB_SPILL))
 }
 
-interface WorkerFlags {
+export interface WorkerFlags {
   sliceMb?: number
   heavySliceMb?: number
   maxResponseBytes?: number
@@ -193,39 +146,7 @@ export function workerDbThreads(statementsAtOnce: number): number {
   return Math.max(1, os.availableParallelism() - statementsAtOnce + 1)
 }
 
-/** DuckDB's resources for the workers of this process, from the flags and where they keep their cache. */
-function workerSettings(o: WorkerFlags, workers = 1) {
-  configureDb({
-    threads: o.dbThreads ?? workerDbThreads(o.concurrency * workers),
-    memoryLimit: o.dbMemory ?? (o.cache && o.localForms === 'duckdb' ? FORMS_DB_MEMORY : undefined),
-    spillFolder: o.cache ? spillFolder(o.cache) : undefined,
-    spillLimit: o.dbSpill,
-  })
-  const budgets: Partial<QueryBudgets> = {}
-  if (o.maxResponseBytes !== undefined) budgets.sizeBytes = o.maxResponseBytes
-  if (o.maxResponseMs !== undefined) budgets.timeMs = o.maxResponseMs
-  if (o.sliceMb !== undefined) budgets.sliceBytes = o.sliceMb * 1024 * 1024
-  if (o.heavySliceMb !== undefined) budgets.heavySliceBytes = o.heavySliceMb * 1024 * 1024
-  return { budgets, bodyLimit: o.bodyLimit, concurrency: o.concurrency, queue: o.queue, queueTimeoutMs: o.queueTimeoutMs, compression: o.compression }
-}
 
-/** Stop cleanly on Ctrl-C / SIGTERM. */
-export function onShutdown(stop: () => Promise<void>): void {
-  let stopping = false
-  const handler = (signal: string) => {
-    if (stopping) process.exit(1)
-    stopping = true
-    log.info({ signal }, 'shutting down')
-    stop().then(
-      () => process.exit(0),
-      (e) => {
-        log.error({ err: e }, 'shutdown failed')
-        process.exit(1)
-      },
-    )
-  }
-  onSignal(handler)
-}
 
 export function registerServe(program: Command): void {
   const serve = program
@@ -243,31 +164,7 @@ export function registerServe(program: Command): void {
   routerOptions(serve)
   accessOptions(serve)
   workerOptions(serve)
-  serve.action(async (o) => {
-    o.cache ??= defaultCacheFolder(o)
-    const storage = storageOptions(o)
-    const access = accessSettings(o, true)
-    const cluster = await startCluster({
-      storage,
-      workerStorage: (i) => storageOptions(o, new ChunkCache({ root: path.join(o.cache, `worker-${i}`), limitBytes: gb(o.cacheGb), label: `worker-${i}`, localForms: o.localForms === 'duckdb' })),
-      host: o.host,
-      port: o.port,
-      workers: o.workers,
-      replication: o.replication,
-      heartbeatMs: o.heartbeatMs,
-      missedHeartbeats: o.missedHeartbeats,
-      relistMs: o.relistMs,
-      headWatch: { folderMs: o.headPollMs, s3Ms: o.headPollS3Ms },
-      groupChunks: o.groupChunks,
-      ...workerSettings(o, o.workers),
-      access,
-    })
-    console.log(`router: ${cluster.router.url}`)
-    for (const w of cluster.workers) console.log(`worker: ${w.url}`)
-    for (const [name, url] of cluster.datasets) console.log(`dataset ${name}: ${url}`)
-    if (cluster.datasets.size === 0) console.log(`no dataset in ${storage.location} yet; new ones are picked up while running`)
-    onShutdown(() => cluster.stop())
-  })
+  serve.action(async (o) => (await import('./serve-run.js')).runServe(o))
 
   const router = program
     .command('router')
@@ -279,22 +176,7 @@ export function registerServe(program: Command): void {
     .addOption(heartbeatOption())
   routerOptions(router)
   accessOptions(router)
-  router.action(async (o) => {
-    const server = new RouterServer({
-      storage: storageOptions(o),
-      replication: o.replication,
-      heartbeatMs: o.heartbeatMs,
-      missedHeartbeats: o.missedHeartbeats,
-      relistMs: o.relistMs,
-      headWatch: { folderMs: o.headPollMs, s3Ms: o.headPollS3Ms },
-      groupChunks: o.groupChunks,
-      access: accessSettings(o, false),
-    })
-    await server.start(o.host, o.port)
-    console.log(`router: ${server.url}`)
-    for (const name of server.state.datasetNames()) console.log(`dataset ${name}: ${server.datasetUrl(name)}`)
-    onShutdown(() => server.stop())
-  })
+  router.action(async (o) => (await import('./serve-run.js')).runRouter(o))
 
   const worker = program
     .command('worker')
@@ -311,21 +193,7 @@ export function registerServe(program: Command): void {
     .addOption(heartbeatOption())
     .addOption(ticketSecretOption())
   workerOptions(worker)
-  worker.action(async (o) => {
-    const server = new WorkerServer({
-      storage: new ArchiveStorage({ roots: o.data, cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker', localForms: o.localForms === 'duckdb' }) : undefined }),
-      routerUrl: o.router.replace(/\/+$/, ''),
-      id: o.id,
-      publicUrl: o.publicUrl,
-      heartbeatMs: o.heartbeatMs,
-      dropGraceMs: o.heartbeatMs * 2,
-      ...workerSettings(o),
-      ticketSecret: ticketSecret(o),
-    })
-    await server.start(o.host, o.port)
-    console.log(`worker: ${server.url} (id ${server.id}, router ${o.router})`)
-    onShutdown(() => server.stop())
-  })
+  worker.action(async (o) => (await import('./serve-run.js')).runWorker(o))
 
   program
     .command('query')
@@ -352,6 +220,7 @@ export function registerServe(program: Command): void {
     .option('-q, --quiet', 'no progress on stderr (a bar on a terminal, a line per second otherwise)', false)
     .action(async (baseUrl: string, json: string | undefined, o) => {
       if (o.to !== undefined && o.from !== undefined && o.to < o.from) throw new InvalidArgumentError(`--to ${o.to} is below --from ${o.from}`)
+      const { runQueryCli } = await import('../client/query-cli.js')
       await runQueryCli({
         baseUrl,
         from: o.from,
@@ -385,4 +254,4 @@ export function defaultCacheFolder(o: StorageFlags): string {
   return path.join(CACHE_PARENT, `${name}-${hash}`)
 }
 
-const gb = (n: number | undefined) => (n === undefined ? undefined : Math.floor(n * 1024 ** 3))
+export const gb = (n: number | undefined) => (n === undefined ? undefined : Math.floor(n * 1024 ** 3))

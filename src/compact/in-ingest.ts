@@ -12,9 +12,6 @@ export interface CompactSettings {
   maxBlock?: () => number
 }
 
-/** Defaults of the flags (src/commands/compact.ts). */
-export const DEFAULT_COMPACT_FANOUT = 4
-export const DEFAULT_COMPACT_GRACE_MS = 5 * 60_000
 
 export function startCompactor(target: IngestTarget, family: FamilyDecl, dataset: string, chunkBlocks: number, chunkBytes: number, s: CompactSettings): Compactor {
   const c = new Compactor(target, family, { dataset, chunkBlocks, chunkBytes, fanout: s.fanout, graceMs: s.graceMs, intervalMs: s.intervalMs, maxBlock: s.maxBlock })

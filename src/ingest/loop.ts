@@ -5,6 +5,7 @@ import { nextTop, type ChunkRef } from '../chunks/layout.js'
 import { ChunkBuilder } from '../chunks/writer.js'
 import { log } from '../log.js'
 import { availableParallelism } from 'node:os'
+import { DEFAULT_CHUNK_BLOCKS, DEFAULT_MAX_REORG_DEPTH, DEFAULT_POLL_MS, defaultWorkers } from './defaults.js'
 import { Worker } from 'node:worker_threads'
 import { FetchPool } from './fetch-pool.js'
 import { chooseFinality, FinalityHead, reorgsExpected, type Finality } from './finality.js'
@@ -163,10 +164,6 @@ export interface IngestStages {
   spooledBlocks: number
 }
 
-/** Fetch workers when not given: one per core beyond the first (the loop, the Appender and DuckDB use it), 1–4. */
-export function defaultWorkers(): number {
-  return Math.min(4, Math.max(1, availableParallelism() - 1))
-}
 
 /**
  * Chunks closing at once by default on the spooled path (the raw answers wait on disk, not in
@@ -182,25 +179,10 @@ export function defaultCloses(): number {
 
 export { ReorgError } from './reorg.js'
 
-export const DEFAULT_MAX_REORG_DEPTH = 300
 
 const MiB = 1024 * 1024
 
-/**
- * Default block bound of a chunk; the byte bound (256 MiB of rows) closes mainnet-sized chunks long
- * before it (≈ 345 blocks). Chains with little data per block would otherwise get many small chunks,
- * and a query pays ≈ 15–20 ms per chunk it reads: the anvil comparison (5,002 blocks) answered in
- * 131–140 ms from 1,000-block chunks and in 99–109 ms from one chunk
- * (docs/benchmark-history.md, step 20).
- */
-export const DEFAULT_CHUNK_BLOCKS = 10_000
 
-/**
- * Head polling while waiting for blocks: a block waits half of it on average before the ingest sees
- * it, which is most of what a following ingest adds to a block's way to the router (docs/ingest.md,
- * "Freshness"); one `eth_blockNumber` per poll.
- */
-export const DEFAULT_POLL_MS = 250
 
 export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const started = performance.now()

@@ -5,6 +5,7 @@ import { gunzipSync } from 'node:zlib'
 import { runIngest, type IngestOptions, type IngestResult } from './loop.js'
 import { ReplayServer, type RecordedBlock } from './replay.js'
 import { feederToRpc } from './starknet/feeder.js'
+import type { RecordedChainName, RecordedStarknetChain } from './recorded-chains.js'
 
 /*
  * Recorded node answers in fixtures/ (fixtures/SOURCES.md says where each came from), grouped per
@@ -21,9 +22,7 @@ const readJson = (file: string): any => {
   return JSON.parse((file.endsWith('.gz') ? gunzipSync(buf) : buf).toString('utf8'))
 }
 
-/** Chains with recorded blocks in fixtures/evm/squid-sdk. */
-export const RECORDED_CHAINS = ['ethereum', 'polygon', 'arbitrum', 'cronos', 'tempo-mainnet', 'stable', 'stable-testnet'] as const
-export type RecordedChainName = (typeof RECORDED_CHAINS)[number]
+export { RECORDED_CHAINS, RECORDED_STARKNET_CHAINS, type RecordedChainName, type RecordedStarknetChain } from './recorded-chains.js'
 
 /**
  * The recorded blocks of one chain: `eth_getBlockByNumber` + `eth_getBlockReceipts` (+ recorded
@@ -177,9 +176,6 @@ export async function ingestRecorded(outDir: string, datasetName: string, opts: 
 
 // ---------------------------------------------------------------- Starknet
 
-/** Recorded Starknet chains in fixtures/starknet. */
-export const RECORDED_STARKNET_CHAINS = ['starknet-mainnet', 'starknet-sepolia'] as const
-export type RecordedStarknetChain = (typeof RECORDED_STARKNET_CHAINS)[number]
 
 /** A JSON-RPC answer as recorded (`{jsonrpc, result, id}`) or its bare result. */
 const resultOf = (v: any) => (v && typeof v === 'object' && !Array.isArray(v) && 'jsonrpc' in v ? v.result : v)

@@ -1,9 +1,10 @@
 import type { QueryBudgets } from '../query/types.js'
-import { DEFAULT_ROUTER_OPTIONS, RouterServer, type RouterAccessOptions } from './router-http.js'
+import { RouterServer, type RouterAccessOptions } from './router-http.js'
+import { DEFAULT_ROUTER_OPTIONS, DEFAULT_WORKER_LIMITS } from './defaults.js'
 import type { CompressionMode } from './encoding.js'
 import type { ChunkStorage } from './storage.js'
 import type { HeadWatchOptions } from './head-watch.js'
-import { DEFAULT_WORKER_LIMITS, WorkerServer } from './worker-http.js'
+import { WorkerServer } from './worker-http.js'
 
 export interface ClusterOptions {
   /** What the router lists (and the workers use, unless `workerStorage` is given). */

@@ -2,6 +2,7 @@ import { readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { HEAD_FILE, parseDatasetHead, type DatasetHead } from '../chunks/head-file.js'
 import { log } from '../log.js'
+import { DEFAULT_HEAD_WATCH } from './defaults.js'
 import { getTextIfChanged, isS3Url, joinKey, parseS3Url } from '../storage/s3.js'
 
 /*
@@ -19,7 +20,6 @@ export interface HeadWatchOptions {
   s3Ms: number
 }
 
-export const DEFAULT_HEAD_WATCH: HeadWatchOptions = { folderMs: 100, s3Ms: 250 }
 
 /** Time limit of one read of an object's head file: a few intervals, at least 1 s. */
 export const headReadLimitMs = (s3Ms: number): number => Math.max(1000, 4 * s3Ms)

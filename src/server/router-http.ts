@@ -11,7 +11,8 @@ import { RouterState, type PingMessage, type RouterOptions } from './router.js'
 import { renderStatusPage, type RouterStatus } from './status-page.js'
 import type { ChunkStorage } from './storage.js'
 import { registerRouterFreshnessRoutes, startRouterFreshness, type RouterFreshness } from './freshness.js'
-import { DEFAULT_HEAD_WATCH, type HeadWatchOptions } from './head-watch.js'
+import type { HeadWatchOptions } from './head-watch.js'
+import { DEFAULT_HEAD_WATCH, DEFAULT_TICKET_TTL_S } from './defaults.js'
 
 export interface RouterServerOptions extends RouterOptions {
   storage: ChunkStorage
@@ -42,7 +43,6 @@ export interface RouterAccessOptions {
   keyConcurrency?: number
 }
 
-export const DEFAULT_TICKET_TTL_S = 60
 
 /** Who asks: a key (access control on) or a client address. */
 interface Caller {
@@ -50,12 +50,6 @@ interface Caller {
   entry?: KeyEntry
 }
 
-export const DEFAULT_ROUTER_OPTIONS = {
-  replication: 2,
-  heartbeatMs: 2000,
-  missedHeartbeats: 3,
-  relistMs: 5000,
-}
 
 /**
  * The router's HTTP face (docs/protocol.md §1, §4; pings and status: docs/serving.md):

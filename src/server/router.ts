@@ -3,6 +3,7 @@ import type { DatasetHead } from '../chunks/head-file.js'
 import { lowerBoundLast } from '../chunks/search.js'
 import { supersede } from '../chunks/supersede.js'
 import { DatasetAssignment } from './assignment.js'
+import { DEFAULT_GROUP_CHUNKS } from './defaults.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { routerRelists } from './metrics.js'
@@ -52,7 +53,6 @@ export interface RouterOptions {
   expectedWorkers?: number
 }
 
-export const DEFAULT_GROUP_CHUNKS = 8
 
 export interface PingMessage {
   worker_id: string

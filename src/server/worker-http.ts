@@ -12,6 +12,7 @@ import { accessDenied, checkTicketBlock, verifyTicket, workerToken, WORKER_TOKEN
 import { compressFor, compressor, negotiateEncoding, type CompressionMode } from './encoding.js'
 import { createHttp, listen, observe } from './http.js'
 import { Limiter, type LimiterOptions } from './limiter.js'
+import { DEFAULT_WORKER_LIMITS } from './defaults.js'
 import { KeyConcurrency } from './rate-limit.js'
 import { workerQueriesActive, workerQueriesQueued, workerQueryBlocks, workerQueryBytes } from './metrics.js'
 import { WorkerNode, type Lease, type WorkerNodeOptions } from './worker.js'
@@ -34,12 +35,6 @@ export interface WorkerServerOptions extends Omit<WorkerNodeOptions, 'publicUrl'
   ticketSecret?: Buffer
 }
 
-export const DEFAULT_WORKER_LIMITS: LimiterOptions & { bodyLimit: number } = {
-  concurrency: 2,
-  queue: 8,
-  queueTimeoutMs: 10_000,
-  bodyLimit: 8 * 1024 * 1024,
-}
 
 /**
  * The worker's HTTP face: `POST /datasets/:name/query` (streamed JSON, gzip/br), `GET /status`,

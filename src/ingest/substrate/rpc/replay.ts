@@ -6,6 +6,7 @@ import { gunzipSync } from 'node:zlib'
 import { defaultFixturesDir } from '../../recorded.js'
 import { SYSTEM_EVENTS_KEY } from './fetch.js'
 import type { RuntimeVersion } from './types.js'
+import type { RecordedSubstrateChain } from '../../recorded-chains.js'
 
 /*
  * A recorded Substrate chain served as a node's JSON-RPC (HTTP, batches too), for `replay-rpc`: the
@@ -19,15 +20,14 @@ import type { RuntimeVersion } from './types.js'
  */
 
 /** Recorded chains: their recordings (`derived/<name>.rpc.json.gz`) and runtime version. */
-const CHAINS = {
+const CHAINS: Record<RecordedSubstrateChain, { recordings: readonly string[]; version: RuntimeVersion }> = {
   'rococo-contracts': { recordings: ['contracts2841323'], version: { specName: 'contracts-rococo', specVersion: 9420, implName: 'contracts-rococo', implVersion: 0 } },
   // 16037760 ran an older spec; the only metadata recorded is spec 1000001's, which decodes it.
   polkadot: { recordings: ['polkadot16037760', 'polkadot18977445'], version: { specName: 'polkadot', specVersion: 1000001, implName: 'parity-polkadot', implVersion: 0 } },
   rococo: { recordings: ['rococo8695536', 'rococo8695659'], version: { specName: 'rococo', specVersion: 1006001, implName: 'parity-rococo-v2.0', implVersion: 0 } },
-} as const
+}
 
-export const RECORDED_SUBSTRATE_CHAINS = Object.keys(CHAINS) as (keyof typeof CHAINS)[]
-export type RecordedSubstrateChain = keyof typeof CHAINS
+export { RECORDED_SUBSTRATE_CHAINS, type RecordedSubstrateChain } from '../../recorded-chains.js'
 
 interface RpcHeader {
   parentHash: string
