@@ -447,12 +447,19 @@ describe('access control, tickets and limits', { timeout: 600_000 }, () => {
       assert.doesNotMatch(viaPath.text, /\?/)
       const q = await postJson(viaPath.text, { fromBlock: 0, toBlock: 0, ...HEADERS_ONLY })
       assert.equal(q.status, 200)
-      // The burst holds 2, one is spent: of requests sent at once, one passes (two, if the bucket refilled meanwhile).
-      const atOnce = await Promise.all(Array.from({ length: 6 }, () => request(`${base}/datasets/anvil/height`)))
-      const statuses = atOnce.map((a) => a.status)
-      assert.ok(statuses.filter((s) => s === 200).length <= 2 && statuses.every((s) => s === 200 || s === 429), String(statuses))
-      const third = atOnce.find((a) => a.status === 429)
-      assert.ok(third, String(statuses))
+      // The bucket holds at most 2 and refills 2 a second: of requests sent at once, at most 2 pass plus
+      // what refilled while they were answered (a busy machine spreads them out: then try again).
+      let third: Awaited<ReturnType<typeof request>> | undefined
+      for (let burst = 0; burst < 10 && !third; burst++) {
+        const t0 = performance.now()
+        const atOnce = await Promise.all(Array.from({ length: 8 }, () => request(`${base}/datasets/anvil/height`)))
+        const seconds = (performance.now() - t0) / 1000
+        const statuses = atOnce.map((a) => a.status)
+        assert.ok(statuses.every((s) => s === 200 || s === 429), String(statuses))
+        assert.ok(statuses.filter((s) => s === 200).length <= 2 + Math.ceil(2 * seconds), `${statuses} in ${seconds.toFixed(2)} s`)
+        third = atOnce.find((a) => a.status === 429)
+      }
+      assert.ok(third, 'no request was limited in 10 bursts of 8')
       assert.match(json(third).message, /from this address/)
       assert.ok(Number(third.headers['retry-after']) >= 1)
       assert.deepEqual(json(await request(`${base}/status`)).access, {
