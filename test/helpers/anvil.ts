@@ -25,7 +25,7 @@ export async function startAnvil(args: string[] = []): Promise<Anvil> {
   const child: ChildProcess = spawn(anvilBinary(), ['--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`anvil did not start: ${output}`)), 30_000)
+    const timer = setTimeout(() => reject(new Error(`anvil did not start: ${output}`)), 120_000)
     child.once('exit', (code) => reject(new Error(`anvil exited with ${code}: ${output}`)))
     child.stderr!.on('data', (d) => (output += d))
     createInterface({ input: child.stdout! }).on('line', (line) => {

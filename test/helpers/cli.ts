@@ -9,7 +9,7 @@ export const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '.
 export const children = new Set<ChildProcess>()
 
 /** Start a long-running command; resolves with the `<prefix>: <url>` lines it prints. */
-export function startCli(args: string[], prefixes: string[], env: Record<string, string> = {}, timeoutMs = 30_000): Promise<{ child: ChildProcess; lines: Map<string, string[]>; stderr: () => string }> {
+export function startCli(args: string[], prefixes: string[], env: Record<string, string> = {}, timeoutMs = 120_000): Promise<{ child: ChildProcess; lines: Map<string, string[]>; stderr: () => string }> {
   const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn', ...env } })
   children.add(child)
   child.once('exit', () => children.delete(child))
@@ -48,7 +48,7 @@ export function runCli(args: string[], stdin?: string, env: Record<string, strin
   })
 }
 
-export async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
+export async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const v = await probe().catch(() => undefined)
