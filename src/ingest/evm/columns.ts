@@ -17,7 +17,7 @@ import { evmFamily } from '../../families/evm.js'
 /** The raw objects a source names. */
 export type RawObject = 'b' | 't' | 'r' | 'l'
 
-export const RAW_OBJECT_NAMES: Record<RawObject, string> = { b: 'block', t: 'transaction', r: 'receipt', l: 'log' }
+const RAW_OBJECT_NAMES: Record<RawObject, string> = { b: 'block', t: 'transaction', r: 'receipt', l: 'log' }
 
 /** Shapes a JSON-valued column takes (others are stored as null). */
 export type JsonShape = 'array' | 'object or array' | 'any'

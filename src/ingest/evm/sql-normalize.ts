@@ -131,6 +131,17 @@ function sourceSql(from: string[], fallback?: string): string {
   return reads.length === 1 ? reads[0] : `coalesce(${reads.join(', ')})`
 }
 
+/** The SQL of the conversions of one raw value (those of `HELPERS.convert` in normalize.ts). */
+const convertSql = (hex: HexColumn) => ({
+  hex,
+  int,
+  u64,
+  text: (x: string): ColumnSql => ({ value: x }),
+  hexList: hexList(hex),
+  authorizationList: authorizationList(hex),
+}) satisfies Record<Exclude<Conversion['kind'], 'json' | 'blockNumber' | 'size' | 'sighash'>, (x: string) => ColumnSql>
+
+/** A column's SQL (value and validity) from its conversion (columns.ts). */
 function columnSql(c: Conversion, hex: HexColumn): ColumnSql {
   switch (c.kind) {
     case 'blockNumber':
@@ -143,7 +154,7 @@ function columnSql(c: Conversion, hex: HexColumn): ColumnSql {
       return json(sourceSql(c.from), c.shape)
     default: {
       const x = sourceSql(c.from, c.default)
-      const col = { hex, int, u64, text: (v: string): ColumnSql => ({ value: v }), hexList: hexList(hex), authorizationList: authorizationList(hex) }[c.kind](x)
+      const col = convertSql(hex)[c.kind](x)
       return c.required ? { value: col.value, ok: `${x} IS NOT NULL AND ${col.ok ?? 'true'}` } : col
     }
   }
