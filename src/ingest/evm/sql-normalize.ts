@@ -1,15 +1,15 @@
 import type { DuckDBConnection } from '@duckdb/node-api'
 import { ident, lit } from '../../sql-text.js'
 import { evmFamily } from '../../families/evm.js'
-import type { TableDecl } from '../../families/declaration.js'
+import { columnsOf, EVM_COLUMNS, isDerived, sourcePath, type Conversion, type EvmSpooledTable, type JsonShape, type RawObject, type SourcePath } from './columns.js'
 
 /*
  * The EVM normaliser as SQL: raw `eth_getBlockByNumber(n, true)` and `eth_getBlockReceipts(n)`
  * answers, spooled to disk as the node sent them (JSON-RPC batch answers, `id` = block number), are
  * read by DuckDB's `read_json` with explicit column types and turned into the rows
  * `normalize.ts` builds (`blockRow`, `transactionRow`, `logRows`): the same columns and values.
- * Each column's expression is declared once below; the SELECT lists are generated from the table
- * declarations (src/families/evm.ts), so a declared column without an expression fails at load.
+ * Both are generated from the column map of columns.ts: here each conversion becomes an SQL
+ * expression, and the raw fields `read_json` reads (with their types) are those the map names.
  * Every expression comes with a validity condition (hex strings, quantities); a row failing one
  * stops the statement with an error naming its block (`spoolCheckFailure`), and the chunk writer
  * (spool-write.ts) explains it with the JS checks' exact message.
@@ -54,16 +54,38 @@ const u64 = (x: string): ColumnSql => ({
 })
 
 /**
- * A JSON value as JSON text (`jsonText()`); `only` restricts it to arrays / objects (others: null).
+ * A JSON value as JSON text (`jsonText()`), when it has the shape (others: null).
  * Hex inside it must be lower-cased: rows whose text has an upper-case hex digit in a `"0x…"` string
  * are listed by `jsonToLower` and rewritten in JS (nodes send lower-case hex, so this is rare).
  */
-const json = (x: string, only?: 'ARRAY' | 'OBJECT' | 'OBJECT_OR_ARRAY'): ColumnSql => {
-  const cond = only === 'OBJECT_OR_ARRAY' ? `json_type(${x}) IN ('OBJECT', 'ARRAY')` : only ? `json_type(${x}) = '${only}'` : `${x} IS NOT NULL`
-  return { value: `CASE WHEN ${cond} THEN ${x}::VARCHAR END` }
+const SHAPE_SQL: Record<JsonShape, (x: string) => string> = {
+  array: (x) => `json_type(${x}) = 'ARRAY'`,
+  'object or array': (x) => `json_type(${x}) IN ('OBJECT', 'ARRAY')`,
+  any: (x) => `${x} IS NOT NULL`,
+}
+const json = (x: string, shape: JsonShape): ColumnSql => ({ value: `CASE WHEN ${SHAPE_SQL[shape](x)} THEN ${x}::VARCHAR END` })
+
+const ARRAY = (x: string) => `json_type(${x}) = 'ARRAY'`
+
+/** A JSON array of hex strings → a list, each lower-cased (`hexList`). */
+const hexList = (hex: HexColumn) => (x: string): ColumnSql => {
+  const list = `from_json(${x}, '["VARCHAR"]')`
+  return {
+    value: `CASE WHEN ${ARRAY(x)} THEN list_transform(${list}, h -> lower(h)) END`,
+    ok: `(json_type(${x}) IS DISTINCT FROM 'ARRAY' OR list_bool_and(list_transform(${list}, h -> ${hex('h').ok})))`,
+  }
 }
 
-const sizeOf = (column: string): ColumnSql => ({ value: `coalesce(length(${ident(column)}), 0)` })
+/** An EIP-7702 authorization list, its members normalised as `authorizationList()` in normalize.ts does. */
+const authorizationList = (hex: HexColumn) => (x: string): ColumnSql => {
+  const list = `from_json(${x}, '[{"chainId":"VARCHAR","address":"VARCHAR","nonce":"VARCHAR","yParity":"VARCHAR","v":"VARCHAR","r":"VARCHAR","s":"VARCHAR"}]')`
+  const member = `{'chainId': ${intOf('a.chainId')}, 'address': lower(a.address), 'nonce': ${intOf('a.nonce')}, 'yParity': ${intOf('coalesce(a.yParity, a.v)')}, 'r': lower(a.r), 's': lower(a.s)}`
+  const valid = [int('a.chainId'), hex('a.address'), int('a.nonce'), int('coalesce(a.yParity, a.v)'), hex('a.r'), hex('a.s')].map((c) => c.ok).join(' AND ')
+  return {
+    value: `CASE WHEN ${ARRAY(x)} THEN to_json(list_transform(${list}, a -> ${member}))::VARCHAR END`,
+    ok: `(json_type(${x}) IS DISTINCT FROM 'ARRAY' OR list_bool_and(list_transform(${list}, a -> ${valid})))`,
+  }
+}
 
 // ---------------------------------------------------------------- raw answer types (read_json columns)
 
@@ -71,184 +93,98 @@ const V = 'VARCHAR'
 const J = 'JSON'
 const struct = (fields: Record<string, string>) => `STRUCT(${Object.entries(fields).map(([k, t]) => `${ident(k)} ${t}`).join(', ')})`
 
-const TX_FIELDS = {
-  transactionIndex: V, hash: V, blockHash: V, nonce: V, from: V, to: V, input: V, data: V, value: V, gas: V, gasPrice: V,
-  maxFeePerGas: V, maxPriorityFeePerGas: V, v: V, r: V, s: V, yParity: V, chainId: V, type: V, maxFeePerBlobGas: V,
-  blobVersionedHashes: J, accessList: J, authorizationList: J, calls: J, nonceKey: V, signature: J, feeToken: V,
-  feePayerSignature: J, aaAuthorizationList: J, keyAuthorization: J, validBefore: V, validAfter: V,
+/** The type `read_json` reads a raw field as: a list when a source takes an element, JSON when a key or a JSON value, else text. */
+function rawType(c: Conversion, p: SourcePath): string {
+  if (typeof p.member === 'number') return `${V}[]`
+  if (p.member != null || c.kind === 'json' || c.kind === 'hexList' || c.kind === 'authorizationList') return J
+  return V
 }
 
-const BLOCK_FIELDS = {
-  number: V, hash: V, parentHash: V, nonce: V, sha3Uncles: V, logsBloom: V, transactionsRoot: V, stateRoot: V, receiptsRoot: V,
-  mixHash: V, miner: V, difficulty: V, totalDifficulty: V, extraData: V, size: V, gasLimit: V, gasUsed: V, timestamp: V,
-  baseFeePerGas: V, l1BlockNumber: V, blobGasUsed: V, excessBlobGas: V, uncles: J, withdrawals: J, withdrawalsRoot: V,
-  parentBeaconBlockRoot: V, requestsHash: V, mainBlockGeneralGasLimit: V, sharedGasLimit: V, timestampMillisPart: V,
-  transactions: `${struct(TX_FIELDS)}[]`,
+/** The raw fields of `object` that a table's columns read, with their types, plus those the checks read (`extra`). */
+function rawFields(table: EvmSpooledTable, object: RawObject, extra: Record<string, string> = {}): Record<string, string> {
+  const fields: Record<string, string> = {}
+  const add = (field: string, type: string) => {
+    if (fields[field] && fields[field] !== type) throw new Error(`evm SQL normaliser: ${object}.${field} is read as ${fields[field]} and as ${type}`)
+    fields[field] = type
+  }
+  for (const [, c] of columnsOf(table)) {
+    if (!('from' in c)) continue
+    for (const source of c.from) {
+      const p = sourcePath(source)
+      if (p.object === object) add(p.field, rawType(c, p))
+    }
+  }
+  for (const [field, type] of Object.entries(extra)) add(field, type)
+  return fields
 }
 
-const LOG_FIELDS = { logIndex: V, transactionIndex: V, transactionHash: V, blockHash: V, address: V, data: V, topics: `${V}[]` }
+// ---------------------------------------------------------------- column expressions, from the column map (columns.ts)
 
-const RECEIPT_FIELDS = {
-  transactionHash: V, blockHash: V, transactionIndex: V, status: V, contractAddress: V, gasUsed: V, cumulativeGasUsed: V,
-  effectiveGasPrice: V, type: V, l1Fee: V, l1FeeScalar: V, l1GasPrice: V, l1GasUsed: V, l1BlobBaseFee: V,
-  l1BlobBaseFeeScalar: V, l1BaseFeeScalar: V, logsBloom: V, blobGasUsed: V, blobGasPrice: V,
-  logs: `${struct(LOG_FIELDS)}[]`,
+/** SQL reading a source (`a|b`: coalesce; else the default). */
+function sourceSql(from: string[], fallback?: string): string {
+  const reads = from.map((source) => {
+    const { object, field, member } = sourcePath(source)
+    const x = `${object}.${ident(field)}`
+    return member == null ? x : typeof member === 'number' ? `${x}[${member + 1}]` : `${x}->>${lit(member)}`
+  })
+  if (fallback != null) reads.push(lit(fallback))
+  return reads.length === 1 ? reads[0] : `coalesce(${reads.join(', ')})`
 }
 
-// ---------------------------------------------------------------- column expressions
+/** The SQL of the conversions of one raw value (those of `HELPERS.convert` in normalize.ts). */
+const convertSql = (hex: HexColumn) => ({
+  hex,
+  int,
+  u64,
+  text: (x: string): ColumnSql => ({ value: x }),
+  hexList: hexList(hex),
+  authorizationList: authorizationList(hex),
+}) satisfies Record<Exclude<Conversion['kind'], 'json' | 'blockNumber' | 'size' | 'sighash'>, (x: string) => ColumnSql>
 
-const b = (f: string) => `b.${ident(f)}`
-const t = (f: string) => `t.${ident(f)}`
-const r = (f: string) => `r.${ident(f)}`
-const l = (f: string) => `l.${ident(f)}`
-
-const BLOCK_COLUMNS = (hex: HexColumn): Record<string, ColumnSql> => ({
-  number: int(b('number')),
-  hash: hex(b('hash')),
-  parent_hash: hex(b('parentHash')),
-  nonce: hex(b('nonce')),
-  sha3_uncles: hex(b('sha3Uncles')),
-  logs_bloom: hex(b('logsBloom')),
-  transactions_root: hex(b('transactionsRoot')),
-  state_root: hex(b('stateRoot')),
-  receipts_root: hex(b('receiptsRoot')),
-  mix_hash: hex(b('mixHash')),
-  miner: hex(b('miner')),
-  difficulty: hex(b('difficulty')),
-  total_difficulty: hex(b('totalDifficulty')),
-  extra_data: hex(b('extraData')),
-  size: int(b('size')),
-  gas_limit: hex(b('gasLimit')),
-  gas_used: hex(b('gasUsed')),
-  timestamp: int(b('timestamp')),
-  base_fee_per_gas: hex(b('baseFeePerGas')),
-  l1_block_number: int(b('l1BlockNumber')),
-  blob_gas_used: hex(b('blobGasUsed')),
-  excess_blob_gas: hex(b('excessBlobGas')),
-  uncles: json(b('uncles'), 'ARRAY'),
-  withdrawals: json(b('withdrawals'), 'ARRAY'),
-  withdrawals_root: hex(b('withdrawalsRoot')),
-  parent_beacon_block_root: hex(b('parentBeaconBlockRoot')),
-  requests_hash: hex(b('requestsHash')),
-  main_block_general_gas_limit: hex(b('mainBlockGeneralGasLimit')),
-  shared_gas_limit: hex(b('sharedGasLimit')),
-  timestamp_millis_part: int(b('timestampMillisPart')),
-  extra_data_size: sizeOf('extra_data'),
-  withdrawals_size: sizeOf('withdrawals'),
-})
-
-const AUTH = `from_json(${t('authorizationList')}, '[{"chainId":"VARCHAR","address":"VARCHAR","nonce":"VARCHAR","yParity":"VARCHAR","v":"VARCHAR","r":"VARCHAR","s":"VARCHAR"}]')`
-const authOk = (f: (x: string) => ColumnSql) => (x: string) => f(x).ok!
-const INPUT = `coalesce(${t('input')}, ${t('data')}, '0x')`
-const FEE_PAYER_V = `coalesce(${t('feePayerSignature')}->>'v', ${t('feePayerSignature')}->>'yParity')`
-
-const TX_COLUMNS = (hex: HexColumn): Record<string, ColumnSql> => ({
-  block_number: { value: 'n' },
-  transaction_index: int(t('transactionIndex')),
-  hash: hex(t('hash')),
-  nonce: u64(t('nonce')),
-  from: hex(t('from')),
-  to: hex(t('to')),
-  input: hex(INPUT),
-  value: hex(t('value')),
-  gas: hex(t('gas')),
-  gas_price: hex(t('gasPrice')),
-  max_fee_per_gas: hex(t('maxFeePerGas')),
-  max_priority_fee_per_gas: hex(t('maxPriorityFeePerGas')),
-  v: hex(t('v')),
-  r: hex(t('r')),
-  s: hex(t('s')),
-  y_parity: int(t('yParity')),
-  chain_id: u64(t('chainId')),
-  sighash: { value: `CASE WHEN length(${INPUT}) >= 10 THEN lower(substr(${INPUT}, 1, 10)) END` },
-  contract_address: hex(r('contractAddress')),
-  gas_used: hex(r('gasUsed')),
-  cumulative_gas_used: hex(r('cumulativeGasUsed')),
-  effective_gas_price: hex(r('effectiveGasPrice')),
-  type: int(`coalesce(${t('type')}, ${r('type')})`),
-  status: int(r('status')),
-  max_fee_per_blob_gas: hex(t('maxFeePerBlobGas')),
-  blob_versioned_hashes: {
-    value: `CASE WHEN json_type(${t('blobVersionedHashes')}) = 'ARRAY' THEN list_transform(from_json(${t('blobVersionedHashes')}, '["VARCHAR"]'), h -> lower(h)) END`,
-    ok: `(json_type(${t('blobVersionedHashes')}) IS DISTINCT FROM 'ARRAY' OR list_bool_and(list_transform(from_json(${t('blobVersionedHashes')}, '["VARCHAR"]'), h -> ${hex('h').ok})))`,
-  },
-  l1_fee: hex(r('l1Fee')),
-  l1_fee_scalar: { value: r('l1FeeScalar') },
-  l1_gas_price: hex(r('l1GasPrice')),
-  l1_gas_used: hex(r('l1GasUsed')),
-  l1_blob_base_fee: hex(r('l1BlobBaseFee')),
-  l1_blob_base_fee_scalar: u64(r('l1BlobBaseFeeScalar')),
-  l1_base_fee_scalar: u64(r('l1BaseFeeScalar')),
-  access_list: json(t('accessList'), 'ARRAY'),
-  logs_bloom: hex(r('logsBloom')),
-  blob_gas_used: hex(r('blobGasUsed')),
-  blob_gas_price: hex(r('blobGasPrice')),
-  authorization_list: {
-    value: `CASE WHEN json_type(${t('authorizationList')}) = 'ARRAY' THEN to_json(list_transform(${AUTH}, a -> {'chainId': ${intOf('a.chainId')}, 'address': lower(a.address), 'nonce': ${intOf('a.nonce')}, 'yParity': ${intOf('coalesce(a.yParity, a.v)')}, 'r': lower(a.r), 's': lower(a.s)}))::VARCHAR END`,
-    ok: `(json_type(${t('authorizationList')}) IS DISTINCT FROM 'ARRAY' OR list_bool_and(list_transform(${AUTH}, a -> ${authOk(int)('a.chainId')} AND ${authOk(hex)('a.address')} AND ${authOk(int)('a.nonce')} AND ${authOk(int)('coalesce(a.yParity, a.v)')} AND ${authOk(hex)('a.r')} AND ${authOk(hex)('a.s')})))`,
-  },
-  calls: json(t('calls'), 'ARRAY'),
-  nonce_key: hex(t('nonceKey')),
-  signature: json(t('signature'), 'OBJECT_OR_ARRAY'),
-  fee_token: hex(t('feeToken')),
-  fee_payer_v: hex(FEE_PAYER_V),
-  fee_payer_r: hex(`${t('feePayerSignature')}->>'r'`),
-  fee_payer_s: hex(`${t('feePayerSignature')}->>'s'`),
-  aa_authorization_list: json(t('aaAuthorizationList'), 'ARRAY'),
-  key_authorization: json(t('keyAuthorization')),
-  valid_before: u64(t('validBefore')),
-  valid_after: u64(t('validAfter')),
-  input_size: sizeOf('input'),
-  access_list_size: sizeOf('access_list'),
-  authorization_list_size: sizeOf('authorization_list'),
-  calls_size: sizeOf('calls'),
-})
-
-const LOG_COLUMNS = (hex: HexColumn): Record<string, ColumnSql> => ({
-  block_number: { value: 'n' },
-  log_index: int(l('logIndex')),
-  transaction_index: int(`coalesce(${l('transactionIndex')}, ${r('transactionIndex')})`),
-  transaction_hash: hex(`coalesce(${l('transactionHash')}, ${r('transactionHash')})`),
-  address: hex(l('address')),
-  data: hex(l('data')),
-  topic0: hex(`${l('topics')}[1]`),
-  topic1: hex(`${l('topics')}[2]`),
-  topic2: hex(`${l('topics')}[3]`),
-  topic3: hex(`${l('topics')}[4]`),
-  data_size: sizeOf('data'),
-})
-
-/** Columns computed from other columns of the row (sizes): in an outer SELECT. */
-const DERIVED = new Set(['extra_data_size', 'withdrawals_size', 'input_size', 'access_list_size', 'authorization_list_size', 'calls_size', 'data_size'])
+/** A column's SQL (value and validity) from its conversion (columns.ts). */
+function columnSql(c: Conversion, hex: HexColumn): ColumnSql {
+  switch (c.kind) {
+    case 'blockNumber':
+      return { value: 'n' }
+    case 'size':
+      return { value: `coalesce(length(${ident(c.of)}), 0)` }
+    case 'sighash':
+      return { value: `CASE WHEN length(${ident(c.of)}) >= 10 THEN substr(${ident(c.of)}, 1, 10) END` }
+    case 'json':
+      return json(sourceSql(c.from), c.shape)
+    default: {
+      const x = sourceSql(c.from, c.default)
+      const col = convertSql(hex)[c.kind](x)
+      return c.required ? { value: col.value, ok: `${x} IS NOT NULL AND ${col.ok ?? 'true'}` } : col
+    }
+  }
+}
 
 /** JSON-text columns whose hex must be lower case. */
-const JSON_COLUMNS: Record<string, string[]> = {
-  blocks: ['uncles', 'withdrawals'],
-  transactions: ['access_list', 'calls', 'signature', 'aa_authorization_list', 'key_authorization'],
-  logs: [],
+const JSON_COLUMNS = Object.fromEntries(Object.keys(EVM_COLUMNS).map((table) => [table, columnsOf(table as EvmSpooledTable).filter(([, c]) => c.kind === 'json').map(([name]) => name)]))
+
+/**
+ * `SELECT` of a table's columns in declaration order (casts to the declared types), plus `_ok`: every
+ * check holds. Columns computed from other columns of the row (sizes, sighash) are in an outer SELECT.
+ */
+function selectList(table: EvmSpooledTable, hex: HexColumn): { inner: string; checks: string; outer: string } {
+  const types = new Map(evmFamily.tables.find((x) => x.name === table)!.columns.map((c) => [c.name, c.type]))
+  const columns = columnsOf(table).map(([name, c]) => ({ name, derived: isDerived(c), sql: columnSql(c, hex), type: types.get(name)! }))
+  const cast = (c: (typeof columns)[number]) => `CAST(${c.sql.value} AS ${c.type}) AS ${ident(c.name)}`
+  return {
+    inner: columns.filter((c) => !c.derived).map(cast).join(', '),
+    checks: columns.map((c) => c.sql.ok).filter((x): x is string => !!x).join(' AND '),
+    outer: columns.map((c) => (c.derived ? cast(c) : ident(c.name))).join(', '),
+  }
 }
 
-const decl = (name: string): TableDecl => evmFamily.tables.find((x) => x.name === name)!
-
-/** `SELECT` of a table's columns in declaration order (casts to the declared types), plus `_ok`: every check holds. */
-function selectList(table: TableDecl, exprs: Record<string, ColumnSql>): { inner: string; checks: string; outer: string } {
-  const missing = table.columns.filter((c) => !exprs[c.name]).map((c) => c.name)
-  const extra = Object.keys(exprs).filter((k) => !table.columns.some((c) => c.name === k))
-  if (missing.length || extra.length) throw new Error(`evm SQL normaliser of ${table.name}: no expression for ${missing.join(', ')}; unknown ${extra.join(', ')}`)
-  const inner = table.columns.filter((c) => !DERIVED.has(c.name)).map((c) => `CAST(${exprs[c.name].value} AS ${c.type}) AS ${ident(c.name)}`)
-  const checks = table.columns.map((c) => exprs[c.name].ok).filter((x): x is string => !!x)
-  const outer = table.columns.map((c) => (DERIVED.has(c.name) ? `CAST(${exprs[c.name].value} AS ${c.type}) AS ${ident(c.name)}` : ident(c.name)))
-  return { inner: inner.join(', '), checks: checks.join(' AND '), outer: outer.join(', ') }
-}
-
-type Selects = Record<'blocks' | 'transactions' | 'logs', ReturnType<typeof selectList>>
+type Selects = Record<EvmSpooledTable, ReturnType<typeof selectList>>
 function selects(checked: boolean): Selects {
   const hex = hexColumn(checked)
-  return { blocks: selectList(decl('blocks'), BLOCK_COLUMNS(hex)), transactions: selectList(decl('transactions'), TX_COLUMNS(hex)), logs: selectList(decl('logs'), LOG_COLUMNS(hex)) }
+  return { blocks: selectList('blocks', hex), transactions: selectList('transactions', hex), logs: selectList('logs', hex) }
 }
 const CHECKED = selects(true)
 const TRUSTED = selects(false)
-
 
 /** The spool files of a chunk and the block range to take from them (files may hold blocks of neighbouring chunks). */
 export interface SpoolInput {
@@ -260,10 +196,12 @@ export interface SpoolInput {
   checked: boolean
 }
 
-const TX_STRUCT = struct({ hash: V, transactions: `${struct(TX_FIELDS)}[]` })
-const HEADER_STRUCT = struct(Object.fromEntries(Object.entries(BLOCK_FIELDS).filter(([k]) => k !== 'transactions')))
-const RECEIPTS_NARROW = `${struct(Object.fromEntries(Object.entries(RECEIPT_FIELDS).filter(([k]) => k !== 'logs')))}[]`
-const RECEIPTS_LOGS = `${struct({ transactionHash: V, blockHash: V, transactionIndex: V, logs: RECEIPT_FIELDS.logs })}[]`
+// the raw fields read: those the columns name, and those the checks in `spoolQueries` read
+const TX_STRUCT = struct({ hash: V, transactions: `${struct(rawFields('transactions', 't', { hash: V, blockHash: V, transactionIndex: V }))}[]` })
+const HEADER_STRUCT = struct(rawFields('blocks', 'b'))
+const RECEIPTS_NARROW = `${struct(rawFields('transactions', 'r', { transactionHash: V }))}[]`
+const LOG_STRUCT = struct(rawFields('logs', 'l', { transactionHash: V, blockHash: V, topics: `${V}[]` }))
+const RECEIPTS_LOGS = `${struct(rawFields('logs', 'r', { transactionHash: V, blockHash: V, logs: `${LOG_STRUCT}[]` }))}[]`
 
 /** The spool's answers of the chunk's blocks, read with explicit types (each consumer reads the files again: cheaper than keeping nested values in a table). */
 const readSpool = (files: string[], result: string, s: SpoolInput) =>
@@ -308,7 +246,7 @@ export function spoolQueries(s: SpoolInput): Record<'blocks' | 'transactions' | 
   const transactions =
     `SELECT ${guarded(q.transactions.outer, 'block_number', 'transactions')} FROM (` +
     `SELECT n, i, ${q.transactions.inner}, ${ok(`${q.transactions.checks} AND t IS NOT NULL AND (_rs IS NULL OR (i < len(_rs) AND (r IS NULL OR lower(r.transactionHash) = lower(t.hash)))) ` +
-    `AND ${intOf(t('transactionIndex'))} = i AND (t.blockHash IS NULL OR lower(t.blockHash) = lower(_hash))`)} AS _ok ` +
+    `AND ${intOf('t."transactionIndex"')} = i AND (t.blockHash IS NULL OR lower(t.blockHash) = lower(_hash))`)} AS _ok ` +
     `FROM (SELECT b.n, b.result.hash AS _hash, r.result AS _rs, unnest(b.result.transactions) AS t, unnest(r.result) AS r, ` +
     `unnest(range(greatest(len(b.result.transactions), len(r.result)))) AS i ` +
     `FROM ${readSpool(s.blockFiles, TX_STRUCT, s)} b LEFT JOIN ${readSpool(s.receiptFiles, RECEIPTS_NARROW, s)} r USING (n)))`
