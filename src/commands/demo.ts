@@ -8,6 +8,7 @@ import { log } from '../log.js'
 import { startCluster } from '../server/cluster.js'
 import { LocalStorage } from '../server/storage.js'
 import { int, opt } from './options.js'
+import { httpRequest } from '../http-request.js'
 import { hostOption, onShutdown } from './serve.js'
 
 /*
@@ -137,7 +138,7 @@ async function waitServed(datasets: Map<string, string>): Promise<void> {
   const deadline = Date.now() + 30_000
   for (const [name, base] of datasets) {
     for (;;) {
-      const height = await fetch(`${base}/height`).then((r) => r.text(), () => '-1')
+      const height = await httpRequest(`${base}/height`, { timeoutMs: 5000 }).then((r) => r.text, () => '-1')
       if (Number(height) >= 0) break
       if (Date.now() > deadline) {
         log.warn({ dataset: name }, 'demo: no worker serves this dataset yet')
