@@ -298,8 +298,14 @@ export class RpcClient {
   /** One exchange over the WebSocket, opened first when it is not open (the first request, or after it broke). */
   private async sendFrame(calls: RpcCall[], ids: number[]): Promise<{ answers: unknown[] }> {
     let replies: unknown[]
+    let socket: WsConnection
     try {
-      const socket = await this.open()
+      socket = await this.open()
+    } catch (e) {
+      // the socket library tells no reason ("Socket error")
+      throw new Retryable(`cannot open a WebSocket connection (refused, unreachable, or no WebSocket endpoint): ${(e as Error)?.message ?? e}`)
+    }
+    try {
       replies = calls.length === 1
         ? [await socket.call(request(calls[0], ids[0]), this.timeoutMs)]
         : await socket.batchCall(calls.map((c, i) => request(c, ids[i])), this.timeoutMs)
