@@ -208,7 +208,8 @@ export class RpcClient {
   private send(calls: RpcCall[], ids: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
     this.stats.requests++
     this.stats.calls += calls.length
-    return this.socket ? this.sendFrame(calls, ids) : this.post(calls, ids, scan)
+    // one WebSocket carries every request: ids given by a caller (block numbers) could repeat there
+    return this.socket ? this.sendFrame(calls, calls.map(() => this.nextId++)) : this.post(calls, ids, scan)
   }
 
   private async post(calls: RpcCall[], ids: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
