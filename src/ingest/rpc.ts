@@ -1,6 +1,6 @@
 import { isAscii } from 'node:buffer'
 import type http from 'node:http'
-import { WsConnection } from '@subsquid/rpc-client/lib/transport/ws.js'
+import type { WsConnection } from '@subsquid/rpc-client/lib/transport/ws.js'
 import { BodyBuffers, decodeText } from '../body-buffers.js'
 import { httpRequest, keptAliveAgent } from '../http-request.js'
 import { log } from '../log.js'
@@ -120,8 +120,9 @@ export class RpcClient {
   private readonly timeoutMs: number
   /** HTTP(S): kept-alive connections, at most `concurrency`. */
   private readonly agent?: http.Agent
-  /** WebSocket: the connection, and its opening while one is under way or open. */
-  private readonly socket?: WsConnection
+  /** WebSocket: whether the URL is one, the connection (made at the first request), and its opening while one is under way or open. */
+  private readonly ws: boolean = false
+  private socket?: WsConnection
   private opened?: Promise<WsConnection>
   private readonly inFlight: Semaphore
   private nextId = 1
@@ -140,7 +141,7 @@ export class RpcClient {
     this.timeoutMs = opts.timeoutMs ?? 60_000
     const protocol = new URL(opts.url).protocol
     if (protocol === 'http:' || protocol === 'https:') this.agent = keptAliveAgent(opts.url, this.concurrency)
-    else if (protocol === 'ws:' || protocol === 'wss:') this.socket = new WsConnection({ url: opts.url, onReset: () => (this.opened = undefined) })
+    else if (protocol === 'ws:' || protocol === 'wss:') this.ws = true
     else throw new Error(`--rpc must be an http(s) or ws(s) URL, got ${opts.url}`)
     this.bodies = new BodyBuffers(this.concurrency)
   }
@@ -209,7 +210,7 @@ export class RpcClient {
     this.stats.requests++
     this.stats.calls += calls.length
     // one WebSocket carries every request: ids given by a caller (block numbers) could repeat there
-    return this.socket ? this.sendFrame(calls, calls.map(() => this.nextId++)) : this.post(calls, ids, scan)
+    return this.ws ? this.sendFrame(calls, calls.map(() => this.nextId++)) : this.post(calls, ids, scan)
   }
 
   private async post(calls: RpcCall[], ids: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
@@ -318,8 +319,13 @@ export class RpcClient {
   }
 
   private open(): Promise<WsConnection> {
-    const socket = this.socket!
-    this.opened ??= socket.connect().then(() => socket, (e) => {
+    this.opened ??= (async () => {
+      // loaded here: a process reading a node over HTTP does not load the WebSocket library
+      const { WsConnection } = await import('@subsquid/rpc-client/lib/transport/ws.js')
+      this.socket ??= new WsConnection({ url: this.url, onReset: () => (this.opened = undefined) })
+      await this.socket.connect()
+      return this.socket
+    })().catch((e) => {
       this.opened = undefined
       throw e
     })
