@@ -12,8 +12,9 @@ import { RpcClient, RpcError, RpcUnavailable } from '../src/ingest/rpc.js'
  * must be those of the client over HTTP.
  */
 
-const require = createRequire(import.meta.url)
-const { server: WebSocketServer } = require('websocket') as { server: new (o: object) => any }
+// resolved from @subsquid/rpc-client, which depends on it (no dependency of this package's own)
+const fromRpcClient = createRequire(createRequire(import.meta.url).resolve('@subsquid/rpc-client'))
+const { server: WebSocketServer } = fromRpcClient('websocket') as { server: new (o: object) => any }
 
 /** What the server does with the next request: answer, drop the connection, or say it is busy. */
 type Mode = 'answer' | 'drop' | 'busy'
