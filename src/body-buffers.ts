@@ -4,7 +4,8 @@ import { isAscii } from 'node:buffer'
  * Buffers that HTTP bodies are received into, kept for the next bodies once their reader gives them
  * back: a body of many MB is then no fresh allocation, which V8 counts as external memory (its
  * growth brings on full garbage collections) and the system maps in page by page. Used by the
- * ingest's RPC client (`RpcClient.releaseBody`) and the archive client (`textOf`).
+ * HTTP client (src/http-request.ts) for the ingest's RPC client (`RpcClient.releaseBody`) and the archive
+ * client (`textOf`).
  */
 export class BodyBuffers {
   private free: Buffer[] = []

@@ -1,8 +1,8 @@
 /*
- * The one retry loop of the code base: RPC and Sidecar requests, blocks fetched again, S3 bodies
- * that broke off, S3 lease reads and writes, the client's requests and DuckDB checkpoints all retry
- * through `retry`, each with its own policy (how many attempts, which errors, how long to pause).
- * Requests of the AWS SDK and of @subsquid/rpc-client are retried by those libraries.
+ * The one retry loop of the code base: JSON-RPC requests (HTTP and WebSocket) and Sidecar requests,
+ * blocks fetched again, S3 bodies that broke off, S3 lease reads and writes, the client's requests
+ * and DuckDB checkpoints all retry through `retry`, each with its own policy (how many attempts,
+ * which errors, how long to pause). Requests of the AWS SDK are retried by the SDK.
  */
 
 export interface RetryPolicy {

@@ -1,24 +1,84 @@
 /*
- * The one concurrency limit of the code base (FIFO): RPC and Sidecar requests in flight, and, with
- * one permit, the locks of the query engine's heavy slices and of a worker's local-forms file. A
- * worker's admission of queries (src/server/limiter.ts) adds a bounded queue, timeouts and 503s on
- * top of the same idea.
+ * The one concurrency limit of the code base (FIFO): RPC and Sidecar requests in flight, a worker's
+ * queries (src/server/limiter.ts: with a bounded queue and a longest wait, refusals become 503s),
+ * and, with one permit, the locks of the query engine's heavy slices and of a worker's local-forms file.
  */
+
+export interface WaitLimits {
+  /** Holders waiting at most; one more is refused at once. */
+  queue?: number
+  /** A holder still waiting after this long is refused. */
+  waitMs?: number
+  /** Called whenever the number of holders or waiters changes. */
+  onChange?: (active: number, waiting: number) => void
+}
+
+/** `acquire` gave up: the queue was full, the wait too long, or the caller's signal aborted. */
+export class WaitRefused extends Error {
+  constructor(readonly reason: 'queue' | 'timeout' | 'aborted', message: string) {
+    super(message)
+  }
+}
+
+interface Waiter {
+  grant: (release: () => void) => void
+  timer?: NodeJS.Timeout
+}
 
 /** Counting semaphore: at most `permits` holders at once; waiters are served in order. */
 export class Semaphore {
   private active = 0
-  private readonly waiting: (() => void)[] = []
+  private readonly waiting: Waiter[] = []
 
-  constructor(private readonly permits: number) {}
+  constructor(
+    readonly permits: number,
+    private readonly limits: WaitLimits = {},
+  ) {}
 
-  /** Resolves with the release function (call it once) when a permit is free. */
-  acquire(): Promise<() => void> {
+  /** Holders and waiters now. */
+  get stats(): { active: number; queued: number } {
+    return { active: this.active, queued: this.waiting.length }
+  }
+
+  /**
+   * Resolves with the release function (call it once) when a permit is free; rejects with
+   * `WaitRefused` when the wait limits refuse it or `signal` aborts while it waits.
+   */
+  acquire(signal?: AbortSignal): Promise<() => void> {
+    if (signal?.aborted) return Promise.reject(new WaitRefused('aborted', 'aborted before a permit was free'))
     if (this.active < this.permits) {
       this.active++
+      this.changed()
       return Promise.resolve(this.releaser())
     }
-    return new Promise((resolve) => this.waiting.push(() => resolve(this.releaser())))
+    const { queue, waitMs } = this.limits
+    if (queue !== undefined && this.waiting.length >= queue) return Promise.reject(new WaitRefused('queue', `${this.permits} running and ${queue} waiting already`))
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = { grant: resolve }
+      if (waitMs !== undefined) {
+        waiter.timer = setTimeout(() => {
+          if (this.remove(waiter)) reject(new WaitRefused('timeout', `no permit became free within ${waitMs} ms`))
+        }, waitMs)
+      }
+      signal?.addEventListener('abort', () => {
+        if (this.remove(waiter)) reject(new WaitRefused('aborted', 'aborted while waiting for a permit'))
+      }, { once: true })
+      this.waiting.push(waiter)
+      this.changed()
+    })
+  }
+
+  private remove(w: Waiter): boolean {
+    const i = this.waiting.indexOf(w)
+    if (i < 0) return false
+    this.waiting.splice(i, 1)
+    clearTimeout(w.timer)
+    this.changed()
+    return true
+  }
+
+  private changed(): void {
+    this.limits.onChange?.(this.active, this.waiting.length)
   }
 
   private releaser(): () => void {
@@ -27,8 +87,13 @@ export class Semaphore {
       if (released) return
       released = true
       const next = this.waiting.shift()
-      if (next) next()
-      else this.active--
+      if (next) {
+        clearTimeout(next.timer)
+        next.grant(this.releaser())
+      } else {
+        this.active--
+      }
+      this.changed()
     }
   }
 }

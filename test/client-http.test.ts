@@ -4,10 +4,10 @@ import type { AddressInfo } from 'node:net'
 import zlib from 'node:zlib'
 import { after, before, describe, it } from 'node:test'
 import { ArchiveClient, ConnectionError, lastBlockOfText, ProtocolError, type Block } from '../src/client/archive-client.js'
-import { httpRequest, textOf } from '../src/client/http-request.js'
+import { httpRequest, textOf } from '../src/http-request.js'
 
 /*
- * The client's HTTP layer (src/client/http-request.ts) against a node:http server that answers
+ * The client's HTTP layer (src/http-request.ts) against a node:http server that answers
  * the ways real servers and proxies do: compressed, redirected, cut off mid-answer, too slow.
  */
 

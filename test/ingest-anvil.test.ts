@@ -212,4 +212,17 @@ describe('anvil end to end', () => {
       .map((t) => JSON.stringify([t.block_number, t.transaction_index, t.trace_address, t.type, t.call_type, t.call_from, t.call_to, t.create_result_address, t.error != null])).sort()
     assert.deepEqual(await pick(dir), await pick(parityDir()))
   })
+
+  it('the same chain over ws:// (anvil serves WebSocket on its port too) gives the same blocks, transactions and logs', async () => {
+    const dir = path.join(tmp.dir, 'ws')
+    const r = await runIngest({
+      rpc: anvil.url.replace(/^http/, 'ws'), dataset: 'anvil-ws', out: dir, to: followed.last, finality: 'latest', chunkBlocks: 100, batchSize: 10, progress: 'none',
+    })
+    assert.equal(r.last, followed.last)
+    assert.ok(r.rows.transactions > 100, `${r.rows.transactions} transactions`)
+    for (const t of ['blocks', 'transactions', 'logs']) {
+      const rows = async (d: string) => (await readTable(d, t)).map((x) => JSON.stringify(x, (_k, v) => (typeof v === 'bigint' ? String(v) : v))).sort()
+      assert.deepEqual(await rows(dir), await rows(parityDir()), t)
+    }
+  })
 })

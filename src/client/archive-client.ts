@@ -1,6 +1,6 @@
 import { orderedSegments } from './ordered-segments.js'
-import { retry } from '../retry.js'
-import { httpRequest, RequestFailed, type HttpAnswer, type HttpRequestOptions } from './http-request.js'
+import { retry, sleep } from '../retry.js'
+import { httpRequest, RequestFailed, type HttpAnswer, type HttpRequestOptions } from '../http-request.js'
 
 /*
  * Client of the v2 archive protocol (docs/protocol.md §1): GET {base}/height,
@@ -244,6 +244,7 @@ export class ArchiveClient {
       while (beg > height) {
         // Only reachable when following: wait for the dataset to grow.
         await sleep(range.pollMs ?? 2000, range.signal)
+        range.signal?.throwIfAborted()
         height = await this.getHeight(range.signal)
       }
       const toBlock = Number.isFinite(end) ? end : undefined
@@ -486,19 +487,4 @@ function httpError(res: HttpAnswer, url: string): HttpError {
     retryAfterMs = Number.isFinite(secs) ? secs * 1000 : Math.max(0, Date.parse(ra) - Date.now()) || 0
   }
   return new HttpError(res.status, res.text, url, retryAfterMs)
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason)
-    const t = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort)
-      resolve()
-    }, ms)
-    const onAbort = () => {
-      clearTimeout(t)
-      reject(signal!.reason)
-    }
-    signal?.addEventListener('abort', onAbort, { once: true })
-  })
 }

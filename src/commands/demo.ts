@@ -3,6 +3,7 @@ import type { Command } from 'commander'
 import { readDatasetMeta } from '../chunks/layout.js'
 import { log } from '../log.js'
 import { int, opt } from './options.js'
+import { httpRequest } from '../http-request.js'
 import { hostOption } from './serve.js'
 
 /*
@@ -135,7 +136,7 @@ async function waitServed(datasets: Map<string, string>): Promise<void> {
   const deadline = Date.now() + 30_000
   for (const [name, base] of datasets) {
     for (;;) {
-      const height = await fetch(`${base}/height`).then((r) => r.text(), () => '-1')
+      const height = await httpRequest(`${base}/height`, { timeoutMs: 5000 }).then((r) => r.text, () => '-1')
       if (Number(height) >= 0) break
       if (Date.now() > deadline) {
         log.warn({ dataset: name }, 'demo: no worker serves this dataset yet')

@@ -42,7 +42,7 @@ export function registerIngest(program: Command): void {
     .command('ingest')
     .description('read blocks from an EVM, Starknet or Substrate node (JSON-RPC; Substrate also Sidecar or decoded dumps) and write immutable Parquet chunks ({top}/{first}-{last}-{hash}/*.parquet); resumes after the last complete chunk')
     .addOption(choice('--family <family>', 'chain family of the node', 'BLOCK_ARCHIVE_FAMILY', FAMILY_NAMES, DEFAULT_FAMILY))
-    .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http/https; ws/wss for substrate)', 'BLOCK_ARCHIVE_RPC'))
+    .addOption(opt('--rpc <url>', 'JSON-RPC endpoint of the node (http(s):// or ws(s)://)', 'BLOCK_ARCHIVE_RPC'))
     .addOption(opt('--dataset <name>', 'dataset name, written to dataset.json at the root of --out', 'BLOCK_ARCHIVE_DATASET').makeOptionMandatory())
     .addOption(opt('--out <folder|s3://bucket/prefix>', 'dataset folder (created if missing) or object-storage prefix (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; see docs/ingest.md)', 'BLOCK_ARCHIVE_OUT').makeOptionMandatory())
     .addOption(opt('--from <n>', 'first block (default: after the last chunk in --out, else 0)', 'BLOCK_ARCHIVE_FROM', int(0)))

@@ -3,6 +3,7 @@ import path from 'node:path'
 import { HEAD_FILE, HEAD_RECENT_CHUNKS, type DatasetHead } from '../chunks/head-file.js'
 import type { ChunkRef } from '../chunks/layout.js'
 import { log } from '../log.js'
+import { httpRequest } from '../http-request.js'
 import { isS3Url, joinKey, parseS3Url, putText } from '../storage/s3.js'
 
 /*
@@ -154,14 +155,13 @@ async function writeHeadFile(out: string, text: string): Promise<void> {
 /** Tell a router a chunk was published (it then reads the head files at once); failures are only logged. */
 async function notifyRouter(url: string, dataset: string): Promise<void> {
   try {
-    const res = await fetch(`${url.replace(/\/+$/, '')}/notify`, {
+    const res = await httpRequest(`${url.replace(/\/+$/, '')}/notify`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ dataset }),
-      signal: AbortSignal.timeout(5000),
+      timeoutMs: 5000,
     })
-    await res.arrayBuffer()
-    if (!res.ok) log.warn({ router: url, status: res.status }, 'ingest: the router did not take the notification')
+    if (res.status < 200 || res.status >= 300) log.warn({ router: url, status: res.status }, 'ingest: the router did not take the notification')
   } catch (e) {
     log.warn({ router: url, err: e instanceof Error ? e.message : String(e) }, 'ingest: cannot notify the router')
   }

@@ -1,28 +1,31 @@
 import { isAscii } from 'node:buffer'
+import type http from 'node:http'
+import type { WsConnection } from '@subsquid/rpc-client/lib/transport/ws.js'
 import { BodyBuffers, decodeText } from '../body-buffers.js'
-import http from 'node:http'
-import https from 'node:https'
+import { httpRequest, keptAliveAgent } from '../http-request.js'
 import { log } from '../log.js'
 import { exponential, retry } from '../retry.js'
 import { Semaphore } from '../semaphore.js'
 
 /*
- * A small JSON-RPC 2.0 client over HTTP (Node's fetch): batching, a bound on requests in flight,
- * and retries with exponential back-off for failures that are worth retrying (connection errors,
+ * The one JSON-RPC 2.0 client of the code base (EVM, Starknet and Substrate nodes), over HTTP(S)
+ * (src/http-request.ts) or WebSocket (the connection of @subsquid/rpc-client: frames, ids, reconnects
+ * at the next request): batching, a bound on requests in flight (src/semaphore.ts), and retries with
+ * exponential back-off (src/retry.ts) for failures that are worth retrying (connection errors,
  * timeouts, HTTP 429/5xx, truncated bodies, JSON-RPC "rate limit"/"busy" errors). Anything else is
  * thrown at once with the method and parameters named.
  */
 
 export interface RpcClientOptions {
   url: string
-  /** HTTP requests in flight at once (default 4). */
+  /** Requests in flight at once (default 4). */
   concurrency?: number
-  /** Tries per HTTP request before giving up (default 8). */
+  /** Tries per request before giving up (default 8). */
   attempts?: number
   /** First back-off delay; doubled on every retry up to `maxBackoffMs` (defaults 200 ms, 10 s). */
   backoffMs?: number
   maxBackoffMs?: number
-  /** Time limit per HTTP request (default 60 s). */
+  /** Time limit per request (default 60 s). */
   timeoutMs?: number
   /** Counters to add to (default: the client's own). */
   stats?: TransferStats
@@ -115,9 +118,12 @@ export class RpcClient {
   private readonly backoffMs: number
   private readonly maxBackoffMs: number
   private readonly timeoutMs: number
-  private readonly target: URL
-  private readonly https: boolean
-  private readonly agent: http.Agent
+  /** HTTP(S): kept-alive connections, at most `concurrency`. */
+  private readonly agent?: http.Agent
+  /** WebSocket: whether the URL is one, the connection (made at the first request), and its opening while one is under way or open. */
+  private readonly ws: boolean = false
+  private socket?: WsConnection
+  private opened?: Promise<WsConnection>
   private readonly inFlight: Semaphore
   private nextId = 1
   private readonly bodies: BodyBuffers
@@ -133,10 +139,10 @@ export class RpcClient {
     this.backoffMs = opts.backoffMs ?? 200
     this.maxBackoffMs = opts.maxBackoffMs ?? 10_000
     this.timeoutMs = opts.timeoutMs ?? 60_000
-    this.target = new URL(opts.url)
-    this.https = this.target.protocol === 'https:'
-    if (!this.https && this.target.protocol !== 'http:') throw new Error(`--rpc must be an http(s) URL, got ${opts.url}`)
-    this.agent = new (this.https ? https : http).Agent({ keepAlive: true, maxSockets: this.concurrency })
+    const protocol = new URL(opts.url).protocol
+    if (protocol === 'http:' || protocol === 'https:') this.agent = keptAliveAgent(opts.url, this.concurrency)
+    else if (protocol === 'ws:' || protocol === 'wss:') this.ws = true
+    else throw new Error(`--rpc must be an http(s) or ws(s) URL, got ${opts.url}`)
     this.bodies = new BodyBuffers(this.concurrency)
   }
 
@@ -146,6 +152,12 @@ export class RpcClient {
    */
   releaseBody(body: Buffer): void {
     this.bodies.give(body, body.length)
+  }
+
+  /** Closes the WebSocket connection and kept-alive HTTP connections (a later request opens them again). */
+  close(): void {
+    this.socket?.close()
+    this.agent?.destroy()
   }
 
   async call(method: string, params: unknown[] = []): Promise<any> {
@@ -194,19 +206,31 @@ export class RpcClient {
     }
   }
 
-  private async send(calls: RpcCall[], ids: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
-    const body = calls.length === 1
-      ? { jsonrpc: '2.0', id: ids[0], method: calls[0].method, params: calls[0].params }
-      : calls.map((c, i) => ({ jsonrpc: '2.0', id: ids[i], method: c.method, params: c.params }))
+  private send(calls: RpcCall[], ids: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
+    this.stats.requests++
+    this.stats.calls += calls.length
+    // one WebSocket carries every request: ids given by a caller (block numbers) could repeat there
+    return this.ws ? this.sendFrame(calls, calls.map(() => this.nextId++)) : this.post(calls, ids, scan)
+  }
+
+  private async post(calls: RpcCall[], ids: number[], scan?: (body: Buffer) => unknown): Promise<{ answers?: unknown[]; body?: Buffer; scanned?: unknown }> {
+    const body = calls.length === 1 ? request(calls[0], ids[0]) : calls.map((c, i) => request(c, ids[i]))
     let raw: Buffer
     let status: number
     let statusText: string
-    this.stats.requests++
-    this.stats.calls += calls.length
     try {
-      ;({ status, statusText, body: raw } = await this.post(JSON.stringify(body)))
+      const answer = await httpRequest(this.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        timeoutMs: this.timeoutMs,
+        agent: this.agent,
+        // the body's pieces are copied into one buffer as they arrive (from `bodies`: see BodyBuffers)
+        buffers: this.bodies,
+      })
+      ;({ status, statusText, bytes: raw } = answer)
     } catch (e: any) {
-      throw new Retryable(e?.cause?.message ?? e?.message ?? String(e))
+      throw new Retryable(e?.name === 'TimeoutError' ? `timed out after ${this.timeoutMs} ms` : (e?.cause?.message ?? e?.message ?? String(e)))
     }
     // JSON from nodes is ASCII nearly always: its length in characters is its length in bytes
     const ascii = isAscii(raw)
@@ -242,7 +266,6 @@ export class RpcClient {
     if (status >= 400 && !(json && (json.error || Array.isArray(json)))) {
       throw new RpcProtocolError(`${what(calls)} at ${this.url}: HTTP ${status}: ${text.slice(0, 300)}`)
     }
-    const answers: any[] = Array.isArray(json) ? json : [json]
     if (calls.length > 1 && !Array.isArray(json)) {
       // some nodes answer a whole batch with one error object (e.g. batches disabled or too large)
       if (json?.error && isTransientRpcError(json.error.code, String(json.error.message))) throw new Retryable(String(json.error.message))
@@ -251,6 +274,11 @@ export class RpcClient {
           (json?.error ? ` (${json.error.message}); try --batch-size 1` : ''),
       )
     }
+    return this.answersOf(Array.isArray(json) ? json : [json], calls, ids)
+  }
+
+  /** Each call's result, or an `RpcError` for an error answer that is not transient. */
+  private answersOf(answers: any[], calls: RpcCall[], ids: number[]): unknown[] {
     const byId = new Map<unknown, any>()
     for (const a of answers) byId.set(a?.id, a)
     return calls.map((c, i) => {
@@ -269,43 +297,44 @@ export class RpcClient {
     })
   }
 
-  /**
-   * One POST over a kept-alive connection (node:http: the body arrives as Buffers and is decoded once,
-   * which costs less than fetch's streams for answers of many MB).
-   */
-  private post(body: string): Promise<{ status: number; statusText: string; body: Buffer }> {
-    return new Promise((resolve, reject) => {
-      const req = (this.https ? https : http).request(this.target, {
-        method: 'POST',
-        agent: this.agent,
-        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-        timeout: this.timeoutMs,
-      }, (res) => {
-        // the body's pieces are copied into one buffer as they arrive (from `bodies`: see BodyBuffers)
-        const announced = Number(res.headers['content-length'])
-        let body = this.bodies.take(Number.isSafeInteger(announced) && announced >= 0 ? announced : 0)
-        let size = 0
-        res.on('data', (c: Buffer) => {
-          if (size + c.length > body.length) {
-            const larger = this.bodies.take(Math.max(2 * body.length, size + c.length))
-            body.copy(larger, 0, 0, size)
-            body = larger
-          }
-          size += c.copy(body, size)
-        })
-        res.on('error', reject)
-        res.on('aborted', () => reject(new Error('the connection was closed before the answer was complete')))
-        res.on('end', () => {
-          if (!res.complete) return reject(new Error('the connection was closed before the answer was complete'))
-          resolve({ status: res.statusCode ?? 0, statusText: res.statusMessage ?? '', body: body.subarray(0, size) })
-        })
-      })
-      const timer = setTimeout(() => req.destroy(new Error(`timed out after ${this.timeoutMs} ms`)), this.timeoutMs)
-      req.on('close', () => clearTimeout(timer))
-      req.on('error', reject)
-      req.end(body)
-    })
+  /** One exchange over the WebSocket, opened first when it is not open (the first request, or after it broke). */
+  private async sendFrame(calls: RpcCall[], ids: number[]): Promise<{ answers: unknown[] }> {
+    let replies: unknown[]
+    let socket: WsConnection
+    try {
+      socket = await this.open()
+    } catch (e) {
+      // the socket library tells no reason ("Socket error")
+      throw new Retryable(`cannot open a WebSocket connection (refused, unreachable, or no WebSocket endpoint): ${(e as Error)?.message ?? e}`)
+    }
+    try {
+      replies = calls.length === 1
+        ? [await socket.call(request(calls[0], ids[0]), this.timeoutMs)]
+        : await socket.batchCall(calls.map((c, i) => request(c, ids[i])), this.timeoutMs)
+    } catch (e) {
+      // broken or timed-out connections, frames that are no JSON: the socket is closed and opened again at the next try
+      throw new Retryable((e as Error)?.message ?? String(e))
+    }
+    return { answers: this.answersOf(replies, calls, ids) }
   }
+
+  private open(): Promise<WsConnection> {
+    this.opened ??= (async () => {
+      // loaded here: a process reading a node over HTTP does not load the WebSocket library
+      const { WsConnection } = await import('@subsquid/rpc-client/lib/transport/ws.js')
+      this.socket ??= new WsConnection({ url: this.url, onReset: () => (this.opened = undefined) })
+      await this.socket.connect()
+      return this.socket
+    })().catch((e) => {
+      this.opened = undefined
+      throw e
+    })
+    return this.opened
+  }
+}
+
+function request(c: RpcCall, id: number) {
+  return { jsonrpc: '2.0' as const, id, method: c.method, params: c.params }
 }
 
 /**

@@ -6,6 +6,7 @@ import { workerToken, WORKER_TOKEN_HEADER } from './auth.js'
 import { PUBLIC } from './route-access.js'
 import { routerLagBlocks, routerLagSeconds } from './head-lag.js'
 import { HeadWatch, type HeadWatchOptions } from './head-watch.js'
+import { httpRequest } from '../http-request.js'
 import type { RouterState } from './router.js'
 
 /*
@@ -92,12 +93,11 @@ export function extendListing(listing: ChunkRef[], recent: ChunkRef[] | undefine
 /** Ask workers to heartbeat now (fire and forget: a worker that misses it pings at its next beat anyway). */
 export function nudgeWorkers(urls: string[], secret?: Buffer): void {
   for (const url of urls) {
-    fetch(url + NUDGE_PATH, {
+    httpRequest(url + NUDGE_PATH, {
       method: 'POST',
       headers: secret ? { [WORKER_TOKEN_HEADER]: workerToken(secret) } : {},
-      signal: AbortSignal.timeout(5000),
+      timeoutMs: 5000,
     })
-      .then((res) => res.arrayBuffer())
       .catch((e) => log.debug({ worker: url, err: e instanceof Error ? e.message : String(e) }, 'router: cannot tell the worker to ping'))
   }
 }

@@ -1,4 +1,5 @@
 import { ApiError } from '../errors.js'
+import { Semaphore, WaitRefused } from '../semaphore.js'
 
 export interface LimiterOptions {
   /** Queries executed at the same time. */
@@ -9,75 +10,35 @@ export interface LimiterOptions {
   queueTimeoutMs: number
 }
 
-interface Waiter {
-  grant: (release: () => void) => void
-  timer: NodeJS.Timeout
-}
-
-/** Bounded concurrency with a bounded wait queue; refusals are 503 answers the clients retry. */
+/**
+ * A worker's admission of queries: the semaphore of src/semaphore.ts with a bounded queue and a
+ * longest wait; its refusals are 503 answers the clients retry (499 when the client went away).
+ */
 export class Limiter {
-  private active = 0
-  private readonly waiting: Waiter[] = []
+  private readonly slots: Semaphore
 
   constructor(
     private readonly opts: LimiterOptions,
-    private readonly onChange: (active: number, queued: number) => void = () => {},
-  ) {}
+    onChange: (active: number, queued: number) => void = () => {},
+  ) {
+    this.slots = new Semaphore(opts.concurrency, { queue: opts.queue, waitMs: opts.queueTimeoutMs, onChange })
+  }
 
   get stats() {
-    return { active: this.active, queued: this.waiting.length, ...this.opts }
+    return { ...this.slots.stats, ...this.opts }
   }
 
   /**
    * Wait for a slot; resolves with its release function (call it exactly once). `signal` aborts the
    * wait when the client goes away.
    */
-  acquire(signal?: AbortSignal): Promise<() => void> {
-    if (signal?.aborted) return Promise.reject(clientGone())
-    if (this.active < this.opts.concurrency) {
-      this.active++
-      this.onChange(this.active, this.waiting.length)
-      return Promise.resolve(this.releaser())
-    }
-    if (this.waiting.length >= this.opts.queue) return Promise.reject(busy('too many queries are running or waiting'))
-    return new Promise((resolve, reject) => {
-      const waiter: Waiter = {
-        grant: resolve,
-        timer: setTimeout(() => {
-          this.remove(waiter)
-          reject(busy(`no execution slot became free within ${this.opts.queueTimeoutMs} ms`))
-        }, this.opts.queueTimeoutMs),
-      }
-      signal?.addEventListener('abort', () => {
-        if (this.remove(waiter)) reject(clientGone())
-      })
-      this.waiting.push(waiter)
-      this.onChange(this.active, this.waiting.length)
-    })
-  }
-
-  private remove(w: Waiter): boolean {
-    const i = this.waiting.indexOf(w)
-    if (i < 0) return false
-    this.waiting.splice(i, 1)
-    clearTimeout(w.timer)
-    this.onChange(this.active, this.waiting.length)
-    return true
-  }
-
-  private releaser(): () => void {
-    let done = false
-    return () => {
-      if (done) return
-      done = true
-      const next = this.waiting.shift()
-      if (next) {
-        clearTimeout(next.timer)
-        next.grant(this.releaser())
-      } else {
-        this.active--
-      }
-      this.onChange(this.active, this.waiting.length)
+  async acquire(signal?: AbortSignal): Promise<() => void> {
+    try {
+      return await this.slots.acquire(signal)
+    } catch (e) {
+      if (!(e instanceof WaitRefused)) throw e
+      if (e.reason === 'aborted') throw clientGone()
+      throw busy(e.reason === 'queue' ? 'too many queries are running or waiting' : `no execution slot became free within ${this.opts.queueTimeoutMs} ms`)
     }
   }
 }

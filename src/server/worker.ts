@@ -10,6 +10,7 @@ import type { DesiredState, PingAnswer } from './router.js'
 import { lowerBoundLast } from '../chunks/search.js'
 import { resolveChunks, supersede } from '../chunks/supersede.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
+import { httpRequest } from '../http-request.js'
 import { extendListing } from './freshness.js'
 
 /*
@@ -319,14 +320,14 @@ export class WorkerNode {
   }
 
   private async pingRouter(): Promise<void> {
-    const res = await fetch(`${this.opts.routerUrl}/ping`, {
+    const res = await httpRequest(`${this.opts.routerUrl}/ping`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...this.opts.pingHeaders?.() },
       body: JSON.stringify({ worker_id: this.opts.id, worker_url: this.opts.publicUrl, state: this.state(), queries: this.opts.queryCount?.() }),
-      signal: AbortSignal.timeout(Math.max(5000, this.opts.heartbeatMs * 2)),
+      timeoutMs: Math.max(5000, this.opts.heartbeatMs * 2),
     })
-    const text = await res.text()
-    if (!res.ok) throw new Error(`router answered ${res.status}: ${text.slice(0, 300)}`)
+    const text = res.text
+    if (res.status < 200 || res.status >= 300) throw new Error(`router answered ${res.status}: ${text.slice(0, 300)}`)
     const answer = JSON.parse(text) as PingAnswer
     this.opts.storage.useDatasets(answer.datasets)
     await this.applyDesired(answer.desired, answer.datasets, answer.recent)

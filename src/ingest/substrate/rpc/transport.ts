@@ -1,11 +1,10 @@
-import { RpcClient as SqdRpcClient } from '@subsquid/rpc-client'
-import { RpcClient, RpcError, type RpcCall } from '../../rpc.js'
+import { RpcClient, type RpcCall } from '../../rpc.js'
 
 /*
- * How the Substrate source talks to a node: JSON-RPC calls and batches over HTTP(S) (our own
- * RpcClient: batching, bounded concurrency, retries) or over WebSocket (@subsquid/rpc-client, the
- * client squid's own Substrate data source uses, with its reconnects and retries). A batch answers
- * each call with its result or an `RpcError` (the node's error answer), never throwing for one call.
+ * How the Substrate source talks to a node: JSON-RPC calls and batches over HTTP(S) or WebSocket,
+ * both through the one RpcClient (src/ingest/rpc.ts: batching, bounded concurrency, retries), cut
+ * into batches of `batchSize` calls. A batch answers each call with its result or an `RpcError`
+ * (the node's error answer), never throwing for one call.
  */
 
 export interface SubstrateTransport {
@@ -30,9 +29,8 @@ export interface TransportOptions {
 
 export function createTransport(opts: TransportOptions): SubstrateTransport {
   const protocol = new URL(opts.url).protocol
-  if (protocol === 'ws:' || protocol === 'wss:') return new WsTransport(opts)
-  if (protocol === 'http:' || protocol === 'https:') return new HttpTransport(opts)
-  throw new Error(`a Substrate RPC URL must be ws(s):// or http(s)://, got ${opts.url}`)
+  if (!['ws:', 'wss:', 'http:', 'https:'].includes(protocol)) throw new Error(`a Substrate RPC URL must be ws(s):// or http(s)://, got ${opts.url}`)
+  return new RpcTransport(opts)
 }
 
 function chunks<T>(list: T[], size: number): T[][] {
@@ -41,7 +39,7 @@ function chunks<T>(list: T[], size: number): T[][] {
   return out
 }
 
-export class HttpTransport implements SubstrateTransport {
+export class RpcTransport implements SubstrateTransport {
   readonly url: string
   readonly client: RpcClient
   private readonly batchSize: number
@@ -58,43 +56,6 @@ export class HttpTransport implements SubstrateTransport {
 
   async batch(calls: RpcCall[]): Promise<unknown[]> {
     const parts = await Promise.all(chunks(calls, this.batchSize).map((c) => this.client.batch(c)))
-    return parts.flat()
-  }
-
-  async close(): Promise<void> {}
-}
-
-export class WsTransport implements SubstrateTransport {
-  readonly url: string
-  readonly client: SqdRpcClient
-  private readonly batchSize: number
-
-  constructor(opts: TransportOptions) {
-    this.url = opts.url
-    this.batchSize = Math.max(1, opts.batchSize ?? 100)
-    this.client = new SqdRpcClient({
-      url: opts.url,
-      capacity: Math.max(1, opts.concurrency ?? 4),
-      requestTimeout: opts.timeoutMs ?? 60_000,
-      retryAttempts: Math.max(0, (opts.attempts ?? 8) - 1),
-      log: null,
-    })
-  }
-
-  call(method: string, params: unknown[] = []): Promise<any> {
-    return this.client.call(method, params, {
-      validateError: (info) => {
-        throw new RpcError(method, params, info.code, info.message, info.data)
-      },
-    })
-  }
-
-  async batch(calls: RpcCall[]): Promise<unknown[]> {
-    const parts = await Promise.all(chunks(calls, this.batchSize).map((part) =>
-      this.client.batchCall(part.map((c) => ({ method: c.method, params: c.params })), {
-        validateError: (info, req) => new RpcError(req.method, (req.params as unknown[]) ?? [], info.code, info.message, info.data),
-      }),
-    ))
     return parts.flat()
   }
 

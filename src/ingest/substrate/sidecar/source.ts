@@ -2,6 +2,7 @@ import { substrateFamily } from '../../../families/substrate.js'
 import { log } from '../../../log.js'
 import { exponential, retry } from '../../../retry.js'
 import { Semaphore } from '../../../semaphore.js'
+import { httpRequest, type HttpAnswer } from '../../../http-request.js'
 import { newTransferStats, RpcUnavailable, type TransferStats } from '../../rpc.js'
 import { BadRpcAnswer, BlockNotAvailable, fetchAndNormalize, type BlockSource, type FinalityLevel, type RowsBatch } from '../../source.js'
 import { normalizeSidecarBlock } from './normalize.js'
@@ -95,18 +96,18 @@ export class SidecarSource implements BlockSource {
     const release = await this.inFlight.acquire()
     try {
       return await retry(async () => {
-        let res: Response
+        let res: HttpAnswer
         let text: string
         try {
-          res = await fetch(this.url + route, { signal: AbortSignal.timeout(this.timeoutMs), headers: { accept: 'application/json' } })
-          text = await res.text()
+          res = await httpRequest(this.url + route, { timeoutMs: this.timeoutMs, headers: { accept: 'application/json' } })
+          text = res.text
         } catch (e) {
           throw new SidecarRetry((e as Error).name === 'TimeoutError' ? `timed out after ${this.timeoutMs} ms` : String((e as Error).message ?? e))
         }
         this.stats.requests++
         this.stats.calls++
         this.stats.bytes += text.length
-        if (res.ok) {
+        if (res.status >= 200 && res.status < 300) {
           const t0 = performance.now()
           try {
             return JSON.parse(text)

@@ -1,12 +1,14 @@
 import http from 'node:http'
 import https from 'node:https'
 import zlib from 'node:zlib'
-import { BodyBuffers, decodeText } from '../body-buffers.js'
+import { BodyBuffers, decodeText } from './body-buffers.js'
 
 /*
- * The client's HTTP requests, on node:http(s) with kept-alive connections. Measured against the
- * global fetch on loopback (docs/benchmark-history.md, step 31): a request and its headers go out in
- * one write (fetch wrote headers and body apart), and a round trip costs the client about half the CPU.
+ * The one HTTP client of the code base, on node:http(s) with kept-alive connections: the archive
+ * client's queries, the ingest's JSON-RPC and Sidecar requests, a worker's pings to its router, the
+ * router's nudges and an ingest's notifications. Measured against the global fetch on loopback
+ * (docs/benchmark-history.md, step 31): a request and its headers go out in one write (fetch wrote
+ * headers and body apart), and a round trip costs the client about half the CPU.
  */
 
 const agents = {
@@ -14,10 +16,20 @@ const agents = {
   'https:': new https.Agent({ keepAlive: true }),
 }
 
+/** Kept-alive connections of one's own (e.g. at most `maxSockets` to a node), for `HttpRequestOptions.agent`. */
+export function keptAliveAgent(url: string | URL, maxSockets?: number): http.Agent {
+  const protocol = new URL(url).protocol
+  return new (protocol === 'https:' ? https : http).Agent({ keepAlive: true, maxSockets })
+}
+
 export interface HttpAnswer {
   status: number
+  statusText: string
   header(name: string): string | undefined
-  text: string
+  /** The body as text (ASCII read as Latin-1, else UTF-8). */
+  readonly text: string
+  /** The body's bytes: with `HttpRequestOptions.buffers`, a view of a buffer of those. */
+  readonly bytes: Buffer
 }
 
 export interface HttpRequestOptions {
@@ -26,6 +38,13 @@ export interface HttpRequestOptions {
   body?: string
   timeoutMs: number
   signal?: AbortSignal
+  /** Connections to use (default: the module's kept-alive agents, one per protocol). */
+  agent?: http.Agent
+  /**
+   * Receive the body into a buffer of these, copied there as it arrives (bodies of many MB that
+   * are scanned as bytes: the ingest's JSON-RPC answers). Give it back with `buffers.give` once read.
+   */
+  buffers?: BodyBuffers
 }
 
 /**
@@ -62,12 +81,70 @@ export async function httpRequest(url: string, o: HttpRequestOptions): Promise<H
   }
 }
 
+/** Where an answer's body is collected: its pieces (joined once, as text), or one growing buffer of `BodyBuffers`. */
+interface Sink {
+  add(piece: Buffer): void
+  answer(status: number, statusText: string, headers: http.IncomingHttpHeaders): HttpAnswer
+}
+
+class Pieces implements Sink {
+  private readonly parts: Buffer[] = []
+  add(piece: Buffer): void {
+    this.parts.push(piece)
+  }
+  answer(status: number, statusText: string, headers: http.IncomingHttpHeaders): HttpAnswer {
+    const parts = this.parts
+    let text: string | undefined
+    let bytes: Buffer | undefined
+    return {
+      status,
+      statusText,
+      header: (name) => single(headers[name.toLowerCase()]),
+      get text() {
+        return (text ??= textOf(parts))
+      },
+      get bytes() {
+        return (bytes ??= parts.length === 1 ? parts[0] : Buffer.concat(parts))
+      },
+    }
+  }
+}
+
+class Buffered implements Sink {
+  private body: Buffer
+  private size = 0
+  constructor(private readonly buffers: BodyBuffers, announced: number) {
+    this.body = buffers.take(Number.isSafeInteger(announced) && announced >= 0 ? announced : 0)
+  }
+  add(piece: Buffer): void {
+    if (this.size + piece.length > this.body.length) {
+      const larger = this.buffers.take(Math.max(2 * this.body.length, this.size + piece.length))
+      this.body.copy(larger, 0, 0, this.size)
+      this.body = larger
+    }
+    this.size += piece.copy(this.body, this.size)
+  }
+  answer(status: number, statusText: string, headers: http.IncomingHttpHeaders): HttpAnswer {
+    const bytes = this.body.subarray(0, this.size)
+    let text: string | undefined
+    return {
+      status,
+      statusText,
+      header: (name) => single(headers[name.toLowerCase()]),
+      get text() {
+        return (text ??= decodeText(bytes))
+      },
+      bytes,
+    }
+  }
+}
+
 function once(url: string, method: string, body: string | undefined, o: HttpRequestOptions): Promise<HttpAnswer> {
   return new Promise<HttpAnswer>((resolve, reject) => {
     if (o.signal?.aborted) return reject(o.signal.reason)
     const parsed = new URL(url)
-    const agent = agents[parsed.protocol as keyof typeof agents]
-    if (!agent) return reject(new TypeError(`unsupported protocol in ${url}`))
+    const agent = o.agent ?? agents[parsed.protocol as keyof typeof agents]
+    if (!agent || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')) return reject(new TypeError(`unsupported protocol in ${url}`))
     const headers: Record<string, string | number> = { ...o.headers }
     if (body !== undefined) headers['content-length'] = Buffer.byteLength(body)
     let settled = false
@@ -84,19 +161,18 @@ function once(url: string, method: string, body: string | undefined, o: HttpRequ
       const encoding = res.headers['content-encoding']
       const decoder = encoding === 'gzip' ? zlib.createGunzip() : encoding === 'br' ? zlib.createBrotliDecompress() : encoding === 'deflate' ? zlib.createInflate() : undefined
       const source = decoder ? res.pipe(decoder) : res
-      const parts: Buffer[] = []
+      const sink: Sink = o.buffers ? new Buffered(o.buffers, decoder ? 0 : Number(res.headers['content-length'])) : new Pieces()
       res.on('error', (e) => fail(new RequestFailed(true, (e as NodeJS.ErrnoException).code, e)))
       res.on('close', () => {
         if (!res.complete) fail(new RequestFailed(true, 'ECONNRESET', new Error('the connection closed before the whole answer came')))
       })
       decoder?.on('error', (e) => fail(new RequestFailed(true, (e as NodeJS.ErrnoException).code, e)))
-      source.on('data', (d: Buffer) => parts.push(d))
+      source.on('data', (d: Buffer) => sink.add(d))
       source.on('end', () => {
         if (settled) return
         settled = true
         cleanup()
-        const text = textOf(parts)
-        resolve({ status: res.statusCode ?? 0, header: (name) => single(res.headers[name.toLowerCase()]), text })
+        resolve(sink.answer(res.statusCode ?? 0, res.statusMessage ?? '', res.headers))
       })
     })
     req.on('error', (e) => fail(new RequestFailed(answered, (e as NodeJS.ErrnoException).code, e)))
@@ -122,6 +198,7 @@ function single(v: string | string[] | undefined): string | undefined {
  * 4.73–4.93 CPU s (docs/benchmark-history.md, step 39).
  */
 export function textOf(parts: Buffer[]): string {
+  if (parts.length === 0) return ''
   if (parts.length === 1) return decodeText(parts[0])
   let n = 0
   for (const p of parts) n += p.length
