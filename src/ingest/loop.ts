@@ -253,7 +253,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     if (bounded) {
       const from = o.from ?? datasetLast + 1
       ;({ resumeAt: start, stopAt: stop } = rangeResume(listed, from, o.to!))
-      written = listed.filter((c) => c.first >= from && c.last < start)
+      // without --from the range continues the dataset (a reorg may reach below it); with one, only its own chunks are this run's to drop
+      written = listed.filter((c) => (o.from == null || c.first >= from) && c.last < start)
       lastChunk = listed.find((c) => c.last === start - 1)
       if (start <= o.to!) await target.claim({ from, to: o.to! })
       if (start > from && start <= o.to!) log.info({ from, to: o.to, resumeAt: start, stopAt: stop }, 'resuming the range after its last complete chunk')
