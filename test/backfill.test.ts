@@ -219,6 +219,8 @@ describe('backfill in parallel', { timeout: 600_000 }, () => {
       const belowWorker = await (await fetch(`${base}/5/worker`)).text()
       const below = await (await fetch(belowWorker, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ fromBlock: 5, toBlock: 40, fields: { block: { number: true } }, includeAllBlocks: true }) })).json()
       assert.deepEqual(below.map((b: any) => b.header.number), [5, 6, 7, 8, 9])
+      const page = await (await fetch(`${router}/`, { headers: { accept: 'text/html' } })).text()
+      assert.match(page, /blocks 10–29 still being written/)
       const metrics = await (await fetch(`${router}/metrics`)).text()
       assert.match(metrics, /block_archive_router_backfill_gaps\{dataset="bf"\} 1/)
       assert.match(metrics, /block_archive_router_backfill_gap_blocks\{dataset="bf"\} 20/)

@@ -442,7 +442,7 @@ export class RouterState {
         lastChunkBlock: ds.chunks.at(-1)?.last ?? -1,
         lag: this.lags.get(ds.name)?.lag(ds.height, now) ?? null,
         spans: chunkSpans(ds.chunks),
-        gaps: ds.gaps.map((g) => [g.first, g.last]),
+        gaps: ds.gaps.map((g): [number, number] => [g.first, g.last]),
         backfills: ds.claims.map((c) => ({ from: c.from, to: c.to, running: claimLive(c, now), host: c.host, pid: c.pid, ...(c.stoppedAt ? { stoppedAt: c.stoppedAt } : {}) })),
       })),
       workers: [...this.workers.values()].map((w) => ({
