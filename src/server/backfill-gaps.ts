@@ -1,6 +1,8 @@
 import { Gauge } from 'prom-client'
 import { registry } from '../metrics.js'
 import type { FillGap } from './continuity.js'
+import type { ClaimRecord } from '../ingest/range-claims.js'
+import type { ChunkStorage } from './storage.js'
 
 /*
  * The router's view of gaps being filled (a backfill in parallel, docs/ingest.md): blocks missing
@@ -36,4 +38,33 @@ export function blockInGap(gaps: readonly FillGap[], block: number): FillGap | u
 /** Whether a gap lies between the two blocks (above `low`, below `high`). */
 export function gapsBelow(gaps: readonly FillGap[], low: number, high: number): boolean {
   return gaps.some((g) => g.first > low && g.last < high)
+}
+
+/** Claims are read again at least this often while none is known (a backfill below the first chunk). */
+const CLAIMS_RECHECK_MS = 10_000
+
+/**
+ * The range claims of one dataset, read when they may matter, so that a relisting of a dataset
+ * nobody backfills costs no request more: at the first listing, at every listing while claims
+ * exist, every CLAIMS_RECHECK_MS otherwise, and when the listing finds a missing chunk (`force`:
+ * the first chunk of a range that started since).
+ */
+export class ClaimWatch {
+  private claims: ClaimRecord[] = []
+  private readAt = -Infinity
+  /** Read during the current listing. */
+  fresh = false
+
+  constructor(
+    private readonly storage: ChunkStorage,
+    private readonly dataset: string,
+  ) {}
+
+  async read(force: boolean, now = Date.now()): Promise<ClaimRecord[]> {
+    this.fresh = force || this.claims.length > 0 || now - this.readAt >= CLAIMS_RECHECK_MS
+    if (!this.fresh || !this.storage.listClaims) return this.claims
+    this.claims = await this.storage.listClaims(this.dataset)
+    this.readAt = now
+    return this.claims
+  }
 }

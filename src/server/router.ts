@@ -10,7 +10,7 @@ import { QueryRate } from './query-rate.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
 import { ContinuityTracker, checkContinuity, type FillGap } from './continuity.js'
 import { claimLive, type ClaimRecord } from '../ingest/range-claims.js'
-import { blockInGap, gapsBelow, reportGaps } from './backfill-gaps.js'
+import { blockInGap, ClaimWatch, gapsBelow, reportGaps } from './backfill-gaps.js'
 import { HeadLag, type DatasetLag } from './head-lag.js'
 import { MergeSwap } from './swap.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
@@ -113,6 +113,8 @@ interface DatasetEntry {
 export class RouterState {
   private readonly datasets = new Map<string, DatasetEntry>()
   private readonly workers = new Map<string, WorkerEntry>()
+  /** Per dataset: the ingests' range claims, read when they may matter (backfill-gaps.ts). */
+  private readonly claimWatches = new Map<string, ClaimWatch>()
   /** Per dataset: the last listing's continuity, so a relisting checks only what is new. */
   private readonly continuity = new Map<string, ContinuityTracker>()
   /** Live worker ids as the assignments know them. */
@@ -170,14 +172,19 @@ export class RouterState {
       let gaps: FillGap[]
       let claims: ClaimRecord[]
       try {
-        claims = (await this.storage.listClaims?.(info.name)) ?? []
+        let watch = this.claimWatches.get(info.name)
+        if (!watch) this.claimWatches.set(info.name, (watch = new ClaimWatch(this.storage, info.name)))
+        claims = await watch.read(false)
         // chunks of a range written below the last chunk are where an incremental listing does not look
         all = await this.storage.listChunks(info.name, claims.some((c) => c.to !== null))
         let kept
         ;({ kept, superseded } = supersede(all))
         let tracker = this.continuity.get(info.name)
         if (!tracker) this.continuity.set(info.name, (tracker = new ContinuityTracker()))
-        ;({ servable: chunks, problems, gaps } = await tracker.check(kept, (c) => this.storage.chunkMeta(info.name, c), claims))
+        const metaOf = (c: ChunkRef) => this.storage.chunkMeta(info.name, c)
+        ;({ servable: chunks, problems, gaps } = await tracker.check(kept, metaOf, claims))
+        // a missing chunk may be a range being backfilled that started since the claims were read
+        if (problems.length && !watch.fresh) ({ servable: chunks, problems, gaps } = await tracker.check(kept, metaOf, (claims = await watch.read(true))))
       } catch (e) {
         if (strict) throw e
         log.error({ err: e, dataset: info.name }, 'router: cannot list chunks')
