@@ -256,7 +256,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       // without --from the range continues the dataset (a reorg may reach below it); with one, only its own chunks are this run's to drop
       written = listed.filter((c) => (o.from == null || c.first >= from) && c.last < start)
       lastChunk = listed.find((c) => c.last === start - 1)
-      if (start <= o.to!) await target.claim({ from, to: o.to! })
+      // claimed even when complete already: a stopped claim of it (a run killed before deleting it) goes at the end
+      if (from <= o.to!) await target.claim({ from, to: o.to! })
       if (start > from && start <= o.to!) log.info({ from, to: o.to, resumeAt: start, stopAt: stop }, 'resuming the range after its last complete chunk')
       if (stop! < o.to!) log.info({ from, to: o.to, stopAt: stop, next: stop! + 1 }, 'the range already has chunks from block ' + (stop! + 1) + '; this run ends below them')
     } else {

@@ -179,8 +179,9 @@ export class RangeClaim {
     const live = overlapping.find((c) => claimLive(c))
     if (live) throw this.refusal(live)
     for (const c of overlapping) {
-      // stopped or dead: ours now where it lies inside our range (a claim reaching past it stays, for its other blocks)
-      if (c.from >= this.range.from && (c.to ?? Infinity) <= (this.range.to ?? Infinity)) {
+      // stopped or dead: ours now where it lies inside our range (a claim reaching past it stays, for its
+      // other blocks); a dead claim up to the head goes anyway (it stands for no unfinished range)
+      if (c.to === null || (c.from >= this.range.from && c.to <= (this.range.to ?? Infinity))) {
         log.info({ claim: claimName(c), owner: c.owner, host: c.host, pid: c.pid, stoppedAt: c.stoppedAt }, 'taking over the range claim of an ingest that stopped')
         await this.store.remove(claimName(c))
       }
