@@ -3,7 +3,7 @@ import { readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { listLocalChunks, readChunkMeta, type ChunkMeta, type ChunkRef } from '../src/chunks/layout.js'
-import { DatasetLocked, runIngest, type IngestOptions } from '../src/ingest/loop.js'
+import { DatasetLocked, rangeResume, runIngest, type IngestOptions } from '../src/ingest/loop.js'
 import { FolderClaims, RangeClaim, readClaims } from '../src/ingest/range-claims.js'
 import { loadRecordedChain } from '../src/ingest/recorded.js'
 import { ReplayServer } from '../src/ingest/replay.js'
@@ -76,6 +76,36 @@ async function json(url: string): Promise<any> {
 }
 
 describe('backfill in parallel', { timeout: 600_000 }, () => {
+  it('where a range resumes: after the chunks that follow each other from its start, up to the next chunk in it', () => {
+    const c = (first: number, last: number) => ({ top: 0, first, last, hash: 'x', path: `${first}-${last}` })
+    const chunks = [c(0, 9), c(10, 19), c(30, 39), c(50, 59), c(60, 69)]
+    assert.deepEqual(rangeResume(chunks, 0, 69), { resumeAt: 20, stopAt: 29 })
+    assert.deepEqual(rangeResume(chunks, 40, 59), { resumeAt: 40, stopAt: 49 })
+    assert.deepEqual(rangeResume(chunks, 50, 69), { resumeAt: 70, stopAt: 69 }, 'complete')
+    assert.deepEqual(rangeResume(chunks, 5, 14), { resumeAt: 20, stopAt: 14 }, 'inside chunks written by others')
+    assert.deepEqual(rangeResume(chunks, 70, 99), { resumeAt: 70, stopAt: 99 }, 'above every chunk')
+    assert.deepEqual(rangeResume([], 100, 199), { resumeAt: 100, stopAt: 199 })
+  })
+
+  it('a claim of a process that no longer runs is taken over; one of a running process is not', async () => {
+    const dir = folder()
+    const { mkdir, writeFile } = await import('node:fs/promises')
+    const os = await import('node:os')
+    await mkdir(dir, { recursive: true })
+    const record = (pid: number, from: number, to: number | null) => JSON.stringify({ owner: `o${pid}`, host: os.hostname(), pid, from, to, acquiredAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 60_000).toISOString() })
+    // pid 2^22 + 1 is above Linux's pid_max: no such process
+    await writeFile(path.join(dir, '.ingest-lease-0-99.json'), record(4194305, 0, 99))
+    await writeFile(path.join(dir, '.ingest-lease-100-head.json'), record(4194305, 100, null))
+    const store = new FolderClaims(dir)
+    const mine = new RangeClaim(store, { from: 0, to: 199 }, claimTiming)
+    await mine.acquire()
+    assert.deepEqual((await readClaims(store)).map((x) => [x.from, x.to, x.owner === mine.owner]), [[0, 199, true]])
+    const other = new RangeClaim(store, { from: 150, to: 250 }, claimTiming)
+    await assert.rejects(other.acquire(), /blocks 0–199\) until .*, which overlaps blocks 150–250/)
+    await mine.release(true)
+    assert.deepEqual(await readClaims(store), [])
+  })
+
   it('two ingests of disjoint ranges into one folder write the chunks one ingest of the whole range writes (same ranges, byte-identical Parquet)', async () => {
     const server = await serve()
     try {
@@ -231,7 +261,10 @@ describe('backfill in parallel', { timeout: 600_000 }, () => {
       const filled = await until('gap filled', async () => {
         const d = await status()
         return d.gaps.length === 0 && d.height === 59 ? d : undefined
-      }, 60_000)
+      }, 120_000).catch(async (e) => {
+        console.log(JSON.stringify(await json(`${router}/status`)), await readdir(dir))
+        throw e
+      })
       assert.deepEqual(filled.backfills, [])
       assert.equal((await fetch(`${base}/15/worker`)).status, 200)
       assert.equal(await (await fetch(`${base}/height`)).text(), '59')
