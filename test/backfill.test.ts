@@ -204,6 +204,19 @@ describe('backfill in parallel', { timeout: 600_000 }, () => {
     }
   })
 
+  it('a range that ends below a range written before checks the join: a block that is not the parent of the next range\'s first block stops it, naming both', async () => {
+    const server = await serve()
+    const dir = folder()
+    try {
+      await ingest({ rpc: server.url, out: dir, from: 10, to: 19 })
+      server.fork(5) // blocks 5 on get other hashes: the lower range is read from another fork
+      await assert.rejects(ingest({ rpc: server.url, out: dir, from: 0, to: 9 }), /block 9 \(0x[0-9a-f]+\) written by this run is not the parent of block 10 in chunk 0000000010\/0000000010-0000000019-\w+ \(its parent hash is 0x[0-9a-f]+\): the two ranges were read from different chains or forks/)
+      assert.deepEqual((await readClaims(new FolderClaims(dir))).map((c) => [c.from, c.to, !!c.stoppedAt]), [[0, 9, true]], 'the range is not taken for complete')
+    } finally {
+      await server.close()
+    }
+  })
+
   it('the router serves a completed range while the range below it is still written: 503 for the blocks between, /height below them, the gap on the status page and in /metrics until filled', async () => {
     const server = await serve({ head: 59 })
     const dir = path.join(folder(), 'bf')

@@ -485,7 +485,19 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       await head?.close()
     }
     if (bounded && !o.signal?.aborted) {
-      const left = rangeResume(await target.listChunks(), o.from ?? datasetLast + 1, o.to!)
+      const now = await target.listChunks()
+      // the range above, written before this one ended: its first block must be the child of this run's last
+      const above = result.blocks > 0 && prev ? now.find((c) => c.first === prev!.number + 1) : undefined
+      if (above && prev) {
+        const parent = (await target.readChunkMeta(above)).firstParentHash.toLowerCase()
+        if (parent !== prev.hash) {
+          throw new Error(
+            `block ${prev.number} (${prev.hash}) written by this run is not the parent of block ${above.first} in chunk ${above.path} (its parent hash is ${parent}): ` +
+              'the two ranges were read from different chains or forks; delete the chunks of the range on the wrong one and ingest it again',
+          )
+        }
+      }
+      const left = rangeResume(now, o.from ?? datasetLast + 1, o.to!)
       if (left.resumeAt > o.to!) await target.releaseClaim(true)
       else log.warn({ from: o.from, to: o.to, missingFrom: left.resumeAt, missingTo: left.stopAt }, 'blocks of the range are still missing (chunks of another run lie in it): run the same ingest again to write them')
     }
