@@ -55,6 +55,17 @@ describe('compaction plan', () => {
     assert.equal(tailBound({ fanout: 4, chunkBlocks: 10_000 }), 21)
   })
 
+  it('leaves the chunks of ranges other ingests claim alone (a backfill in parallel), and never merges across the block before a range', () => {
+    const b: CompactBounds = { fanout: 2, chunkBlocks: 1000, chunkBytes: 1e9 }
+    const chunks = [chunk(0, 9), chunk(10, 19), chunk(20, 29), chunk(30, 39), chunk(40, 49), chunk(50, 59)]
+    const merged = (m: ReturnType<typeof planMerges>) => m.map((x) => x.chunks.map((c) => c.meta.first))
+    assert.deepEqual(merged(planMerges(chunks, b)), [[0, 10], [20, 30], [40, 50]])
+    assert.deepEqual(merged(planMerges(chunks, { ...b, excluded: [{ from: 20, to: 39 }] })), [[0, 10], [40, 50]])
+    assert.deepEqual(merged(planMerges(chunks, { ...b, excluded: [{ from: 35, to: null }] })), [[0, 10]], 'a claim up to the head')
+    // the first chunk of a range says which block it follows: not the end of the chunk before it while the blocks between are missing
+    assert.deepEqual(merged(planMerges([chunk(0, 9), chunk(30, 39, { previousLast: 29 })], b)), [])
+  })
+
   it('never merges across a jump, other tables, full, sealed or size-less chunks, or above maxBlock', () => {
     const b = { fanout: 2, chunkBlocks: 10, chunkBytes: 1e12 }
     assert.equal(planMerges([chunk(0, 0), chunk(5, 5, { previousLast: 3 })], b).length, 0, 'a jump')

@@ -70,6 +70,8 @@ export function registerCompact(program: Command): void {
         graceMs: o.compactGraceMs,
         intervalMs: o.intervalMs,
         all: true,
+        // ranges ingests are writing (or stopped writing before their end): their chunks stay as they are
+        excluded: () => target.claims(),
       })
       try {
         if (o.follow) {

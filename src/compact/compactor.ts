@@ -30,7 +30,7 @@ import { isOpen, planMerges, type CompactBounds, type Merge, type PlanChunk } fr
  * whenever their grace has passed.
  */
 
-export interface CompactorOptions extends Omit<CompactBounds, 'maxBlock'> {
+export interface CompactorOptions extends Omit<CompactBounds, 'maxBlock' | 'excluded'> {
   /** Dataset name (logs and metrics). */
   dataset: string
   /** Superseded chunks are deleted this long after the merged chunk was published. */
@@ -39,6 +39,8 @@ export interface CompactorOptions extends Omit<CompactBounds, 'maxBlock'> {
   intervalMs?: number
   /** Only chunks ending at or below this block are merged (default: all). */
   maxBlock?: () => number
+  /** Ranges whose chunks are not merged (read at each pass). */
+  excluded?: () => Promise<{ from: number; to: number | null }[]>
   /**
    * Read every chunk's meta (the `compact` command). Otherwise only the end of the dataset is looked
    * at: back to the last `CLOSED_RUN` consecutive chunks compaction leaves as they are.
@@ -97,7 +99,7 @@ export class Compactor {
       result.waiting = superseded.length - removed
       compactionSuperseded.set({ dataset: this.o.dataset }, result.waiting)
       const chunks = await this.tail(kept)
-      const bounds = { ...this.o, maxBlock: this.o.maxBlock?.() }
+      const bounds = { ...this.o, maxBlock: this.o.maxBlock?.(), excluded: await this.o.excluded?.() }
       result.open = chunks.filter((c) => isOpen(c.meta, bounds)).length
       compactionOpenChunks.set({ dataset: this.o.dataset }, result.open)
       const merges = planMerges(chunks, bounds)
@@ -194,7 +196,7 @@ export class Compactor {
         continue
       }
       out.push({ ref, meta })
-      closed = isOpen(meta, { ...this.o, maxBlock: undefined }) ? 0 : closed + 1
+      closed = isOpen(meta, { ...this.o, maxBlock: undefined, excluded: undefined }) ? 0 : closed + 1
     }
     return out.reverse()
   }

@@ -10,11 +10,13 @@ export interface CompactSettings {
   intervalMs?: number
   /** Only chunks ending at or below this block are merged (default: all written chunks). */
   maxBlock?: () => number
+  /** Block ranges whose chunks are not merged (other ingests' claims: ranges still being written). */
+  excluded?: () => Promise<{ from: number; to: number | null }[]>
 }
 
 
 export function startCompactor(target: IngestTarget, family: FamilyDecl, dataset: string, chunkBlocks: number, chunkBytes: number, s: CompactSettings): Compactor {
-  const c = new Compactor(target, family, { dataset, chunkBlocks, chunkBytes, fanout: s.fanout, graceMs: s.graceMs, intervalMs: s.intervalMs, maxBlock: s.maxBlock })
+  const c = new Compactor(target, family, { dataset, chunkBlocks, chunkBytes, fanout: s.fanout, graceMs: s.graceMs, intervalMs: s.intervalMs, maxBlock: s.maxBlock, excluded: s.excluded })
   c.start()
   return c
 }

@@ -22,6 +22,8 @@ export interface CompactBounds {
   chunkBytes: number
   /** Only chunks ending at or below this block are merged (e.g. below the finality point). */
   maxBlock?: number
+  /** Chunks overlapping these ranges are not merged (ranges other ingests are writing; `to` null: no end). */
+  excluded?: { from: number; to: number | null }[]
 }
 
 export interface Merge {
@@ -86,7 +88,7 @@ function openRuns(chunks: PlanChunk[], b: CompactBounds): PlanChunk[][] {
   const runs: PlanChunk[][] = []
   let run: PlanChunk[] = []
   for (const c of chunks) {
-    const ok = isOpen(c.meta, b) && c.ref.last <= (b.maxBlock ?? Infinity)
+    const ok = isOpen(c.meta, b) && c.ref.last <= (b.maxBlock ?? Infinity) && !(b.excluded ?? []).some((x) => c.ref.first <= (x.to ?? Infinity) && x.from <= c.ref.last)
     if (ok && run.length && joinable(run[run.length - 1], c)) run.push(c)
     else {
       if (run.length > 1) runs.push(run)

@@ -15,11 +15,12 @@ import { createSource, sourceSpec, type SourceOptions } from './sources.js'
 import { IngestProgress, type ProgressMode } from './progress.js'
 import { newTransferStats } from './rpc.js'
 import type { LeaseOptions } from './s3-lease.js'
-import { ingestTarget, type UploadStats } from './target.js'
+import { ingestTarget, type IngestTarget, type UploadStats } from './target.js'
 import { startCompactor, type CompactSettings } from '../compact/in-ingest.js'
 import type { Compactor } from '../compact/compactor.js'
 import { HeadWriter } from './head-writer.js'
 import { sleep } from '../retry.js'
+import type { ClaimOptions } from './range-claims.js'
 
 export { DatasetLocked, LeaseLost } from './locked.js'
 
@@ -42,9 +43,15 @@ export interface IngestOptions extends Partial<SourceOptions> {
   out: string
   /** `s3://` targets: timing of the lease that keeps other ingests out (s3-lease.ts). */
   lease?: LeaseOptions
+  /** Timing of the range claim (range-claims.ts). */
+  claim?: ClaimOptions
   /** First block (default: after the last chunk, or 0). */
   from?: number
-  /** Last block (default: the confirmed head, or forever with `follow`). */
+  /**
+   * Last block (default: the confirmed head, or forever with `follow`). With `to` the ingest writes
+   * the range [from, to] beside other ingests of other ranges (docs/ingest.md, "Backfill in
+   * parallel"): it claims the range, not the dataset, and resumes after its own last chunk in it.
+   */
   to?: number
   /**
    * Ingest exactly these block numbers (a sparse dataset, e.g. isolated recorded blocks) instead of
@@ -201,8 +208,10 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
 
   const spec = sourceSpec({ ...o, batchSize, concurrency })
-  const target = ingestTarget(o.out, { lease: o.lease })
-  await target.open({ name: o.dataset, family: spec.family })
+  const target = ingestTarget(o.out, { lease: o.lease, claim: o.claim })
+  // An ingest of a range [from, to] claims only its blocks; one up to the head (or a block list) holds the dataset.
+  const bounded = o.to != null && !o.blocks
+  await target.open({ name: o.dataset, family: spec.family }, { bounded })
   // raw answers of the open chunks, under the build folder (a killed run's `.tmp-*` folders are removed at the next start)
   const spool = spec.spool
     ? new Spool(path.join(target.buildRoot, `.tmp-${process.pid}-spool-${randomBytes(4).toString('hex')}`))
@@ -214,9 +223,33 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       await mkdir(spool.dir, { recursive: true })
       spec.spoolDir = spool.dir
     }
-    const written = await target.listChunks()
+    const listed = await target.listChunks()
+    const datasetLast = listed.at(-1)?.last ?? -1
+    // the blocks this run writes: [start, stop], or from start on without `to`
+    let start: number
+    let stop = o.to
+    /** Chunks of the dataset this run continues (the ingest's own, in its range when bounded). */
+    let written: ChunkRef[]
+    /** The chunk ending right before `start` (this run's first block continues its last block's hash). */
+    let lastChunk: ChunkRef | undefined
+    if (bounded) {
+      const from = o.from ?? datasetLast + 1
+      ;({ resumeAt: start, stopAt: stop } = rangeResume(listed, from, o.to!))
+      // without --from the range continues the dataset (a reorg may reach below it); with one, only its own chunks are this run's to drop
+      written = listed.filter((c) => (o.from == null || c.first >= from) && c.last < start)
+      lastChunk = listed.find((c) => c.last === start - 1)
+      // claimed even when complete already: a stopped claim of it (a run killed before deleting it) goes at the end
+      if (from <= o.to!) await target.claim({ from, to: o.to! })
+      if (start > from && start <= o.to!) log.info({ from, to: o.to, resumeAt: start, stopAt: stop }, 'resuming the range after its last complete chunk')
+      if (stop! < o.to!) log.info({ from, to: o.to, stopAt: stop, next: stop! + 1 }, 'the range already has chunks from block ' + (stop! + 1) + '; this run ends below them')
+    } else {
+      written = listed
+      lastChunk = listed.at(-1)
+      start = Math.max(o.from ?? 0, datasetLast + 1)
+      if (o.blocks) start = Math.max(o.blocks.reduce((a, b) => Math.min(a, b), Infinity), datasetLast + 1)
+      await target.claim({ from: start, to: null })
+    }
     let prev: { number: number; hash: string; where: string } | undefined
-    const lastChunk = written[written.length - 1]
     if (lastChunk) {
       const meta = await target.readChunkMeta(lastChunk)
       prev = { number: meta.last, hash: meta.lastHash.toLowerCase(), where: `chunk ${lastChunk.path}` }
@@ -236,25 +269,25 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     const heads = new FinalityHead(source, finality)
     const plan = new Planner(heads, {
       list: o.blocks ? [...new Set(o.blocks)].sort((a, b) => a - b).filter((n) => !prev || n > prev.number) : undefined,
-      from: Math.max(o.from ?? 0, prev ? prev.number + 1 : 0),
-      to: o.to,
+      from: start,
+      to: stop,
       follow: o.follow ?? false,
       batchSize,
       pollMs,
       signal: o.signal,
       onHead: head && ((h, confirmed) => head.node(h, confirmed)),
     })
-    if (prev && o.from != null && o.from > prev.number + 1) {
-      log.warn({ from: o.from, lastInDataset: prev.number }, 'starting above the last block in the dataset: the blocks in between are a gap')
+    if (!bounded && !o.blocks && datasetLast >= 0 && start > datasetLast + 1) {
+      log.warn({ from: o.from, lastInDataset: datasetLast }, 'starting above the last block in the dataset: the blocks in between are missing until an ingest of their range (--from/--to) writes them')
     }
-    if (prev && o.from != null && o.from <= prev.number) log.info({ from: o.from, resumeAt: prev.number + 1 }, 'the dataset already has these blocks; resuming after its last chunk')
-    else if (prev) log.info({ resumeAt: prev.number + 1, lastChunk: lastChunk!.path }, 'resuming after the last complete chunk')
+    if (!bounded && o.from != null && o.from <= datasetLast) log.info({ from: o.from, resumeAt: datasetLast + 1 }, 'the dataset already has these blocks; resuming after its last chunk')
+    else if (!bounded && lastChunk) log.info({ resumeAt: start, lastChunk: lastChunk.path }, 'resuming after the last complete chunk')
 
     const progress = new IngestProgress(o.progress ?? 'auto')
     const stages: IngestStages = { fetchWaitMs: 0, normalizeMs: 0, addBlockMs: 0, finishWaitMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0, cpuMs: 0, spooledBlocks: 0 }
     const cpu0 = process.cpuUsage()
     const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: transfer, stages, ...(target.upload ? { upload: target.upload } : {}), finality, reorgs: [] }
-    compactor = o.follow && o.compact ? startCompactor(target, source.family, o.dataset, chunkBlocks, chunkBytes, { maxBlock: mergeBelow, ...o.compact }) : undefined
+    compactor = o.follow && o.compact ? startCompactor(target, source.family, o.dataset, chunkBlocks, chunkBytes, { maxBlock: mergeBelow, excluded: () => otherClaims(target), ...o.compact }) : undefined
     let rowTotal = 0
     const tables = source.tables()
     const extraMeta = { dataset: o.dataset, sources: source.describe() }
@@ -262,8 +295,13 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     let builder: ChunkBuilder | undefined
     /** Whether the open chunk's blocks are spooled. */
     let builderSpooled = false
-    /** Last block of the latest chunk (written or being written): the next chunk's `previousLast`, which lets the router tell a missing chunk from a deliberate jump. */
-    let chunkEnd = written.at(-1)?.last ?? -1
+    /**
+     * Last block of the latest chunk (written or being written): the next chunk's `previousLast`,
+     * which lets the router tell a missing chunk from a deliberate jump. A run starting above the
+     * dataset's last block (another range, or --from above it) declares the block before its start:
+     * the blocks in between are missing until another ingest writes them.
+     */
+    let chunkEnd = o.blocks ? (written.at(-1)?.last ?? -1) : start - 1
     let openedAt = 0
     /** Chunks closing now (at most `closes`), oldest first; each settles once its chunk is in place. */
     const closing: Promise<void>[] = []
@@ -428,6 +466,23 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       await source.close?.()
       await head?.close()
     }
+    if (bounded && !o.signal?.aborted) {
+      const now = await target.listChunks()
+      // the range above, written before this one ended: its first block must be the child of this run's last
+      const above = result.blocks > 0 && prev ? now.find((c) => c.first === prev!.number + 1) : undefined
+      if (above && prev) {
+        const parent = (await target.readChunkMeta(above)).firstParentHash.toLowerCase()
+        if (parent !== prev.hash) {
+          throw new Error(
+            `block ${prev.number} (${prev.hash}) written by this run is not the parent of block ${above.first} in chunk ${above.path} (its parent hash is ${parent}): ` +
+              'the two ranges were read from different chains or forks; delete the chunks of the range on the wrong one and ingest it again',
+          )
+        }
+      }
+      const left = rangeResume(now, o.from ?? datasetLast + 1, o.to!)
+      if (left.resumeAt > o.to!) await target.releaseClaim(true)
+      else log.warn({ from: o.from, to: o.to, missingFrom: left.resumeAt, missingTo: left.stopAt }, 'blocks of the range are still missing (chunks of another run lie in it): run the same ingest again to write them')
+    }
     result.elapsedMs = performance.now() - started
     const cpu = process.cpuUsage(cpu0)
     stages.cpuMs = (cpu.user + cpu.system) / 1000
@@ -438,6 +493,31 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     await spool?.remove()
     await target.close()
   }
+}
+
+/**
+ * Where an ingest of [from, to] resumes: after the chunks that continue each other from `from`
+ * (its own chunks of an earlier run, or of another ingest), up to the first chunk after that, if
+ * one lies in the range.
+ */
+export function rangeResume(chunks: readonly ChunkRef[], from: number, to: number): { resumeAt: number; stopAt: number } {
+  let resumeAt = from
+  let stopAt = to
+  for (const c of chunks) {
+    if (c.last < resumeAt) continue
+    if (c.first > stopAt) break
+    if (c.first <= resumeAt) resumeAt = c.last + 1
+    else {
+      stopAt = c.first - 1
+      break
+    }
+  }
+  return { resumeAt, stopAt }
+}
+
+/** The ranges other ingests claim (running or stopped before their end): compaction leaves their chunks alone. */
+async function otherClaims(target: IngestTarget): Promise<{ from: number; to: number | null }[]> {
+  return (await target.claims()).filter((c) => c.owner !== target.claimOwner)
 }
 
 /** The spool folder of an ingest: files of raw answers, each deleted once every block in it is in a written chunk. */

@@ -7,7 +7,8 @@ import { abortMultipartUploads, deleteObjects, downloadObject, getText, joinKey,
 import { S3Lease, type LeaseOptions } from './s3-lease.js'
 import { alive } from '../pid.js'
 import { readBlockHashes } from './reorg.js'
-import type { IngestTarget, UploadStats } from './target.js'
+import { ClaimHolder, type IngestTarget, type UploadStats } from './target.js'
+import { S3Claims, overlaps, type ClaimOptions, type ClaimRange, type ClaimRecord } from './range-claims.js'
 
 /*
  * Ingest into `s3://bucket/prefix`. Chunks are built in a local staging folder, then uploaded: the
@@ -19,6 +20,7 @@ import type { IngestTarget, UploadStats } from './target.js'
 
 export interface S3TargetOptions {
   lease?: LeaseOptions
+  claim?: ClaimOptions
   /** Files of one chunk uploaded at once (default 3). */
   uploadConcurrency?: number
 }
@@ -37,25 +39,50 @@ export class S3IngestTarget implements IngestTarget {
   private readonly loc: S3Location
   private readonly lease: S3Lease
   private readonly concurrency: number
+  private readonly claimHolder: ClaimHolder
+  /** Holds the dataset's lease (an ingest up to the head), not only a range claim. */
+  private leased = false
 
   constructor(url: string, o: S3TargetOptions = {}) {
     this.loc = parseS3Url(url)
     this.where = s3Url(this.loc)
     this.lease = new S3Lease(this.loc.bucket, this.key('.ingest-lease.json'), this.where, o.lease)
+    this.claimHolder = new ClaimHolder(new S3Claims(this.loc, this.where), { settleMs: o.lease?.settleMs, ...o.claim })
     this.concurrency = Math.max(1, o.uploadConcurrency ?? 3)
   }
 
-  async open(want: DatasetMeta): Promise<void> {
+  async open(want: DatasetMeta, o: { bounded?: boolean } = {}): Promise<void> {
     await this.ensureDatasetMeta(want)
-    await this.lease.acquire()
+    if (!o.bounded) {
+      await this.lease.acquire()
+      this.leased = true
+    }
     try {
-      await this.removeLeftovers()
+      await this.removeLeftovers(await this.claimHolder.others())
       await removeStaleStaging()
       this.buildRoot = await mkdtemp(path.join(tmpdir(), `ba-ingest-s3-${process.pid}-`))
     } catch (e) {
-      await this.lease.release()
+      if (this.leased) await this.lease.release()
+      this.leased = false
       throw e
     }
+  }
+
+  get claimOwner(): string | undefined {
+    return this.claimHolder.owner
+  }
+
+  /** The claim of an ingest up to the head has the owner id of its lease (one name in messages). */
+  claim(range: ClaimRange): Promise<void> {
+    return this.claimHolder.claim(range, this.leased ? this.lease.owner : undefined)
+  }
+
+  releaseClaim(complete: boolean): Promise<void> {
+    return this.claimHolder.release(complete)
+  }
+
+  claims(): Promise<ClaimRecord[]> {
+    return this.claimHolder.claims()
   }
 
   async listChunks(): Promise<ChunkRef[]> {
@@ -89,8 +116,8 @@ export class S3IngestTarget implements IngestTarget {
     // a lease is only taken over once expired, so what it read still holds unless the uploads took
     // long (s3-lease.ts). A following ingest pays each round trip here per block.
     const checkedAt = Date.now()
-    await Promise.all([this.lease.check(), inParallel(names.filter((n) => n !== 'blocks.parquet'), this.concurrency, put)])
-    if (Date.now() - checkedAt > this.lease.recheckAfterMs) await this.lease.check()
+    await Promise.all([this.leaseCheck(), inParallel(names.filter((n) => n !== 'blocks.parquet'), this.concurrency, put)])
+    if (this.leased && Date.now() - checkedAt > this.lease.recheckAfterMs) await this.lease.check()
     const restMs = performance.now() - t0
     await put('blocks.parquet')
     await rm(dir, { recursive: true, force: true })
@@ -102,8 +129,13 @@ export class S3IngestTarget implements IngestTarget {
     return ref
   }
 
+  /** The dataset lease, held by an ingest up to the head (a range ingest has its claim). */
+  private async leaseCheck(): Promise<void> {
+    if (this.leased) await this.lease.check()
+  }
+
   async deleteChunk(ref: ChunkRef): Promise<void> {
-    await this.lease.check()
+    await this.leaseCheck()
     const keys = (await listObjects(this.loc.bucket, this.key(ref.path) + '/')).map((o) => o.key)
     const blocks = this.key(ref.path, 'blocks.parquet')
     await deleteObjects(this.loc.bucket, [blocks]) // the chunk leaves the listing
@@ -122,7 +154,9 @@ export class S3IngestTarget implements IngestTarget {
   }
 
   async close(): Promise<void> {
-    await this.lease.release()
+    await this.claimHolder.release(false)
+    if (this.leased) await this.lease.release()
+    this.leased = false
     if (this.buildRoot) await rm(this.buildRoot, { recursive: true, force: true })
   }
 
@@ -144,7 +178,7 @@ export class S3IngestTarget implements IngestTarget {
 
   /** blocks.parquet first (the chunk is no longer complete for any listing), then the rest; a killed run's rest is removed at the next open. */
   async removeChunk(ref: ChunkRef): Promise<void> {
-    await this.lease.check()
+    await this.leaseCheck()
     const keys = (await listObjects(this.loc.bucket, this.key(ref.path) + '/')).map((o) => o.key)
     const blocks = keys.filter((k) => k.endsWith('/blocks.parquet'))
     if (blocks.length) await deleteObjects(this.loc.bucket, blocks)
@@ -182,13 +216,19 @@ export class S3IngestTarget implements IngestTarget {
     return folders
   }
 
-  /** Chunk folders of an interrupted upload (no blocks.parquet), and multipart uploads never completed. */
-  private async removeLeftovers(): Promise<void> {
+  /**
+   * Chunk folders of an interrupted upload (no blocks.parquet), and multipart uploads never
+   * completed; but not those in the range of another running ingest (`others`: a chunk it is
+   * uploading), and no multipart upload while one runs.
+   */
+  private async removeLeftovers(others: ClaimRecord[]): Promise<void> {
     for (const folder of (await this.scan()).values()) {
       if (folder.complete) continue
+      if (others.some((c) => overlaps(c, { from: folder.ref.first, to: folder.ref.last }))) continue
       log.info({ chunk: folder.ref.path, objects: folder.keys.length, dataset: this.where }, 'removing an unfinished chunk upload left by an earlier run')
       await deleteObjects(this.loc.bucket, folder.keys)
     }
+    if (others.length) return
     const aborted = await abortMultipartUploads(this.loc.bucket, this.loc.prefix ? this.loc.prefix + '/' : '')
     if (aborted) log.info({ uploads: aborted, dataset: this.where }, 'aborted multipart uploads left by an earlier run')
   }

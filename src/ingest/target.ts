@@ -9,6 +9,8 @@ import { readBlockHashes } from './reorg.js'
 import type { LeaseOptions } from './s3-lease.js'
 import { S3IngestTarget } from './s3-target.js'
 import { alive } from '../pid.js'
+import { claimLive, FolderClaims, RangeClaim, readClaims, type ClaimOptions, type ClaimRange, type ClaimRecord, type ClaimStore } from './range-claims.js'
+import { hostname } from 'node:os'
 
 /*
  * Where an ingest writes its dataset: a local folder, or `s3://bucket/prefix` (s3-target.ts). Either
@@ -30,8 +32,20 @@ export interface IngestTarget {
   readonly buildRoot: string
   /** Object-storage targets: what `publish` uploaded. */
   readonly upload?: UploadStats
-  /** Create the dataset (or check that it is this one), lock it against other ingests, remove what a killed ingest left. */
-  open(meta: DatasetMeta): Promise<void>
+  /**
+   * Create the dataset (or check that it is this one), lock it against other ingests (not `bounded`:
+   * an ingest of a block range takes a range claim instead, `claim`), remove what a killed ingest
+   * left (never what a running one, writing another range, is building).
+   */
+  open(meta: DatasetMeta, o?: { bounded?: boolean }): Promise<void>
+  /** Claim the blocks this ingest writes (range-claims.ts); refused (DatasetLocked) when a live ingest claims some of them. */
+  claim(range: ClaimRange): Promise<void>
+  /** Give the claim up: deleted when the range is `complete`, else kept, marked stopped. Also done (not complete) by `close`. */
+  releaseClaim(complete: boolean): Promise<void>
+  /** The range claims of every ingest of the dataset, this one's included. */
+  claims(): Promise<ClaimRecord[]>
+  /** This ingest's claim owner id (once claimed). */
+  readonly claimOwner?: string
   /** Complete chunks, ascending. */
   listChunks(): Promise<ChunkRef[]>
   readChunkMeta(ref: ChunkRef): Promise<ChunkMeta>
@@ -58,29 +72,86 @@ export interface IngestTarget {
 export interface TargetOptions {
   /** S3 targets: lease timing. */
   lease?: LeaseOptions
+  /** Range claim timing. */
+  claim?: ClaimOptions
 }
 
 /** The target for `--out`: `s3://bucket/prefix` or a folder. */
 export function ingestTarget(out: string, o: TargetOptions = {}): IngestTarget {
-  return isS3Url(out) ? new S3IngestTarget(out, { lease: o.lease }) : new FolderTarget(out)
+  return isS3Url(out) ? new S3IngestTarget(out, { lease: o.lease, claim: o.claim }) : new FolderTarget(out, o.claim)
+}
+
+/** The range claim part of a target, the same for a folder and object storage. */
+export class ClaimHolder {
+  private held?: RangeClaim
+
+  constructor(
+    private readonly store: ClaimStore,
+    private readonly o: ClaimOptions = {},
+  ) {}
+
+  get owner(): string | undefined {
+    return this.held?.owner
+  }
+
+  async claim(range: ClaimRange, owner?: string): Promise<void> {
+    const c = new RangeClaim(this.store, range, { ...this.o, owner })
+    await c.acquire()
+    this.held = c
+    log.info({ claim: c.name, from: range.from, to: range.to ?? 'head' }, 'claimed the blocks this ingest writes')
+  }
+
+  async release(complete: boolean): Promise<void> {
+    const c = this.held
+    this.held = undefined
+    await c?.release(complete)
+  }
+
+  claims(): Promise<ClaimRecord[]> {
+    return readClaims(this.store)
+  }
+
+  /** Live claims of other ingests. */
+  async others(): Promise<ClaimRecord[]> {
+    return (await this.claims()).filter((c) => c.owner !== this.held?.owner && claimLive(c))
+  }
 }
 
 /** A local dataset folder: chunks are built in it and renamed into place by ChunkBuilder. */
 export class FolderTarget implements IngestTarget {
   private unlock?: () => Promise<void>
+  private readonly claimHolder: ClaimHolder
 
-  constructor(readonly where: string) {}
+  constructor(readonly where: string, claim?: ClaimOptions) {
+    this.claimHolder = new ClaimHolder(new FolderClaims(where), claim)
+  }
+
+  get claimOwner(): string | undefined {
+    return this.claimHolder.owner
+  }
+
+  claim(range: ClaimRange): Promise<void> {
+    return this.claimHolder.claim(range)
+  }
+
+  releaseClaim(complete: boolean): Promise<void> {
+    return this.claimHolder.release(complete)
+  }
+
+  claims(): Promise<ClaimRecord[]> {
+    return this.claimHolder.claims()
+  }
 
   get buildRoot(): string {
     return this.where
   }
 
-  async open(meta: DatasetMeta): Promise<void> {
+  async open(meta: DatasetMeta, o: { bounded?: boolean } = {}): Promise<void> {
     await mkdir(this.where, { recursive: true })
     await ensureDatasetMeta(this.where, meta)
-    this.unlock = await lock(this.where)
+    if (!o.bounded) this.unlock = await lock(this.where)
     try {
-      await removeStaleTemps(this.where)
+      await removeStaleTemps(this.where, await this.claimHolder.others())
     } catch (e) {
       await this.close()
       throw e
@@ -112,6 +183,7 @@ export class FolderTarget implements IngestTarget {
   }
 
   async close(): Promise<void> {
+    await this.claimHolder.release(false)
     await this.unlock?.()
     this.unlock = undefined
   }
@@ -145,7 +217,7 @@ async function ensureDatasetMeta(dir: string, want: DatasetMeta): Promise<void> 
     }
     return
   }
-  const tmp = path.join(dir, `.dataset.json.${process.pid}`)
+  const tmp = path.join(dir, `.dataset.json.${process.pid}-${randomBytes(3).toString('hex')}`) // two ingests of one process may start together
   await writeFile(tmp, JSON.stringify(want, null, 2) + '\n')
   await rename(tmp, path.join(dir, 'dataset.json'))
 }
@@ -167,12 +239,19 @@ async function lock(dir: string): Promise<() => Promise<void>> {
   throw new DatasetLocked(`could not lock ${dir}`)
 }
 
-/** Temp folders of chunks whose writer died (killed mid-chunk). */
-async function removeStaleTemps(dir: string): Promise<void> {
+/**
+ * Temp folders (`.tmp-<pid>-…`) of chunks whose writer died (killed mid-chunk). Those of a process
+ * still running (another ingest writing another range) stay; while an ingest of another machine
+ * writes into the folder (a live claim from another host), whose pids mean nothing here, none go.
+ */
+async function removeStaleTemps(dir: string, others: ClaimRecord[]): Promise<void> {
+  if (others.some((c) => c.host !== hostname())) return
   for (const name of await readdir(dir)) {
-    if (name.startsWith('.tmp-')) {
-      log.info({ folder: name }, 'removing an unfinished chunk left by an earlier run')
-      await rm(path.join(dir, name), { recursive: true, force: true })
-    }
+    if (!name.startsWith('.tmp-')) continue
+    const m = /^\.tmp-(\d+)-/.exec(name) ?? /\.(\d+)$/.exec(name) // a chunk's, a spool's, a merge's; the head file's
+    const pid = Number(m?.[1])
+    if (pid === process.pid || alive(pid)) continue
+    log.info({ folder: name }, 'removing an unfinished chunk left by an earlier run')
+    await rm(path.join(dir, name), { recursive: true, force: true })
   }
 }

@@ -9,7 +9,9 @@ import { log } from '../log.js'
 import { routerRelists } from './metrics.js'
 import { QueryRate } from './query-rate.js'
 import { mergeRanges, rangesContain, type Range } from './ranges.js'
-import { ContinuityTracker, checkContinuity } from './continuity.js'
+import { ContinuityTracker, checkContinuity, type FillGap } from './continuity.js'
+import { claimLive, type ClaimRecord } from '../ingest/range-claims.js'
+import { blockInGap, ClaimWatch, gapsBelow, reportGaps } from './backfill-gaps.js'
 import { HeadLag, type DatasetLag } from './head-lag.js'
 import { MergeSwap } from './swap.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
@@ -102,11 +104,17 @@ interface DatasetEntry {
   assignment: DatasetAssignment
   /** Highest block such that every chunk up to it has been served (docs/protocol.md §1); never goes down. */
   height: number
+  /** Blocks missing in ranges ingests claim (a backfill in parallel): not served, reported until filled; the chunks after them are served. */
+  gaps: FillGap[]
+  /** The ingests' range claims, as last listed. */
+  claims: ClaimRecord[]
 }
 
 export class RouterState {
   private readonly datasets = new Map<string, DatasetEntry>()
   private readonly workers = new Map<string, WorkerEntry>()
+  /** Per dataset: the ingests' range claims, read when they may matter (backfill-gaps.ts). */
+  private readonly claimWatches = new Map<string, ClaimWatch>()
   /** Per dataset: the last listing's continuity, so a relisting checks only what is new. */
   private readonly continuity = new Map<string, ContinuityTracker>()
   /** Live worker ids as the assignments know them. */
@@ -161,13 +169,22 @@ export class RouterState {
       let chunks: ChunkRef[]
       let problems: string[]
       let superseded
+      let gaps: FillGap[]
+      let claims: ClaimRecord[]
       try {
-        all = await this.storage.listChunks(info.name)
+        let watch = this.claimWatches.get(info.name)
+        if (!watch) this.claimWatches.set(info.name, (watch = new ClaimWatch(this.storage, info.name)))
+        claims = await watch.read(false)
+        // chunks of a range written below the last chunk are where an incremental listing does not look
+        all = await this.storage.listChunks(info.name, claims.some((c) => c.to !== null))
         let kept
         ;({ kept, superseded } = supersede(all))
         let tracker = this.continuity.get(info.name)
         if (!tracker) this.continuity.set(info.name, (tracker = new ContinuityTracker()))
-        ;({ servable: chunks, problems } = await tracker.check(kept, (c) => this.storage.chunkMeta(info.name, c)))
+        const metaOf = (c: ChunkRef) => this.storage.chunkMeta(info.name, c)
+        ;({ servable: chunks, problems, gaps } = await tracker.check(kept, metaOf, claims))
+        // a missing chunk may be a range being backfilled that started since the claims were read
+        if (problems.length && !watch.fresh) ({ servable: chunks, problems, gaps } = await tracker.check(kept, metaOf, (claims = await watch.read(true))))
       } catch (e) {
         if (strict) throw e
         log.error({ err: e, dataset: info.name }, 'router: cannot list chunks')
@@ -177,7 +194,7 @@ export class RouterState {
       if (!ds) {
         const assignment = new DatasetAssignment(info.name, { replication: this.opts.replication, groupChunks: this.opts.groupChunks ?? DEFAULT_GROUP_CHUNKS })
         assignment.setLive(this.live)
-        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], listed: [], pending: [], swap: new MergeSwap(), problems: [], assignment, height: -1 }
+        ds = { name: info.name, family: info.family.name, url: info.url, chunks: [], listed: [], pending: [], swap: new MergeSwap(), problems: [], assignment, height: -1, gaps: [], claims: [] }
         this.datasets.set(info.name, ds)
         log.info({ dataset: info.name, family: info.family.name, url: info.url }, 'router: new dataset')
       }
@@ -187,6 +204,10 @@ export class RouterState {
         if (!problems.length) log.info({ dataset: info.name }, 'router: the chunk listing is consistent again')
       }
       ds.problems = problems
+      if (JSON.stringify(gaps) !== JSON.stringify(ds.gaps)) log.info({ dataset: info.name, gaps: gaps.map((g) => [g.first, g.last]) }, 'router: blocks still being written between served chunks')
+      ds.gaps = gaps
+      ds.claims = claims
+      reportGaps(info.name, gaps)
       let dsChanged = await ds.swap.update(all, superseded, (c) => this.storage.chunkMeta(info.name, c))
       if (chunks.length !== ds.listed.length || chunks.some((c, i) => c.path !== ds!.listed[i].path)) {
         const before = new Set(ds.listed.map((c) => c.path))
@@ -361,7 +382,20 @@ export class RouterState {
   route(dataset: string, block: number, now = Date.now()): string {
     const ds = this.dataset(dataset)
     this.advanceHeights(now)
-    if (block > ds.height) {
+    const gap = blockInGap(ds.gaps, block)
+    if (gap) {
+      const by = ds.claims.filter((c) => c.from <= gap.last && gap.first <= (c.to ?? Infinity)).map((c) => `${c.from}–${c.to ?? 'head'} (${claimLive(c, now) ? `running: host ${c.host}, pid ${c.pid}` : 'stopped'})`)
+      throw new ApiError(
+        503,
+        'block-not-available',
+        `block ${block} of dataset ${dataset} is not available yet: blocks ${gap.first}–${gap.last} are still being written by an ingest of ${by.join(', ') || 'their range'} (height ${ds.height})`,
+        undefined,
+        this.retryAfterSeconds,
+      )
+    }
+    // A block in a range written after a gap (a backfill in parallel) is served, though above the height.
+    const afterGap = block > ds.height && gapsBelow(ds.gaps, ds.height, block) && block <= (ds.chunks.at(-1)?.last ?? -1)
+    if (block > ds.height && !afterGap) {
       if (this.starting(now) && block <= (ds.chunks.at(-1)?.last ?? -1)) {
         // Not "above the height": a client would end its range there, and the height of a router that
         // just (re)started is only as high as the workers it has heard from yet.
@@ -415,6 +449,8 @@ export class RouterState {
         lastChunkBlock: ds.chunks.at(-1)?.last ?? -1,
         lag: this.lags.get(ds.name)?.lag(ds.height, now) ?? null,
         spans: chunkSpans(ds.chunks),
+        gaps: ds.gaps.map((g): [number, number] => [g.first, g.last]),
+        backfills: ds.claims.map((c) => ({ from: c.from, to: c.to, running: claimLive(c, now), host: c.host, pid: c.pid, ...(c.stoppedAt ? { stoppedAt: c.stoppedAt } : {}) })),
       })),
       workers: [...this.workers.values()].map((w) => ({
         id: w.id,
@@ -516,6 +552,7 @@ export class RouterState {
     for (const ds of this.datasets.values()) {
       let i = lowerBoundLast(ds.chunks, ds.height + 1)
       while (i < ds.chunks.length && this.servers(ds, i, now).length > 0) {
+        if (gapsBelow(ds.gaps, ds.height, ds.chunks[i].first)) break // the height is the top of the blocks served without a gap
         ds.height = ds.chunks[i].last
         i++
       }

@@ -18,6 +18,8 @@ export interface DatasetStatus {
   lag?: { nodeHead: number; blocks: number; seconds: number } | null
   /** The block ranges the chunks cover (a sparse dataset's are far apart); absent: [0, lastChunkBlock]. */
   spans?: Range[]
+  /** Gaps between served chunks that ingests are still filling (a backfill in parallel). */
+  gaps?: Range[]
 }
 
 export interface WorkerStatus {
@@ -89,7 +91,7 @@ function datasetsTable(datasets: DatasetStatus[]): string {
 <td class="chunks num">${formatInt(d.chunks)}</td>
 <td class="last-chunk-block num">${d.lastChunkBlock >= 0 ? formatInt(d.lastChunkBlock) : '—'}</td>
 ${lagCell(d)}
-<td class="problems">${d.problems.length ? `<ul>${d.problems.map((p) => `<li class="problem">${escapeHtml(p)}</li>`).join('')}</ul>` : '<span class="ok">none</span>'}</td>
+<td class="problems">${d.problems.length || d.gaps?.length ? `<ul>${d.problems.map((p) => `<li class="problem">${escapeHtml(p)}</li>`).join('')}${(d.gaps ?? []).map(([a, b]) => `<li class="gap">blocks ${formatInt(a)}–${formatInt(b)} still being written (backfill)</li>`).join('')}</ul>` : '<span class="ok">none</span>'}</td>
 </tr>`,
   )
   return `<table class="datasets">
@@ -206,6 +208,7 @@ table.datasets th { background: #eef1f4; font-weight: 600; font-size: 12px; text
 .num { text-align: right !important; font-variant-numeric: tabular-nums; }
 td.problems ul { margin: 0; padding-left: 16px; color: #b3261e; }
 td.problems .ok { color: #2e7d32; }
+td.problems li.gap { color: #8a6d00; }
 td.lag.late { color: #b3261e; font-weight: 600; }
 article.worker { background: #fff; border: 1px solid #dde1e6; border-radius: 6px; padding: 10px 14px; margin-bottom: 12px; }
 article.worker.dead { background: #fbf3f3; border-color: #e7c4c4; }

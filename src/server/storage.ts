@@ -3,6 +3,7 @@ import { blockOrders, type FamilyDecl } from '../families/declaration.js'
 import { familyByName } from '../families/index.js'
 import type { ChunkCache } from '../storage/chunk-cache.js'
 import type { LocalTables } from '../storage/local-forms.js'
+import type { ClaimRecord } from '../ingest/range-claims.js'
 import { discoverDatasets, normalizeUrl, openDatasetStore, type DatasetStore } from '../storage/dataset-store.js'
 
 /*
@@ -36,8 +37,10 @@ export interface ChunkStorage {
   readonly location: string
   /** Datasets currently present. */
   listDatasets(): Promise<DatasetInfo[]>
-  /** Complete chunks of one dataset, ascending. */
-  listChunks(dataset: string): Promise<ChunkRef[]>
+  /** Complete chunks of one dataset, ascending (`full`: not only what is new since the last listing). */
+  listChunks(dataset: string, full?: boolean): Promise<ChunkRef[]>
+  /** The range claims of the ingests writing the dataset (a backfill in parallel: docs/ingest.md). */
+  listClaims?(dataset: string): Promise<ClaimRecord[]>
   chunkMeta(dataset: string, chunk: ChunkRef): Promise<ChunkMeta>
   /** Make the chunk's Parquet files available on this machine; returns the folder. */
   fetchChunk(dataset: string, chunk: ChunkRef): Promise<string>
@@ -116,8 +119,12 @@ export class ArchiveStorage implements ChunkStorage {
     if (!this.opts.roots?.length && !this.opts.datasets?.length) this.announced = list
   }
 
-  async listChunks(dataset: string): Promise<ChunkRef[]> {
-    return (await this.store(dataset)).listChunks()
+  async listChunks(dataset: string, full = false): Promise<ChunkRef[]> {
+    return (await this.store(dataset)).listChunks(full)
+  }
+
+  async listClaims(dataset: string): Promise<ClaimRecord[]> {
+    return (await this.store(dataset)).claims()
   }
 
   /**

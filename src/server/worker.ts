@@ -1,3 +1,5 @@
+import { readFile } from 'node:fs/promises'
+import path from 'node:path'
 import { parseChunkPath, type ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
@@ -49,6 +51,8 @@ interface Held {
   dir: string
   /** Its local form is built. */
   formed?: boolean
+  /** meta.json's `previousLast`: the block the chunk was written after (a chunk after a gap being filled answers only from its own first block). */
+  previousLast?: number
   /** When the chunk stopped being desired; undefined while desired. */
   undesiredSince?: number
   /** Out of the view after the grace period, at this epoch: deleted once no lease of it or an older one runs. */
@@ -276,7 +280,7 @@ export class WorkerNode {
   private buildView(ds: DatasetHolding): NonNullable<DatasetHolding['view']> {
     const held = withoutOverlaps(served(ds))
     const cover = coverFromListing(ds.listing)
-    const chunks: HeldChunk[] = held.map((h) => ({ ...h.ref, dir: h.dir, coverFrom: cover(h.ref), intact: () => this.checkIntact(ds, h) }))
+    const chunks: HeldChunk[] = held.map((h) => ({ ...h.ref, dir: h.dir, coverFrom: cover(h.ref, h.previousLast), intact: () => this.checkIntact(ds, h) }))
     return { epoch: ++ds.epoch, chunks, height: ds.listing.reduce((m, c) => Math.max(m, c.last), -1) }
   }
 
@@ -374,6 +378,10 @@ export class WorkerNode {
         const extended = extendListing(ds.listing, recent?.[ds.name])
         const coversNow = extended && JSON.stringify(mergeRanges(extended.filter((c) => rangesContain(ds.desired, c.first, c.last)))) === JSON.stringify(ds.desired)
         setListing(ds, coversNow ? extended : await this.opts.storage.listChunks(ds.name))
+        // still not: a chunk of a range backfilled below the last one, where an incremental listing does not look
+        if (!coversNow && JSON.stringify(mergeRanges(ds.listing.filter((c) => rangesContain(ds.desired, c.first, c.last)))) !== JSON.stringify(ds.desired)) {
+          setListing(ds, await this.opts.storage.listChunks(ds.name, true))
+        }
       }
       // Merged chunks (compaction) cover ranges already covered, and an incremental listing of object
       // storage skips them (their keys sort before those of the chunks they merge): the router names them.
@@ -472,8 +480,9 @@ export class WorkerNode {
   /** Fetch a chunk and hold it; false when it was held meanwhile (by the other pass: the storage fetches a chunk once). */
   private async fetchInto(ds: DatasetHolding, ref: ChunkRef): Promise<boolean> {
     const dir = await this.opts.storage.fetchChunk(ds.name, ref)
+    const previousLast = await readPreviousLast(dir)
     if (ds.held.has(ref.path)) return false
-    ds.held.set(ref.path, { ref, dir })
+    ds.held.set(ref.path, { ref, dir, previousLast })
     ds.view = undefined
     workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
     return true
@@ -549,15 +558,29 @@ function withoutOverlaps(held: Held[]): Held[] {
 /**
  * The block a held chunk answers from: after the previous chunk of the listing (resolved: a merged
  * chunk stands for the chunks it supersedes), so a deliberate jump before a chunk is answered by it;
- * a chunk inside a listed merged chunk answers from its own first block, unless it starts it.
+ * a chunk inside a listed merged chunk answers from its own first block, unless it starts it. So does
+ * a chunk written after a block the listing does not have yet (`previousLast` above the chunk before
+ * it: a range backfilled in parallel, the gap below it still being filled), so that no answer runs
+ * across the blocks missing there.
  */
-function coverFromListing(listing: ChunkRef[]): (c: ChunkRef) => number {
+function coverFromListing(listing: ChunkRef[]): (c: ChunkRef, previousLast?: number) => number {
   const resolved = resolveChunks(listing)
-  return (c) => {
+  return (c, previousLast) => {
     const i = lowerBoundLast(resolved, c.first)
     const at = resolved[i]
     if (!at || at.first > c.first || (at.first !== c.first && at.path !== c.path)) return c.first
+    if (i > 0 && previousLast !== undefined && previousLast > resolved[i - 1].last) return c.first
     return i > 0 ? resolved[i - 1].last + 1 : 0
+  }
+}
+
+/** `previousLast` of the chunk in `dir` (undefined when its meta.json does not say or cannot be read). */
+async function readPreviousLast(dir: string): Promise<number | undefined> {
+  try {
+    const v = JSON.parse(await readFile(path.join(dir, 'meta.json'), 'utf8')).previousLast
+    return typeof v === 'number' ? v : undefined
+  } catch {
+    return undefined
   }
 }
 

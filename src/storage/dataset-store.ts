@@ -3,6 +3,7 @@ import path from 'node:path'
 import { exists, hashFile, parseChunkName, parseChunkPath, readChunkMeta, readDatasetMeta, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { log } from '../log.js'
 import { storageRequests } from './metrics.js'
+import { FolderClaims, readClaims, S3Claims, type ClaimRecord } from '../ingest/range-claims.js'
 import { downloadObject, getText, isS3Url, joinKey, listFolders, listObjects, parseS3Url, s3Url, type DownloadResult } from './s3.js'
 
 /*
@@ -20,8 +21,14 @@ export interface DatasetStore {
   /** Absolute folder path or `s3://bucket/prefix`. */
   readonly url: string
   meta(): Promise<DatasetMeta | undefined>
-  /** Complete chunks (their `blocks.parquet` exists), ascending by first block; overlaps are kept for the caller to judge. */
-  listChunks(): Promise<ChunkRef[]>
+  /**
+   * Complete chunks (their `blocks.parquet` exists), ascending by first block; overlaps are kept for
+   * the caller to judge. `full`: read everything now (chunks of a range backfilled below the last
+   * one appear where an incremental listing does not look).
+   */
+  listChunks(full?: boolean): Promise<ChunkRef[]>
+  /** The range claims of the ingests writing the dataset (src/ingest/range-claims.ts). */
+  claims(): Promise<ClaimRecord[]>
   chunkMeta(ref: ChunkRef): Promise<ChunkMeta>
   /** The chunk's files with their sizes as stored. */
   chunkFiles(ref: ChunkRef): Promise<ChunkFile[]>
@@ -131,7 +138,11 @@ class FolderDatasetStore implements DatasetStore {
    * before (a `blocks.parquet` stat each); once every `fullListingMs` every top folder is read again,
    * so chunks deleted or put back into earlier top folders are noticed too.
    */
-  async listChunks(): Promise<ChunkRef[]> {
+  claims(): Promise<ClaimRecord[]> {
+    return readClaims(new FolderClaims(this.url))
+  }
+
+  async listChunks(fullNow = false): Promise<ChunkRef[]> {
     let tops: string[]
     try {
       tops = (await this.readdir(this.url)).filter((n) => TOP_RE.test(n)).sort()
@@ -139,7 +150,7 @@ class FolderDatasetStore implements DatasetStore {
       if (e.code === 'ENOENT') return []
       throw e
     }
-    const full = Date.now() - this.lastFullListing >= (this.opts.fullListingMs ?? FULL_LISTING_MS)
+    const full = fullNow || Date.now() - this.lastFullListing >= (this.opts.fullListingMs ?? FULL_LISTING_MS)
     if (full) this.lastFullListing = Date.now()
     const lastKnown = [...this.known.keys()].sort().at(-1) ?? ''
     const present = new Set(tops)
@@ -237,9 +248,13 @@ class S3DatasetStore implements DatasetStore {
    * relisting reads only what is new; once every `fullListingMs` the whole prefix is listed again, so
    * chunks deleted from the bucket or put back into a gap are noticed too.
    */
-  async listChunks(): Promise<ChunkRef[]> {
+  claims(): Promise<ClaimRecord[]> {
+    return readClaims(new S3Claims({ bucket: this.bucket, prefix: this.prefix }, this.url))
+  }
+
+  async listChunks(full = false): Promise<ChunkRef[]> {
     const base = this.prefix ? this.prefix + '/' : ''
-    if (Date.now() - this.lastFullListing >= (this.opts.fullListingMs ?? FULL_LISTING_MS)) {
+    if (full || Date.now() - this.lastFullListing >= (this.opts.fullListingMs ?? FULL_LISTING_MS)) {
       this.known = []
       this.lastFullListing = Date.now()
     }
