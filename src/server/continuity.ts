@@ -1,5 +1,5 @@
 import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
-import { mapLimit } from '../storage/dataset-store.js'
+import { mapLimit } from '../semaphore.js'
 
 /*
  * Which listed chunks may be served. Chunks must follow each other without overlapping; a jump

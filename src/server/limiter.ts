@@ -1,4 +1,5 @@
 import { ApiError } from '../errors.js'
+import { Semaphore } from '../semaphore.js'
 
 export interface LimiterOptions {
   /** Queries executed at the same time. */
@@ -9,76 +10,60 @@ export interface LimiterOptions {
   queueTimeoutMs: number
 }
 
-interface Waiter {
-  grant: (release: () => void) => void
-  timer: NodeJS.Timeout
-}
-
-/** Bounded concurrency with a bounded wait queue; refusals are 503 answers the clients retry. */
+/**
+ * A worker's admission of queries: the slots are a `Semaphore`, with a bounded wait on top. A query
+ * finding the queue full, or waiting longer than `queueTimeoutMs`, is refused with a 503 the clients
+ * retry; one whose client went away leaves the queue (499).
+ */
 export class Limiter {
-  private active = 0
-  private readonly waiting: Waiter[] = []
+  private readonly slots: Semaphore
 
   constructor(
     private readonly opts: LimiterOptions,
     private readonly onChange: (active: number, queued: number) => void = () => {},
-  ) {}
+  ) {
+    this.slots = new Semaphore(opts.concurrency)
+  }
 
   get stats() {
-    return { active: this.active, queued: this.waiting.length, ...this.opts }
+    return { active: this.slots.active, queued: this.slots.queued, ...this.opts }
   }
 
   /**
    * Wait for a slot; resolves with its release function (call it exactly once). `signal` aborts the
    * wait when the client goes away.
    */
-  acquire(signal?: AbortSignal): Promise<() => void> {
-    if (signal?.aborted) return Promise.reject(clientGone())
-    if (this.active < this.opts.concurrency) {
-      this.active++
-      this.onChange(this.active, this.waiting.length)
-      return Promise.resolve(this.releaser())
+  async acquire(signal?: AbortSignal): Promise<() => void> {
+    if (signal?.aborted) throw clientGone()
+    if (this.slots.active < this.slots.permits) return this.granted(await this.slots.acquire())
+    if (this.slots.queued >= this.opts.queue) throw busy('too many queries are running or waiting')
+    const stop = new AbortController()
+    const timer = setTimeout(() => stop.abort(busy(`no execution slot became free within ${this.opts.queueTimeoutMs} ms`)), this.opts.queueTimeoutMs)
+    const gone = () => stop.abort(clientGone())
+    signal?.addEventListener('abort', gone, { once: true })
+    const waiting = this.slots.acquire(stop.signal)
+    this.changed()
+    try {
+      return this.granted(await waiting)
+    } catch (e) {
+      this.changed()
+      throw e
+    } finally {
+      clearTimeout(timer)
+      signal?.removeEventListener('abort', gone)
     }
-    if (this.waiting.length >= this.opts.queue) return Promise.reject(busy('too many queries are running or waiting'))
-    return new Promise((resolve, reject) => {
-      const waiter: Waiter = {
-        grant: resolve,
-        timer: setTimeout(() => {
-          this.remove(waiter)
-          reject(busy(`no execution slot became free within ${this.opts.queueTimeoutMs} ms`))
-        }, this.opts.queueTimeoutMs),
-      }
-      signal?.addEventListener('abort', () => {
-        if (this.remove(waiter)) reject(clientGone())
-      })
-      this.waiting.push(waiter)
-      this.onChange(this.active, this.waiting.length)
-    })
   }
 
-  private remove(w: Waiter): boolean {
-    const i = this.waiting.indexOf(w)
-    if (i < 0) return false
-    this.waiting.splice(i, 1)
-    clearTimeout(w.timer)
-    this.onChange(this.active, this.waiting.length)
-    return true
-  }
-
-  private releaser(): () => void {
-    let done = false
+  private granted(release: () => void): () => void {
+    this.changed()
     return () => {
-      if (done) return
-      done = true
-      const next = this.waiting.shift()
-      if (next) {
-        clearTimeout(next.timer)
-        next.grant(this.releaser())
-      } else {
-        this.active--
-      }
-      this.onChange(this.active, this.waiting.length)
+      release()
+      this.changed()
     }
+  }
+
+  private changed(): void {
+    this.onChange(this.slots.active, this.slots.queued)
   }
 }
 
