@@ -101,7 +101,7 @@ describe('ingest into s3:// through storage faults', { timeout: 600_000 }, () =>
     await asReference('flaky')
   })
 
-  it('a file uploaded in parts: a part failing transiently is retried and the object arrives whole; a part failing for good aborts the upload (AbortMultipartUpload sent, no object) and reports the part's error', async () => {
+  it("a file uploaded in parts: a part failing transiently is retried and the object arrives whole; a part failing for good aborts the upload (AbortMultipartUpload sent, no object) and the part's error is reported", async () => {
     const file = path.join(tmp.dir, 'parts.bin')
     await writeFile(file, randomBytes(11 * 1024 * 1024))
     const part = 5 * 1024 * 1024
