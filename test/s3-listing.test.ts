@@ -15,6 +15,7 @@ describe('s3 listings of more than one page', { timeout: 600_000 }, () => {
 
   before(async () => {
     s3 = await startS3Process(['archive'])
+    assert.deepEqual(await listObjects('archive', 'pages/'), [], 'a listing as the first request of the process')
     await mapLimit(keys, 16, (k) => putText('archive', k, k))
   })
 

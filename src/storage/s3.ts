@@ -124,7 +124,8 @@ export interface ObjectInfo {
 /** Every object under `prefix` (recursively), in key order; with `startAfter`, only keys after it. */
 export async function listObjects(bucket: string, prefix: string, startAfter?: string): Promise<ObjectInfo[]> {
   const out: ObjectInfo[] = []
-  for await (const page of cmd().paginateListObjectsV2({ client: await s3Client() }, { Bucket: bucket, Prefix: prefix, StartAfter: startAfter })) {
+  const client = await s3Client()
+  for await (const page of cmd().paginateListObjectsV2({ client }, { Bucket: bucket, Prefix: prefix, StartAfter: startAfter })) {
     for (const o of page.Contents ?? []) if (o.Key) out.push({ key: o.Key, size: Number(o.Size ?? 0) })
   }
   return out
@@ -133,7 +134,8 @@ export async function listObjects(bucket: string, prefix: string, startAfter?: s
 /** The "folders" directly under `prefix` (which should end with '/'), without the prefix and slash. */
 export async function listFolders(bucket: string, prefix: string): Promise<string[]> {
   const out: string[] = []
-  for await (const page of cmd().paginateListObjectsV2({ client: await s3Client() }, { Bucket: bucket, Prefix: prefix, Delimiter: '/' })) {
+  const client = await s3Client()
+  for await (const page of cmd().paginateListObjectsV2({ client }, { Bucket: bucket, Prefix: prefix, Delimiter: '/' })) {
     for (const p of page.CommonPrefixes ?? []) if (p.Prefix) out.push(p.Prefix.slice(prefix.length).replace(/\/$/, ''))
   }
   return out.sort()
@@ -307,7 +309,8 @@ export async function deleteObjects(bucket: string, keys: string[]): Promise<voi
 /**
  * Abort the multipart uploads under `prefix` that were started and never completed (their parts are
  * stored, and billed, until aborted). Returns how many, or undefined when the server cannot list
- * them (s3rver answers NotImplemented).
+ * them (s3rver answers NotImplemented). The SDK has no paginator for ListMultipartUploads (its pages
+ * continue by two markers), hence the loop.
  */
 export async function abortMultipartUploads(bucket: string, prefix: string): Promise<number | undefined> {
   let aborted = 0
