@@ -1,7 +1,8 @@
 /*
- * The one concurrency limit of the code base (FIFO): RPC and Sidecar requests in flight, a worker's
- * queries (src/server/limiter.ts: with a bounded queue and a longest wait, refusals become 503s),
- * and, with one permit, the locks of the query engine's heavy slices and of a worker's local-forms file.
+ * The one concurrency limit of the code base (FIFO): RPC and Sidecar requests in flight, `mapLimit`
+ * (files of a chunk uploaded or downloaded at once, chunk folders checked at once, chunks a worker
+ * fetches at once), a worker's queries (src/server/limiter.ts: with a bounded queue and a longest
+ * wait, refusals become 503s), and, with one permit, the locks of the query engine's heavy slices and of a worker's local-forms file.
  */
 
 export interface WaitLimits {
@@ -27,7 +28,7 @@ interface Waiter {
 
 /** Counting semaphore: at most `permits` holders at once; waiters are served in order. */
 export class Semaphore {
-  private active = 0
+  private held = 0
   private readonly waiting: Waiter[] = []
 
   constructor(
@@ -35,9 +36,19 @@ export class Semaphore {
     private readonly limits: WaitLimits = {},
   ) {}
 
+  /** Permits held now. */
+  get active(): number {
+    return this.held
+  }
+
+  /** Callers waiting for a permit. */
+  get queued(): number {
+    return this.waiting.length
+  }
+
   /** Holders and waiters now. */
   get stats(): { active: number; queued: number } {
-    return { active: this.active, queued: this.waiting.length }
+    return { active: this.held, queued: this.waiting.length }
   }
 
   /**
@@ -46,8 +57,8 @@ export class Semaphore {
    */
   acquire(signal?: AbortSignal): Promise<() => void> {
     if (signal?.aborted) return Promise.reject(new WaitRefused('aborted', 'aborted before a permit was free'))
-    if (this.active < this.permits) {
-      this.active++
+    if (this.held < this.permits) {
+      this.held++
       this.changed()
       return Promise.resolve(this.releaser())
     }
@@ -78,7 +89,7 @@ export class Semaphore {
   }
 
   private changed(): void {
-    this.limits.onChange?.(this.active, this.waiting.length)
+    this.limits.onChange?.(this.held, this.waiting.length)
   }
 
   private releaser(): () => void {
@@ -91,7 +102,7 @@ export class Semaphore {
         clearTimeout(next.timer)
         next.grant(this.releaser())
       } else {
-        this.active--
+        this.held--
       }
       this.changed()
     }
@@ -108,4 +119,35 @@ export class Mutex extends Semaphore {
   lock(): Promise<() => void> {
     return this.acquire()
   }
+}
+
+/**
+ * `f` over `items` with at most `limit` calls running at once; results in order. After a call
+ * fails no further call starts, and the first error is thrown once the calls under way have ended
+ * (so that nothing still runs, e.g. writes into a folder the caller deletes next).
+ */
+export async function mapLimit<T, R>(items: readonly T[], limit: number, f: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const slots = new Semaphore(Math.max(1, Math.min(limit, items.length)))
+  const out = new Array<R>(items.length)
+  let failed: { error: unknown } | undefined
+  for (let i = 0; i < items.length && !failed; i++) {
+    const release = await slots.acquire()
+    if (failed) {
+      release()
+      break
+    }
+    call(f, items[i], i).then(
+      (r) => void (out[i] = r),
+      (error) => void (failed ??= { error }),
+    ).finally(release)
+  }
+  // Every permit back: every call has ended.
+  await Promise.all(Array.from({ length: slots.permits }, () => slots.acquire()))
+  if (failed) throw failed.error
+  return out
+}
+
+/** `f(item, index)` as a promise, also when `f` throws before returning one. */
+async function call<T, R>(f: (item: T, index: number) => Promise<R>, item: T, index: number): Promise<R> {
+  return f(item, index)
 }

@@ -1,12 +1,14 @@
 import assert from 'node:assert/strict'
-import { mkdir } from 'node:fs/promises'
+import { randomBytes } from 'node:crypto'
+import { mkdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { log } from '../src/log.js'
 import { runIngest } from '../src/ingest/loop.js'
 import { loadRecordedChain } from '../src/ingest/recorded.js'
 import { ReplayServer } from '../src/ingest/replay.js'
-import { resetS3Client } from '../src/storage/s3.js'
+import { hashFile } from '../src/chunks/layout.js'
+import { downloadObject, listObjects, resetS3Client, uploadFile } from '../src/storage/s3.js'
 import { killChildren, runCli } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
 import { chunkFile, FaultProxy } from './helpers/fault-proxy.js'
@@ -97,6 +99,40 @@ describe('ingest into s3:// through storage faults', { timeout: 600_000 }, () =>
     for (const name of ['put-503', 'put-500', 'put-drop', 'put-stall']) assert.ok(proxy.hitCount(name) > 0, `${name} met`)
     await assertNoPartialChunk('archive', 'flaky')
     await asReference('flaky')
+  })
+
+  it("a file uploaded in parts: a part failing transiently is retried and the object arrives whole; a part failing for good aborts the upload (AbortMultipartUpload sent, no object) and the part's error is reported", async () => {
+    const file = path.join(tmp.dir, 'parts.bin')
+    await writeFile(file, randomBytes(11 * 1024 * 1024))
+    const part = 5 * 1024 * 1024
+    const want = await hashFile(file)
+    const uploadId = (p: string) => /[?&]uploadId=([^&]+)/.exec(p)?.[1]
+
+    proxy.setRules([{ name: 'part-503', fault: 'status', status: 503, method: 'PUT', path: /\/parts\/ok\.bin\?.*partNumber=2/, times: 2 }])
+    try {
+      assert.equal(await uploadFile('archive', 'parts/ok.bin', file, part), 11 * 1024 * 1024)
+    } finally {
+      proxy.clear()
+    }
+    assert.equal(proxy.hitCount('part-503'), 2)
+    const back = await downloadObject('archive', 'parts/ok.bin', path.join(tmp.dir, 'parts.back'))
+    assert.deepEqual({ size: back.bytes, sha256: back.sha256 }, want)
+
+    const from = proxy.log.length
+    proxy.setRules([{ name: 'part-down', fault: 'status', status: 500, method: 'PUT', path: /\/parts\/down\.bin\?.*partNumber=2/ }])
+    try {
+      await assert.rejects(uploadFile('archive', 'parts/down.bin', file, part), /^Error: uploading \S+parts\.bin to s3:\/\/archive\/parts\/down\.bin failed \(5 tries\): InternalError: injected fault: InternalError$/)
+    } finally {
+      proxy.clear()
+    }
+    const requests = proxy.log.slice(from).filter((e) => e.path.startsWith('/archive/parts/down.bin'))
+    const started = requests.find((e) => e.method === 'POST' && /[?&]uploads\b/.test(e.path))
+    assert.ok(started, 'a multipart upload was started')
+    const id = uploadId(requests.find((e) => e.method === 'PUT' && uploadId(e.path))!.path)
+    // s3rver refuses AbortMultipartUpload (405): the error reported stays the upload's own
+    assert.ok(requests.some((e) => e.method === 'DELETE' && uploadId(e.path) === id), 'the upload was aborted')
+    assert.ok(!requests.some((e) => e.method === 'POST' && /[?&]uploadId=/.test(e.path)), 'never completed')
+    assert.deepEqual((await listObjects('archive', 'parts/')).map((o) => o.key), ['parts/ok.bin'])
   })
 
   it('uploads failing for good: the CLI exits naming the object and the error; no chunk is visible without its files; the next run completes', async () => {

@@ -4,6 +4,7 @@ import path from 'node:path'
 import { parseChunkPath, resolvedOrThrow, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { log } from '../log.js'
 import { abortMultipartUploads, deleteObjects, downloadObject, getText, joinKey, listObjects, parseS3Url, putText, s3Url, uploadFile, type S3Location } from '../storage/s3.js'
+import { mapLimit } from '../semaphore.js'
 import { S3Lease, type LeaseOptions } from './s3-lease.js'
 import { alive } from '../pid.js'
 import { readBlockHashes } from './reorg.js'
@@ -116,7 +117,7 @@ export class S3IngestTarget implements IngestTarget {
     // a lease is only taken over once expired, so what it read still holds unless the uploads took
     // long (s3-lease.ts). A following ingest pays each round trip here per block.
     const checkedAt = Date.now()
-    await Promise.all([this.leaseCheck(), inParallel(names.filter((n) => n !== 'blocks.parquet'), this.concurrency, put)])
+    await Promise.all([this.leaseCheck(), mapLimit(names.filter((n) => n !== 'blocks.parquet'), this.concurrency, put)])
     if (this.leased && Date.now() - checkedAt > this.lease.recheckAfterMs) await this.lease.check()
     const restMs = performance.now() - t0
     await put('blocks.parquet')
@@ -245,12 +246,4 @@ async function removeStaleStaging(): Promise<void> {
     log.info({ folder: path.join(tmpdir(), name) }, 'removing the staging folder of a killed ingest')
     await rm(path.join(tmpdir(), name), { recursive: true, force: true })
   }
-}
-
-async function inParallel<T>(items: T[], limit: number, f: (item: T) => Promise<void>): Promise<void> {
-  let next = 0
-  const run = async () => {
-    while (next < items.length) await f(items[next++])
-  }
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, run))
 }

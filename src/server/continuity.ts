@@ -1,5 +1,5 @@
 import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
-import { mapLimit } from '../storage/dataset-store.js'
+import { mapLimit } from '../semaphore.js'
 import type { ClaimRange } from '../ingest/range-claims.js'
 
 /*

@@ -3,6 +3,7 @@ import path from 'node:path'
 import { parseChunkPath, type ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
+import { mapLimit } from '../semaphore.js'
 import type { DatasetView, HeldChunk } from '../query/types.js'
 import type { LocalTables } from '../storage/local-forms.js'
 import type { Readiness } from './http.js'
@@ -445,19 +446,16 @@ export class WorkerNode {
         }
       }
       const todo = this.toFetch(ds)
-      const fetchOne = async () => {
-        for (let ref = todo.shift(); ref && !this.stopped; ref = todo.shift()) {
-          // The router may have changed its mind while earlier chunks downloaded (workers registering one by one).
-          if (!rangesContain(ds.desired, ref.first, ref.last)) continue
-          try {
-            if (await this.fetchInto(ds, ref)) changed = true
-          } catch (e) {
-            log.error({ worker: this.opts.id, dataset: ds.name, chunk: ref.path, err: e instanceof Error ? e.message : e }, 'worker: cannot fetch chunk')
-            if ((e as NodeJS.ErrnoException)?.code === 'ENOSPC') diskFull = true
-          }
+      await mapLimit(todo, this.fetchAtOnce, async (ref) => {
+        // The router may have changed its mind while earlier chunks downloaded (workers registering one by one).
+        if (this.stopped || !rangesContain(ds.desired, ref.first, ref.last)) return
+        try {
+          if (await this.fetchInto(ds, ref)) changed = true
+        } catch (e) {
+          log.error({ worker: this.opts.id, dataset: ds.name, chunk: ref.path, err: e instanceof Error ? e.message : e }, 'worker: cannot fetch chunk')
+          if ((e as NodeJS.ErrnoException)?.code === 'ENOSPC') diskFull = true
         }
-      }
-      await Promise.all(Array.from({ length: Math.min(this.fetchAtOnce, todo.length) }, fetchOne))
+      })
       workerChunksHeld.set({ worker: this.opts.id, dataset: ds.name }, ds.held.size)
     }
     this.fetchAtOnce = diskFull ? 1 : CHUNKS_FETCHED_AT_ONCE

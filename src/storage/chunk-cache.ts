@@ -5,6 +5,7 @@ import path from 'node:path'
 import { hashFile, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
 import { alive } from '../pid.js'
 import { log } from '../log.js'
+import { mapLimit } from '../semaphore.js'
 import { cacheBytes, cacheCorrupt, cacheEvictions, downloadBytes, downloadSeconds } from './metrics.js'
 import type { DatasetStore } from './dataset-store.js'
 import { LocalForms } from './local-forms.js'
@@ -298,14 +299,12 @@ export class ChunkCache {
       total = metaGot.bytes + rest.reduce((n, f) => n + f.size, 0)
       await this.makeRoom(total)
       reserved = total
-      const queue = [...rest]
-      // The first failure stops the other downloads of the chunk, and the temp folder is deleted
-      // only once none of them writes into it any more (else a file created meanwhile is left behind).
+      // The first failure stops the other downloads of the chunk; `mapLimit` throws it once none of
+      // them writes into the temp folder any more (else a file created meanwhile is left behind).
       const stop = new AbortController()
       const both = signal ? AbortSignal.any([signal, stop.signal]) : stop.signal
-      let failed: { error: unknown } | undefined
-      const one = async () => {
-        for (let f = queue.shift(); f && !failed; f = queue.shift()) {
+      await mapLimit(rest, this.opts.parallel ?? 4, async (f) => {
+        try {
           const file = path.join(tmp, f.name)
           const got = await store.download(ref, f.name, file, both)
           const want = manifest?.[f.name]
@@ -313,14 +312,11 @@ export class ChunkCache {
             throw new Error(`chunk ${ref.path}: ${f.name} arrived with ${got.bytes} bytes, sha256 ${got.sha256}; ${want ? `its manifest says ${want.size} bytes, sha256 ${want.sha256}` : `storage lists ${f.size} bytes`}`)
           }
           files[f.name] = { size: got.bytes, sha256: got.sha256, mtimeMs: (await stat(file)).mtimeMs }
+        } catch (e) {
+          stop.abort()
+          throw e
         }
-      }
-      const guarded = () => one().catch((error) => {
-        failed ??= { error }
-        stop.abort()
       })
-      await Promise.all(Array.from({ length: Math.min(this.opts.parallel ?? 4, rest.length) }, guarded))
-      if (failed) throw failed.error
       await writeFile(path.join(tmp, VERIFIED), JSON.stringify({ files }))
       await rm(dest, { recursive: true, force: true })
       await rename(tmp, dest)

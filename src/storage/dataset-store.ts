@@ -2,6 +2,7 @@ import { copyFile, readdir, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { exists, hashFile, parseChunkName, parseChunkPath, readChunkMeta, readDatasetMeta, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { log } from '../log.js'
+import { mapLimit } from '../semaphore.js'
 import { storageRequests } from './metrics.js'
 import { FolderClaims, readClaims, S3Claims, type ClaimRecord } from '../ingest/range-claims.js'
 import { downloadObject, getText, isS3Url, joinKey, listFolders, listObjects, parseS3Url, s3Url, type DownloadResult } from './s3.js'
@@ -105,18 +106,6 @@ const TOP_RE = /^\d{10}$/
 /** Chunk folders of a first listing checked at once (a dataset of 100,000 chunks is 100,000 stats). */
 const STATS_AT_ONCE = 64
 
-/** `f` over `items` with at most `limit` calls running at once; results in order. */
-export async function mapLimit<T, R>(items: readonly T[], limit: number, f: (item: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length)
-  let next = 0
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++
-      out[i] = await f(items[i])
-    }
-  }))
-  return out
-}
 const FULL_LISTING_MS = 60_000
 
 class FolderDatasetStore implements DatasetStore {

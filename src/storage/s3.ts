@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { createWriteStream } from 'node:fs'
-import { open, readFile, stat } from 'node:fs/promises'
+import { open } from 'node:fs/promises'
 import { Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import type { S3Client } from '@aws-sdk/client-s3'
@@ -124,24 +124,20 @@ export interface ObjectInfo {
 /** Every object under `prefix` (recursively), in key order; with `startAfter`, only keys after it. */
 export async function listObjects(bucket: string, prefix: string, startAfter?: string): Promise<ObjectInfo[]> {
   const out: ObjectInfo[] = []
-  let token: string | undefined
-  do {
-    const r = await (await s3Client()).send(new (cmd().ListObjectsV2Command)({ Bucket: bucket, Prefix: prefix, ContinuationToken: token, StartAfter: token ? undefined : startAfter }))
-    for (const o of r.Contents ?? []) if (o.Key) out.push({ key: o.Key, size: Number(o.Size ?? 0) })
-    token = r.IsTruncated ? r.NextContinuationToken : undefined
-  } while (token)
+  const client = await s3Client()
+  for await (const page of cmd().paginateListObjectsV2({ client }, { Bucket: bucket, Prefix: prefix, StartAfter: startAfter })) {
+    for (const o of page.Contents ?? []) if (o.Key) out.push({ key: o.Key, size: Number(o.Size ?? 0) })
+  }
   return out
 }
 
 /** The "folders" directly under `prefix` (which should end with '/'), without the prefix and slash. */
 export async function listFolders(bucket: string, prefix: string): Promise<string[]> {
   const out: string[] = []
-  let token: string | undefined
-  do {
-    const r = await (await s3Client()).send(new (cmd().ListObjectsV2Command)({ Bucket: bucket, Prefix: prefix, Delimiter: '/', ContinuationToken: token }))
-    for (const p of r.CommonPrefixes ?? []) if (p.Prefix) out.push(p.Prefix.slice(prefix.length).replace(/\/$/, ''))
-    token = r.IsTruncated ? r.NextContinuationToken : undefined
-  } while (token)
+  const client = await s3Client()
+  for await (const page of cmd().paginateListObjectsV2({ client }, { Bucket: bucket, Prefix: prefix, Delimiter: '/' })) {
+    for (const p of page.CommonPrefixes ?? []) if (p.Prefix) out.push(p.Prefix.slice(prefix.length).replace(/\/$/, ''))
+  }
   return out.sort()
 }
 
@@ -255,43 +251,52 @@ export function partBytes(): number {
 }
 
 /**
- * Upload a local file: one PUT when small, else a multipart upload with `partBytes()` parts read one
- * at a time (memory stays at one part). A failed multipart upload is aborted so no parts linger.
- * Bodies are buffers, not streams: the SDK does not retry a request whose body is a stream.
+ * Upload a local file through the SDK's `Upload` (@aws-sdk/lib-storage): one PUT when it fits in a
+ * part, else a multipart upload of `partBytes()` parts sent one at a time (memory stays at about one
+ * part). The parts reach the client as buffers, which it retries like any request (it does not retry
+ * a streamed body). A multipart upload that fails is aborted here rather than by `Upload`, whose
+ * abort failing (servers without AbortMultipartUpload) would replace the upload's own error; one
+ * cut short by a killed process is aborted by the next ingest (`abortMultipartUploads`).
  */
 export async function uploadFile(bucket: string, key: string, file: string, part = partBytes()): Promise<number> {
+  // Opened here, not by the stream: a missing file is this call's error, not an unhandled stream event.
+  const fh = await open(file, 'r').catch((e) => {
+    throw uploadError(bucket, key, file, e)
+  })
+  const body = fh.createReadStream({ autoClose: false, highWaterMark: READ_BYTES })
+  let upload: import('@aws-sdk/lib-storage').Upload | undefined
   try {
-    return await upload(bucket, key, file, part)
-  } catch (e: any) {
-    const tries = e?.$metadata?.attempts
-    throw new Error(`uploading ${file} to s3://${bucket}/${key} failed${tries ? ` (${tries} tries)` : ''}: ${e?.name && e.name !== 'Error' ? `${e.name}: ` : ''}${e?.message ?? e}`, { cause: e })
+    const { size } = await fh.stat()
+    const { Upload } = await (libStorage ??= import('@aws-sdk/lib-storage'))
+    upload = new Upload({ client: await s3Client(), params: { Bucket: bucket, Key: key, Body: body, ContentLength: size }, partSize: part, queueSize: 1, leavePartsOnError: true })
+    await upload.done()
+    return size
+  } catch (e) {
+    if (upload?.uploadId) await abortUpload(bucket, key, upload.uploadId)
+    throw uploadError(bucket, key, file, e)
+  } finally {
+    body.destroy()
+    await fh.close()
   }
 }
 
-async function upload(bucket: string, key: string, file: string, part: number): Promise<number> {
-  const { size } = await stat(file)
-  if (size <= part) {
-    await (await s3Client()).send(new (cmd().PutObjectCommand)({ Bucket: bucket, Key: key, Body: await readFile(file), ContentLength: size }))
-    return size
-  }
-  const { UploadId } = await (await s3Client()).send(new (cmd().CreateMultipartUploadCommand)({ Bucket: bucket, Key: key }))
-  const parts: { ETag: string; PartNumber: number }[] = []
-  const fh = await open(file, 'r')
+async function abortUpload(bucket: string, key: string, uploadId: string): Promise<void> {
   try {
-    for (let offset = 0, n = 1; offset < size; offset += part, n++) {
-      const buf = Buffer.alloc(Math.min(part, size - offset))
-      await fh.read(buf, 0, buf.length, offset)
-      const r = await (await s3Client()).send(new (cmd().UploadPartCommand)({ Bucket: bucket, Key: key, UploadId, PartNumber: n, Body: buf, ContentLength: buf.length }))
-      parts.push({ ETag: r.ETag!, PartNumber: n })
-    }
-    await (await s3Client()).send(new (cmd().CompleteMultipartUploadCommand)({ Bucket: bucket, Key: key, UploadId, MultipartUpload: { Parts: parts } }))
+    await (await s3Client()).send(new (cmd().AbortMultipartUploadCommand)({ Bucket: bucket, Key: key, UploadId: uploadId }))
   } catch (e) {
-    await (await s3Client()).send(new (cmd().AbortMultipartUploadCommand)({ Bucket: bucket, Key: key, UploadId })).catch(() => undefined)
-    throw e
-  } finally {
-    await fh.close()
+    log.warn({ bucket, key, uploadId, err: (e as Error)?.message }, 's3: cannot abort the failed multipart upload (the next ingest aborts what is left under its prefix)')
   }
-  return size
+}
+
+/** Reads of a file being uploaded (a part is put together from them). */
+const READ_BYTES = 1024 * 1024
+
+/** The multipart-upload half of the SDK, loaded by the first upload (servers never upload). */
+let libStorage: Promise<typeof import('@aws-sdk/lib-storage')> | undefined
+
+function uploadError(bucket: string, key: string, file: string, e: any): Error {
+  const tries = e?.$metadata?.attempts
+  return new Error(`uploading ${file} to s3://${bucket}/${key} failed${tries ? ` (${tries} tries)` : ''}: ${e?.name && e.name !== 'Error' ? `${e.name}: ` : ''}${e?.message ?? e}`, { cause: e })
 }
 
 export async function deleteObjects(bucket: string, keys: string[]): Promise<void> {
@@ -304,7 +309,8 @@ export async function deleteObjects(bucket: string, keys: string[]): Promise<voi
 /**
  * Abort the multipart uploads under `prefix` that were started and never completed (their parts are
  * stored, and billed, until aborted). Returns how many, or undefined when the server cannot list
- * them (s3rver answers NotImplemented).
+ * them (s3rver answers NotImplemented). The SDK has no paginator for ListMultipartUploads (its pages
+ * continue by two markers), hence the loop.
  */
 export async function abortMultipartUploads(bucket: string, prefix: string): Promise<number | undefined> {
   let aborted = 0

@@ -1,7 +1,12 @@
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import { createRequire } from 'node:module'
 import os from 'node:os'
 import path from 'node:path'
 import S3rver from 's3rver'
+import { until } from './cli.js'
+import { freePort } from './http.js'
 import { joinKey, listObjects, putText, resetS3Client, uploadFile } from '../../src/storage/s3.js'
 import { readFile } from 'node:fs/promises'
 
@@ -52,6 +57,36 @@ export async function startS3(buckets: string[]): Promise<S3Server> {
       await rm(dir, { recursive: true, force: true })
     },
   }
+}
+
+/**
+ * s3rver in a process of its own, for listings of more than one page: s3rver encrypts its
+ * continuation tokens with DES, which the OpenSSL 3 of Node has only in its legacy provider (in a
+ * process without `--openssl-legacy-provider`, a listing past 1,000 keys answers 500 InternalError).
+ */
+export async function startS3Process(buckets: string[]): Promise<S3Server> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'ba-s3-'))
+  const port = await freePort()
+  const bin = createRequire(import.meta.url).resolve('s3rver/bin/s3rver.js')
+  const child = spawn(process.execPath, ['--openssl-legacy-provider', bin, '-d', dir, '-a', '127.0.0.1', '-p', String(port), '-s', ...buckets.flatMap((b) => ['--configure-bucket', b])], { stdio: 'ignore' })
+  const exited = once(child, 'exit')
+  const env = { AWS_ENDPOINT_URL: `http://127.0.0.1:${port}`, AWS_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER' }
+  const restoreEnv = setEnv(env)
+  resetS3Client()
+  const stop = async () => {
+    restoreEnv()
+    resetS3Client()
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
+    await exited
+    await rm(dir, { recursive: true, force: true })
+  }
+  try {
+    await until('s3rver to answer', async () => ((await fetch(`${env.AWS_ENDPOINT_URL}/${buckets[0] ?? ''}`).catch(() => undefined))?.status ? true : undefined), 60_000)
+  } catch (e) {
+    await stop()
+    throw e
+  }
+  return { endpoint: env.AWS_ENDPOINT_URL, env, stop }
 }
 
 /**
