@@ -1,3 +1,4 @@
+import { encodeAddress } from '@polkadot/util-crypto'
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
@@ -57,6 +58,28 @@ const CLOSING = /^System\.Extrinsic(Success|Failed)$/
 const unattributed = (name: string, x: any) => !x.success || CLOSING.test(name)
 
 describe('Substrate Sidecar normaliser', () => {
+  it('SS58: the account id of every prefix; anything else is no address (null, never an exception)', () => {
+    const alice = '0xd43593c715fdd31c61141abd04a99fd6822c8558854ccde39a5684e7a56da27d'
+    // Alice as Polkadot (prefix 0), Kusama (2) and generic (42) show her
+    for (const a of ['15oF4uVJwmo4TdGW7VfQxNLavjCXviqxT9S1MgbjMNHr6Sp5', 'HNZata7iMYWmk5RvZRTiAsSDhV8366zq2YGb3tLH5Upf74F', '5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY']) {
+      assert.equal(ss58ToHex(a), alice, a)
+    }
+    // two-byte prefixes (Vara 137, 1284)
+    for (const prefix of [137, 1284, 16383]) assert.equal(ss58ToHex(encodeAddress(alice, prefix)), alice, `prefix ${prefix}`)
+    const bad = [
+      '15oF4uVJwmo4TdGW7VfQxNLavjCXviqxT9S1MgbjMNHr6Sp6', // checksum
+      '15oF4uVJwmo4TdGW7VfQxNLavjCXviqxT9S1MgbjMNHr6Sp', // one character short
+      '15oF4uVJwmo4TdGW7VfQxNLavjCXviqxT9S1MgbjMNHr6Sp0', // not base58
+      encodeAddress('0x02' + '11'.repeat(32), 0), // a 33-byte ECDSA key, not an account id
+      encodeAddress('0x01', 0), // an account index
+      alice, // hex is taken as hex elsewhere, not as an address
+      '',
+      'Normal',
+      '123456789'.repeat(5) + '12', // a decimal number of an address' length
+    ]
+    for (const s of bad) assert.equal(ss58ToHex(s), null, JSON.stringify(s))
+  })
+
   it('names, SS58, eras: the conversions the mapping relies on', () => {
     // Alice, the well-known dev account
     assert.equal(ss58ToHex('5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY'), '0xd43593c715fdd31c61141abd04a99fd6822c8558854ccde39a5684e7a56da27d')
