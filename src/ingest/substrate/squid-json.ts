@@ -28,6 +28,9 @@ export function accountIdOf(address: unknown): string | undefined {
   return undefined
 }
 
+/** A JSON value as the text of a row column; null (and absent) stay null. */
+export const jsonText = (v: unknown): string | null => (v === undefined || v === null ? null : JSON.stringify(v))
+
 /** Order of call addresses within an extrinsic: a parent before its children, siblings by index. */
 export function compareCallAddress(a: number[], b: number[]): number {
   for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i]

@@ -2,7 +2,7 @@ import type { BlockRows, Row } from '../../../chunks/rows.js'
 import { ethereumTransact } from '../helper-values.js'
 import { fail, hashOf, optionalHash } from '../shape.js'
 import { ss58ToHex } from '../ss58.js'
-import { accountIdOf, hexOrNull, signedOrigin } from '../squid-json.js'
+import { accountIdOf, hexOrNull, jsonText, signedOrigin } from '../squid-json.js'
 import { extrinsicCallTree, field, type CallNode, type Ev } from './call-tree.js'
 import { eventHelperColumns } from './helper-columns.js'
 import { palletName, qualifiedCallName } from './names.js'
@@ -46,7 +46,6 @@ import { argsOf, decimal, eraValue, intOf, rawArg, toSquid } from './values.js'
  */
 
 const textSize = (s: string | null) => (s == null ? null : s.length)
-const jsonText = (v: unknown) => (v === undefined || v === null ? null : JSON.stringify(v))
 
 function eventName(e: any, what: string): string {
   const m = e?.method
