@@ -78,6 +78,17 @@ describe('Substrate Sidecar normaliser', () => {
       '123456789'.repeat(5) + '12', // a decimal number of an address' length
     ]
     for (const s of bad) assert.equal(ss58ToHex(s), null, JSON.stringify(s))
+
+    // a signer that is no address: kept as given in the signature, no origin (not a Signed origin of a non-account)
+    const block = structuredClone(recorded.kusama.find((r) => r.number === 6566865)!.block)
+    block.extrinsics[8].signature.signer = { id: bad[0] }
+    const rows = normalizeSidecarBlock(block)
+    assert.deepEqual(JSON.parse(rows.extrinsics[8].signature as string).address, { __kind: 'Id', value: bad[0] })
+    assert.equal(rows.calls.find((c) => c.extrinsic_index === 8)!.origin, null)
+    const good = normalizeSidecarBlock(recorded.kusama.find((r) => r.number === 6566865)!.block)
+    assert.deepEqual(JSON.parse(good.calls.find((c) => c.extrinsic_index === 8)!.origin as string), {
+      __kind: 'system', value: { __kind: 'Signed', value: ss58ToHex('G84L7BC5UTC9W8Vkc7BZ5ciHjbsjvufcy99fzDEApkFDymE') },
+    })
   })
 
   it('names, SS58, eras: the conversions the mapping relies on', () => {

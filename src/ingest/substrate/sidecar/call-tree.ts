@@ -24,7 +24,7 @@ import { accountOf, isSidecarCall, rawArg, toSquid } from './values.js'
  * success, every event at `[]`. Origins as squid: signed `{__kind: "system", value: {__kind:
  * "Signed", value: account}}`, `Root` under sudo, the proxied / multisig / sudo_as account for the
  * inner call, the parent's for batch items; `null` where squid has none (unsigned extrinsics,
- * as_derivative, as_multi_threshold_1, a non-`Id` address).
+ * as_derivative, as_multi_threshold_1, a non-`Id` address, an address that is no account id).
  */
 
 /** An event of the block while its call address is worked out. */

@@ -47,6 +47,12 @@ import { argsOf, decimal, eraValue, intOf, rawArg, toSquid } from './values.js'
 
 const textSize = (s: string | null) => (s == null ? null : s.length)
 
+/** An event of the block, with where it stands. */
+interface BlockEvent extends Ev {
+  phase: 'Initialization' | 'ApplyExtrinsic' | 'Finalization'
+  extrinsicIndex: number | null
+}
+
 function eventName(e: any, what: string): string {
   const m = e?.method
   if (!m || typeof m.pallet !== 'string' || typeof m.method !== 'string') fail(`${what}.method: expected {pallet, method}`)
@@ -59,25 +65,14 @@ function eventList(v: unknown, what: string): any[] {
   return v
 }
 
-/** One sidecar `/blocks/{n}` answer as table rows. */
-export function normalizeSidecarBlock(block: any): BlockRows {
-  if (block == null || typeof block !== 'object') fail('block: expected an object')
-  const number = intOf(block.number, 'block.number')
-  const hash = hashOf(block.hash, 'block.hash')
-  if (!Array.isArray(block.extrinsics)) fail('block.extrinsics: expected an array')
-  const extrinsicsIn: any[] = block.extrinsics
-
-  // events in block order
-  interface EvRow extends Ev {
-    phase: 'Initialization' | 'ApplyExtrinsic' | 'Finalization'
-    extrinsicIndex: number | null
-  }
-  const events: EvRow[] = []
-  const perExtrinsic: EvRow[][] = []
-  const addEvents = (list: unknown, phase: EvRow['phase'], what: string, extrinsicIndex: number | null) => {
-    const out: EvRow[] = []
+/** The events of the block in System.Events order, and each extrinsic's (the same objects). */
+function blockEvents(block: any, extrinsicsIn: any[]): { events: BlockEvent[]; perExtrinsic: BlockEvent[][] } {
+  const events: BlockEvent[] = []
+  const perExtrinsic: BlockEvent[][] = []
+  const addEvents = (list: unknown, phase: BlockEvent['phase'], what: string, extrinsicIndex: number | null) => {
+    const out: BlockEvent[] = []
     eventList(list, what).forEach((e, i) => {
-      const ev: EvRow = { name: eventName(e, `${what}[${i}]`), data: e.data, phase, extrinsicIndex }
+      const ev: BlockEvent = { name: eventName(e, `${what}[${i}]`), data: e.data, phase, extrinsicIndex }
       if (phase !== 'ApplyExtrinsic') ev.callAddress = null
       out.push(ev)
     })
@@ -91,6 +86,45 @@ export function normalizeSidecarBlock(block: any): BlockRows {
     perExtrinsic.push(addEvents(x.events, 'ApplyExtrinsic', `extrinsics[${i}].events`, i))
   })
   addEvents(block.onFinalize?.events, 'Finalization', 'onFinalize.events', null)
+  return { events, perExtrinsic }
+}
+
+/** The signature of extrinsic `x` in the runtime's form and the origin of its call (null/null: unsigned). */
+function signatureOf(x: any, w: string): { signature: unknown; origin: unknown } {
+  if (x.signature == null) return { signature: null, origin: null }
+  if (typeof x.signature !== 'object') fail(`${w}.signature: expected an object`)
+  const signedExtensions: Record<string, unknown> = {}
+  const era = eraValue(x.era)
+  if (era != null) signedExtensions.CheckMortality = era
+  const nonce = decimal(x.nonce, `${w}.nonce`)
+  if (nonce != null) signedExtensions.CheckNonce = Number.isSafeInteger(Number(nonce)) ? Number(nonce) : nonce
+  const address = toSquid(x.signature.signer)
+  const account = accountIdOf(address)
+  return {
+    signature: { address, signature: toSquid(x.signature.signature), signedExtensions },
+    origin: account ? signedOrigin(account) : undefined,
+  }
+}
+
+/** actualFee − tip of `TransactionFeePaid` (squid's rule), else sidecar's `info.partialFee`. */
+function feeOf(x: any, evs: Ev[], w: string): string | null {
+  const paid = evs.find((e) => e.name === 'TransactionPayment.TransactionFeePaid')
+  if (paid) {
+    const actual = decimal(field(paid, 1, 'actualFee'), `${w} TransactionFeePaid.actualFee`)
+    const tip = decimal(field(paid, 2, 'tip'), `${w} TransactionFeePaid.tip`) ?? '0'
+    if (actual != null) return (BigInt(actual) - BigInt(tip)).toString()
+  }
+  return decimal(x.info?.partialFee, `${w}.info.partialFee`)
+}
+
+/** One sidecar `/blocks/{n}` answer as table rows. */
+export function normalizeSidecarBlock(block: any): BlockRows {
+  if (block == null || typeof block !== 'object') fail('block: expected an object')
+  const number = intOf(block.number, 'block.number')
+  const hash = hashOf(block.hash, 'block.hash')
+  if (!Array.isArray(block.extrinsics)) fail('block.extrinsics: expected an array')
+  const extrinsicsIn: any[] = block.extrinsics
+  const { events, perExtrinsic } = blockEvents(block, extrinsicsIn)
 
   let timestamp: number | null = null
   const extrinsics: Row[] = []
@@ -106,46 +140,21 @@ export function normalizeSidecarBlock(block: any): BlockRows {
     const failed = evs.find((e) => e.name === 'System.ExtrinsicFailed')
     const error = failed ? toSquid(field(failed, 0, 'dispatchError')) : null
     const success = typeof x.success === 'boolean' ? x.success : !failed
-
-    // signature, fee, tip
-    let signature: unknown = null
-    let origin: unknown = null
-    if (x.signature != null) {
-      if (typeof x.signature !== 'object') fail(`${w}.signature: expected an object`)
-      const signedExtensions: Record<string, unknown> = {}
-      const era = eraValue(x.era)
-      if (era != null) signedExtensions.CheckMortality = era
-      const nonce = decimal(x.nonce, `${w}.nonce`)
-      if (nonce != null) signedExtensions.CheckNonce = Number.isSafeInteger(Number(nonce)) ? Number(nonce) : nonce
-      const address = toSquid(x.signature.signer)
-      signature = { address, signature: toSquid(x.signature.signature), signedExtensions }
-      const account = accountIdOf(address)
-      origin = account ? signedOrigin(account) : undefined
-    }
-    let fee: string | null = null
-    const paid = evs.find((e) => e.name === 'TransactionPayment.TransactionFeePaid')
-    if (paid) {
-      const actual = decimal(field(paid, 1, 'actualFee'), `${w} TransactionFeePaid.actualFee`)
-      const tip = decimal(field(paid, 2, 'tip'), `${w} TransactionFeePaid.tip`) ?? '0'
-      if (actual != null) fee = (BigInt(actual) - BigInt(tip)).toString()
-    }
-    if (fee == null) fee = decimal(x.info?.partialFee, `${w}.info.partialFee`)
+    const { signature, origin } = signatureOf(x, w)
     extrinsics.push({
       block_number: number,
       index: i,
       version: 4,
       signature: jsonText(signature),
-      fee,
+      fee: feeOf(x, evs, w),
       tip: x.signature == null ? null : decimal(x.tip, `${w}.tip`),
       error: jsonText(error),
       success,
       hash: optionalHash(x.hash, `${w}.hash`),
     })
 
-    // call tree
     const root: CallNode = { extrinsicIndex: i, address: [], name, raw: x, origin }
-    const tree = extrinsicCallTree(root, evs, success, error)
-    for (const c of tree) {
+    for (const c of extrinsicCallTree(root, evs, success, error)) {
       const args = argsOf(c.raw.args)
       const argsText = JSON.stringify(args)
       const eth = c.name === 'Ethereum.transact' ? ethereumTransact(args) : { to: null, sighash: null }
