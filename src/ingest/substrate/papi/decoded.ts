@@ -48,11 +48,10 @@ import { accountIdOf, camel, HEX, ROOT_ORIGIN, signedOrigin } from '../squid-jso
  * `proxy_announced`, `Multisig.as_multi`/`as_multi_threshold_1`, `Sudo.sudo`/`sudo_unchecked_weight`/
  * `sudo_as` (`call` → `[…, 0]`), recursively, in pre-order; every call has the extrinsic's success,
  * the root call of a failed extrinsic its error, inner calls none (squid's call parser would walk the
- * events for per-call results: see below). Origins as
- * the Sidecar source gives them (../sidecar/call-tree.ts): signed `{__kind: "system", value: {__kind: "Signed", value:
- * account}}`, batch items their parent's, `Root` under sudo, the `real` / `who` account under proxy /
- * sudo_as, `as_origin` under dispatch_as; null for unsigned extrinsics, under as_derivative and
- * multisig.
+ * events for per-call results: see below). Origins as the Sidecar source gives them
+ * (../sidecar/call-tree.ts): signed `{__kind: "system", value: {__kind: "Signed", value: account}}`,
+ * batch items their parent's, `Root` under sudo, the `real` / `who` account under proxy / sudo_as,
+ * `as_origin` under dispatch_as; null for unsigned extrinsics, under as_derivative and multisig.
  *
  * Events: index = position in the list (System.Events order), `phase` from `phase.type`
  * (`Initialization` / `ApplyExtrinsic` / `Finalization`), `extrinsicIndex` = `phase.value` of
@@ -62,14 +61,15 @@ import { accountIdOf, camel, HEX, ROOT_ORIGIN, signedOrigin } from '../squid-jso
  * what squid's call parser gives, and the node and Sidecar sources. That is exact for blocks without
  * nested calls (Moonbeam 16083402: every extrinsic is a plain call); with batches or proxies the
  * events of inner calls still point at the root (squid walks the closing events of each wrapper to
- * place them, which would need the per-runtime event rules of the Sidecar source's parser, ../sidecar/call-tree.ts; no
- * recorded polkadot-api block needs it yet), so an event's `call`/`stack` relations give the root
+ * place them, which would need the per-runtime event rules of the Sidecar source's parser,
+ * ../sidecar/call-tree.ts; no recorded polkadot-api block needs it yet), so an event's `call`/`stack` relations give the root
  * call only, and a call's `events` relation gives the extrinsic's events for the root and none for
  * inner calls. Initialization/Finalization events have no extrinsic and no call address.
  *
- * Helper values (hex lower case): `Ethereum.transact` → `_ethereumTransactTo` (the `Call` action's
- * target, or EIP-7702's `destination`; none for `Create`) and `_ethereumTransactSighash`
- * (`input.slice(0, 10)`, EIP-7702: `data`); `EVM.Log {log: {address, topics, data}}` →
+ * Helper values (hex lower case; ../helper-values.ts, as the Sidecar source): `Ethereum.transact` →
+ * `_ethereumTransactTo` (the `Call` action's target, or EIP-7702's `destination`; none for `Create`)
+ * and `_ethereumTransactSighash` (`input.slice(0, 10)`, EIP-7702: `data`); `EVM.Log {log: {address,
+ * topics, data}}` →
  * `_evmLogAddress`, `_evmLogTopics`; `Contracts.ContractEmitted` → `_contractAddress`; Gear's
  * program id.
  *
