@@ -1,11 +1,15 @@
+import { encodeAddress } from '@polkadot/util-crypto'
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { BadRpcAnswer, BlockNotAvailable } from '../src/ingest/source.js'
-import { callName, eraValue, normalizeSidecarBlock, palletName, ss58ToHex, toSquid } from '../src/ingest/substrate/sidecar/normalize.js'
+import { callName, palletName } from '../src/ingest/substrate/sidecar/names.js'
+import { normalizeSidecarBlock } from '../src/ingest/substrate/sidecar/normalize.js'
 import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
 import { loadRecordedSidecar, SIDECAR_CHAINS, SidecarReplayServer, type SidecarChain } from '../src/ingest/substrate/sidecar/replay.js'
 import { SidecarSource } from '../src/ingest/substrate/sidecar/source.js'
+import { eraValue, toSquid } from '../src/ingest/substrate/sidecar/values.js'
+import { ss58ToHex } from '../src/ingest/substrate/ss58.js'
 import { startCluster, type Cluster } from '../src/server/cluster.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { stallTolerant, tempDir } from './helpers/dataset.js'
@@ -54,6 +58,39 @@ const CLOSING = /^System\.Extrinsic(Success|Failed)$/
 const unattributed = (name: string, x: any) => !x.success || CLOSING.test(name)
 
 describe('Substrate Sidecar normaliser', () => {
+  it('SS58: the account id of every prefix; anything else is no address (null, never an exception)', () => {
+    const alice = '0xd43593c715fdd31c61141abd04a99fd6822c8558854ccde39a5684e7a56da27d'
+    // Alice as Polkadot (prefix 0), Kusama (2) and generic (42) show her
+    for (const a of ['15oF4uVJwmo4TdGW7VfQxNLavjCXviqxT9S1MgbjMNHr6Sp5', 'HNZata7iMYWmk5RvZRTiAsSDhV8366zq2YGb3tLH5Upf74F', '5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY']) {
+      assert.equal(ss58ToHex(a), alice, a)
+    }
+    // two-byte prefixes (Vara 137, 1284)
+    for (const prefix of [137, 1284, 16383]) assert.equal(ss58ToHex(encodeAddress(alice, prefix)), alice, `prefix ${prefix}`)
+    const bad = [
+      '15oF4uVJwmo4TdGW7VfQxNLavjCXviqxT9S1MgbjMNHr6Sp6', // checksum
+      '15oF4uVJwmo4TdGW7VfQxNLavjCXviqxT9S1MgbjMNHr6Sp', // one character short
+      '15oF4uVJwmo4TdGW7VfQxNLavjCXviqxT9S1MgbjMNHr6Sp0', // not base58
+      encodeAddress('0x02' + '11'.repeat(32), 0), // a 33-byte ECDSA key, not an account id
+      encodeAddress('0x01', 0), // an account index
+      alice, // hex is taken as hex elsewhere, not as an address
+      '',
+      'Normal',
+      '123456789'.repeat(5) + '12', // a decimal number of an address' length
+    ]
+    for (const s of bad) assert.equal(ss58ToHex(s), null, JSON.stringify(s))
+
+    // a signer that is no address: kept as given in the signature, no origin (not a Signed origin of a non-account)
+    const block = structuredClone(recorded.kusama.find((r) => r.number === 6566865)!.block)
+    block.extrinsics[8].signature.signer = { id: bad[0] }
+    const rows = normalizeSidecarBlock(block)
+    assert.deepEqual(JSON.parse(rows.extrinsics[8].signature as string).address, { __kind: 'Id', value: bad[0] })
+    assert.equal(rows.calls.find((c) => c.extrinsic_index === 8)!.origin, null)
+    const good = normalizeSidecarBlock(recorded.kusama.find((r) => r.number === 6566865)!.block)
+    assert.deepEqual(JSON.parse(good.calls.find((c) => c.extrinsic_index === 8)!.origin as string), {
+      __kind: 'system', value: { __kind: 'Signed', value: ss58ToHex('G84L7BC5UTC9W8Vkc7BZ5ciHjbsjvufcy99fzDEApkFDymE') },
+    })
+  })
+
   it('names, SS58, eras: the conversions the mapping relies on', () => {
     // Alice, the well-known dev account
     assert.equal(ss58ToHex('5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY'), '0xd43593c715fdd31c61141abd04a99fd6822c8558854ccde39a5684e7a56da27d')

@@ -1,8 +1,10 @@
 import type { BlockRows } from '../../../chunks/rows.js'
-import { MalformedRpcData } from '../../evm/normalize.js'
+import { ethereumTransact, evmLog } from '../helper-values.js'
 import { substrateRows } from '../rpc/rows.js'
 import type { DecodedSubstrateBlock, Json, SubstrateCall, SubstrateEvent, SubstrateExtrinsic, SubstrateHeader } from '../rpc/types.js'
-import { camel, ss58ToHex } from '../sidecar/normalize.js'
+import { fail, hashOf, optionalHash } from '../shape.js'
+import { ss58ToHex } from '../ss58.js'
+import { accountIdOf, camel, HEX, ROOT_ORIGIN, signedOrigin } from '../squid-json.js'
 
 /*
  * A block already decoded by polkadot-api (as Ocelloids records them: `{hash, number, parent,
@@ -46,11 +48,10 @@ import { camel, ss58ToHex } from '../sidecar/normalize.js'
  * `proxy_announced`, `Multisig.as_multi`/`as_multi_threshold_1`, `Sudo.sudo`/`sudo_unchecked_weight`/
  * `sudo_as` (`call` → `[…, 0]`), recursively, in pre-order; every call has the extrinsic's success,
  * the root call of a failed extrinsic its error, inner calls none (squid's call parser would walk the
- * events for per-call results: see below). Origins as
- * the Sidecar normaliser gives them: signed `{__kind: "system", value: {__kind: "Signed", value:
- * account}}`, batch items their parent's, `Root` under sudo, the `real` / `who` account under proxy /
- * sudo_as, `as_origin` under dispatch_as; null for unsigned extrinsics, under as_derivative and
- * multisig.
+ * events for per-call results: see below). Origins as the Sidecar source gives them
+ * (../sidecar/call-tree.ts): signed `{__kind: "system", value: {__kind: "Signed", value: account}}`,
+ * batch items their parent's, `Root` under sudo, the `real` / `who` account under proxy / sudo_as,
+ * `as_origin` under dispatch_as; null for unsigned extrinsics, under as_derivative and multisig.
  *
  * Events: index = position in the list (System.Events order), `phase` from `phase.type`
  * (`Initialization` / `ApplyExtrinsic` / `Finalization`), `extrinsicIndex` = `phase.value` of
@@ -60,14 +61,15 @@ import { camel, ss58ToHex } from '../sidecar/normalize.js'
  * what squid's call parser gives, and the node and Sidecar sources. That is exact for blocks without
  * nested calls (Moonbeam 16083402: every extrinsic is a plain call); with batches or proxies the
  * events of inner calls still point at the root (squid walks the closing events of each wrapper to
- * place them, which would need the per-runtime event rules of the Sidecar normaliser's parser; no
- * recorded polkadot-api block needs it yet), so an event's `call`/`stack` relations give the root
+ * place them, which would need the per-runtime event rules of the Sidecar source's parser,
+ * ../sidecar/call-tree.ts; no recorded polkadot-api block needs it yet), so an event's `call`/`stack` relations give the root
  * call only, and a call's `events` relation gives the extrinsic's events for the root and none for
  * inner calls. Initialization/Finalization events have no extrinsic and no call address.
  *
- * Helper values (hex lower case): `Ethereum.transact` → `_ethereumTransactTo` (the `Call` action's
- * target, or EIP-7702's `destination`; none for `Create`) and `_ethereumTransactSighash`
- * (`input.slice(0, 10)`, EIP-7702: `data`); `EVM.Log {log: {address, topics, data}}` →
+ * Helper values (hex lower case; ../helper-values.ts, as the Sidecar source): `Ethereum.transact` →
+ * `_ethereumTransactTo` (the `Call` action's target, or EIP-7702's `destination`; none for `Create`)
+ * and `_ethereumTransactSighash` (`input.slice(0, 10)`, EIP-7702: `data`); `EVM.Log {log: {address,
+ * topics, data}}` →
  * `_evmLogAddress`, `_evmLogTopics`; `Contracts.ContractEmitted` → `_contractAddress`; Gear's
  * program id.
  *
@@ -81,15 +83,7 @@ import { camel, ss58ToHex } from '../sidecar/normalize.js'
  * `value` (above); opaque (hex) inner calls are not decoded.
  */
 
-export class PapiShapeError extends MalformedRpcData {}
-
-function fail(what: string): never {
-  throw new PapiShapeError(what)
-}
-
 // ---------------------------------------------------------------- values
-
-const HEX = /^0x[0-9a-fA-F]*$/
 
 const isObject = (v: unknown): v is Record<string, unknown> => v != null && typeof v === 'object' && !Array.isArray(v)
 
@@ -187,16 +181,8 @@ function runtimeCall(c: RawCall): Json {
   return { __kind: c.pallet, value: { __kind: c.method, ...callArgs(`${c.pallet}.${c.method}`, c.args) } }
 }
 
-const signedOrigin = (account: string): Json => ({ __kind: 'system', value: { __kind: 'Signed', value: account } })
-const ROOT_ORIGIN: Json = { __kind: 'system', value: { __kind: 'Root' } }
-
 /** The account id (hex) of an address: a plain account, or MultiAddress `Id`. */
-function accountOf(address: unknown): string | undefined {
-  const a = papiValue(address)
-  if (typeof a === 'string' && HEX.test(a)) return a
-  if (isObject(a) && (a.__kind === 'Id' || a.__kind === 'AccountId') && typeof a.value === 'string' && HEX.test(a.value)) return a.value
-  return undefined
-}
+const accountOf = (address: unknown): string | undefined => accountIdOf(papiValue(address))
 
 /** The origin of the inner calls of a wrapper (undefined: the parent's). */
 function innerOrigin(name: string, args: Record<string, unknown>, parent: Json): Json {
@@ -243,13 +229,6 @@ export interface PapiDecodedBlock extends Omit<DecodedSubstrateBlock, 'header' |
   extrinsics: PapiExtrinsic[]
 }
 
-function hashOf(v: unknown, what: string): string {
-  if (typeof v !== 'string' || !HEX.test(v)) fail(`${what}: expected a 0x hex string, got ${JSON.stringify(v)?.slice(0, 100)}`)
-  return v.toLowerCase()
-}
-
-const optionalHash = (v: unknown, what: string) => (v == null ? null : hashOf(v, what))
-
 function intOf(v: unknown, what: string): number {
   const n = typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : v
   if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) fail(`${what}: expected a non-negative integer, got ${JSON.stringify(v)?.slice(0, 100)}`)
@@ -265,28 +244,15 @@ function decimal(v: unknown, what: string): string {
 
 const PHASES = new Set(['Initialization', 'ApplyExtrinsic', 'Finalization'])
 
-/** `Ethereum.transact` (converted args): the target of a `Call` and the first 4 bytes of the input. */
-function ethereumTransact(args: Json): { to?: string; sighash?: string } {
-  const tx = isObject(args) ? args.transaction : undefined
-  if (!isObject(tx) || !isObject(tx.value)) return {}
-  const v = tx.value
-  const action = tx.__kind === 'EIP7702' ? v.destination : v.action
-  const input = tx.__kind === 'EIP7702' ? v.data : v.input
-  const out: { to?: string; sighash?: string } = {}
-  if (isObject(action) && action.__kind === 'Call' && typeof action.value === 'string') out.to = action.value
-  if (typeof input === 'string' && HEX.test(input)) out.sighash = input.slice(0, 10)
-  return out
-}
-
 /** Helper values of an event (converted args). */
 function eventHelpers(name: string, args: Json): Partial<SubstrateEvent> {
   if (!isObject(args)) return {}
   switch (name) {
     case 'EVM.Log': {
-      const log = isObject(args.log) ? args.log : args
+      const log = evmLog(args)
       const out: Partial<SubstrateEvent> = {}
-      if (typeof log.address === 'string') out._evmLogAddress = log.address
-      if (Array.isArray(log.topics)) out._evmLogTopics = log.topics.filter((t): t is string => typeof t === 'string')
+      if (typeof log?.address === 'string') out._evmLogAddress = log.address
+      if (Array.isArray(log?.topics)) out._evmLogTopics = log.topics.filter((t): t is string => typeof t === 'string')
       return out
     }
     case 'Contracts.ContractEmitted':
@@ -392,8 +358,8 @@ export function decodePapiBlock(b: any): PapiDecodedBlock {
       if (!success && address.length === 0) call.error = error
       if (callName === 'Ethereum.transact') {
         const eth = ethereumTransact(args)
-        if (eth.to !== undefined) call._ethereumTransactTo = eth.to
-        if (eth.sighash !== undefined) call._ethereumTransactSighash = eth.sighash
+        if (eth.to != null) call._ethereumTransactTo = eth.to
+        if (eth.sighash != null) call._ethereumTransactSighash = eth.sighash
       }
       calls.push(call)
       const inner = innerOrigin(callName, c.args, callOrigin)

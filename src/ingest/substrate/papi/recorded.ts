@@ -1,6 +1,6 @@
 import path from 'node:path'
 import { runIngest, type IngestOptions, type IngestResult } from '../../loop.js'
-import { defaultFixturesDir } from '../sidecar/replay.js'
+import { defaultFixturesDir } from '../../recorded.js'
 import { PapiDirSource } from './source.js'
 
 /*

@@ -8,6 +8,7 @@ import type { OldSpecsBundle, OldTypesBundle } from '@subsquid/substrate-runtime
 import { getNameHash } from '@subsquid/substrate-runtime/lib/runtime/storage.js'
 import { RpcError, type RpcCall } from '../../rpc.js'
 import { BadRpcAnswer, BlockChanged, BlockNotAvailable } from '../../source.js'
+import { compareCallAddress } from '../squid-json.js'
 import { substrateRuntime } from './metadata.js'
 import { createTransport, type SubstrateTransport, type TransportOptions } from './transport.js'
 import type {
@@ -81,11 +82,6 @@ function dropUndefined(v: any): Json {
   const out: { [key: string]: Json } = {}
   for (const k in v) if (v[k] !== undefined) out[k] = dropUndefined(v[k])
   return out
-}
-
-function compareAddress(a: number[], b: number[]): number {
-  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i]
-  return a.length - b.length
 }
 
 export class SubstrateRpcSource {
@@ -349,7 +345,7 @@ function toDecoded(block: SqdBlock): DecodedSubstrateBlock {
     if (c._ethereumTransactSighash != null) x._ethereumTransactSighash = c._ethereumTransactSighash
     return x
   })
-  calls.sort((a, b) => a.extrinsicIndex - b.extrinsicIndex || compareAddress(a.address, b.address))
+  calls.sort((a, b) => a.extrinsicIndex - b.extrinsicIndex || compareCallAddress(a.address, b.address))
 
   const events: SubstrateEvent[] = (block.events ?? []).map((e) => {
     const x: SubstrateEvent = { index: e.index, name: e.name, args: e.args === undefined ? null : toJson(e.args), phase: e.phase, topics: [...e.topics] }

@@ -1,4 +1,5 @@
 import type { BlockRows, Row } from '../../../chunks/rows.js'
+import { jsonText } from '../squid-json.js'
 import type { DecodedSubstrateBlock, Json } from './types.js'
 
 /*
@@ -7,7 +8,6 @@ import type { DecodedSubstrateBlock, Json } from './types.js'
  * is lower case, as the special request lists compare it.
  */
 
-const text = (v: Json | undefined): string | null => (v === undefined || v === null ? null : JSON.stringify(v))
 const lower = (v: unknown): string | null => (typeof v === 'string' ? v.toLowerCase() : null)
 
 /** `Revive.ContractEmitted {contract, topics, data}`: the helper values the `reviveContractEmitted` list filters on. */
@@ -38,10 +38,10 @@ export function substrateRows(b: DecodedSubstrateBlock): BlockRows {
     block_number: number,
     index: x.index,
     version: x.version,
-    signature: text(x.signature),
+    signature: jsonText(x.signature),
     fee: x.fee ?? null,
     tip: x.tip ?? null,
-    error: text(x.error),
+    error: jsonText(x.error),
     success: x.success,
     hash: x.hash.toLowerCase(),
   }))
@@ -53,8 +53,8 @@ export function substrateRows(b: DecodedSubstrateBlock): BlockRows {
       address: c.address,
       name: c.name,
       args,
-      origin: text(c.origin),
-      error: text(c.error),
+      origin: jsonText(c.origin),
+      error: jsonText(c.error),
       success: c.success,
       ethereum_transact_to: lower(c._ethereumTransactTo),
       ethereum_transact_sighash: lower(c._ethereumTransactSighash),

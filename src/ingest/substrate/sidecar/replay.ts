@@ -2,8 +2,8 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { gunzipSync } from 'node:zlib'
+import { defaultFixturesDir } from '../../recorded.js'
 
 /*
  * A replay Substrate API Sidecar: answers `GET /blocks/head`, `GET /blocks/head/header` and
@@ -21,11 +21,6 @@ export interface RecordedSidecarBlock {
 /** Chains with recorded sidecar blocks in fixtures/substrate/substrate-api-sidecar/decoded-blocks. */
 export const SIDECAR_CHAINS = ['polkadot', 'kusama', 'moonbeam'] as const
 export type SidecarChain = (typeof SIDECAR_CHAINS)[number]
-
-/** The repository's fixtures folder (dist/src/ingest/substrate/sidecar/replay.js → repository root). */
-export function defaultFixturesDir(): string {
-  return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../../../fixtures')
-}
 
 export function sidecarFixturesDir(chain: string, fixtures = defaultFixturesDir()): string {
   return path.join(fixtures, 'substrate', 'substrate-api-sidecar', 'decoded-blocks', chain, 'blocks')

@@ -28,7 +28,7 @@ export interface SidecarSourceOptions {
   timeoutMs?: number
 }
 
-/** The ingest loop's transfer counters (`RpcClient.stats`), to count Sidecar requests in. */
+/** Attempts per request, and the exponential back-off between them. */
 const ATTEMPTS = 6
 const BACKOFF_MS = 200
 const MAX_BACKOFF_MS = 10_000
