@@ -9,7 +9,8 @@ import path from 'node:path'
 import { run as autocannonRun } from '../test/helpers/overload.js'
 import { startCli, rss, type Proc } from './lib/procs.js'
 import { machine, printTable } from './lib/report.js'
-import { syntheticChunk, writeSyntheticFolder } from './lib/synthetic-chunks.js'
+import { appendSyntheticIndex, syntheticChunk, syntheticIndex, writeSyntheticFolder } from './lib/synthetic-chunks.js'
+import { CHUNK_INDEX_FILE } from '../src/chunks/chunk-index.js'
 
 /*
  * `bench scaling --part router`: the router over datasets of 1 k, 10 k and 100 k sparse synthetic
@@ -57,6 +58,8 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
       await writeSyntheticFolder(dir, 'sim', 0, n)
       await writeFile(path.join(dir, 'dataset.json.done'), '')
       console.log(`folder dataset of ${n} chunks written in ${((performance.now() - t0) / 1000).toFixed(1)} s`)
+    } else if (!existsSync(path.join(dir, CHUNK_INDEX_FILE))) {
+      await appendSyntheticIndex(dir, 0, n) // a dataset written before the index existed
     }
     figures.push(await measure('folder', n, root, {}, (from, to) => writeSyntheticFolder(dir, 'sim', from, to), async () => {
       for (let i = n; i < n + NEW_CHUNKS; i++) await rm(path.join(dir, syntheticChunk(i).ref.path), { recursive: true, force: true })
@@ -71,6 +74,7 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
       await writeFile(path.join(s3dir, '.done'), '')
       console.log(`s3rver dataset of ${n} chunks written (as s3rver's files) in ${((performance.now() - t0) / 1000).toFixed(1)} s`)
     }
+    if (!existsSync(path.join(s3dir, 'bench', 'sim', `${CHUNK_INDEX_FILE}._S3rver_object`))) await writeS3rverIndex(s3dir, 'bench', 'sim', n)
     const { port, stop } = await startS3rver(s3dir)
     const env = { AWS_ENDPOINT_URL: `http://127.0.0.1:${port}`, AWS_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER' }
     try {
@@ -195,15 +199,7 @@ async function counters(router: Proc): Promise<{ requests: number; relists: numb
  * go through the S3 protocol as usual.
  */
 async function writeS3rverFiles(dir: string, bucket: string, prefix: string, from: number, to: number): Promise<void> {
-  const put = async (key: string, body: string) => {
-    const parts = `${prefix}/${key}`.split('/')
-    const name = parts.pop()!
-    const folder = path.join(dir, bucket, ...parts)
-    await mkdir(folder, { recursive: true })
-    await writeFile(path.join(folder, `${name}._S3rver_object`), body)
-    await writeFile(path.join(folder, `${name}._S3rver_object.md5`), createHash('md5').update(body).digest('hex'))
-    await writeFile(path.join(folder, `${name}._S3rver_metadata.json`), JSON.stringify({ 'content-type': 'application/octet-stream' }))
-  }
+  const put = s3rverPut(dir, bucket, prefix)
   if (from === 0) await put('dataset.json', JSON.stringify({ name: 'sim', family: 'evm' }))
   let next = from
   await Promise.all(Array.from({ length: 16 }, async () => {
@@ -213,6 +209,23 @@ async function writeS3rverFiles(dir: string, bucket: string, prefix: string, fro
       await put(`${ref.path}/blocks.parquet`, '')
     }
   }))
+}
+
+/** The chunk index of chunks 0 … `to - 1`, as an S3 ingest writes it (chunks added later are not in it until it is rewritten). */
+async function writeS3rverIndex(dir: string, bucket: string, prefix: string, to: number): Promise<void> {
+  await s3rverPut(dir, bucket, prefix)(CHUNK_INDEX_FILE, syntheticIndex(0, to))
+}
+
+function s3rverPut(dir: string, bucket: string, prefix: string): (key: string, body: string) => Promise<void> {
+  return async (key: string, body: string) => {
+    const parts = `${prefix}/${key}`.split('/')
+    const name = parts.pop()!
+    const folder = path.join(dir, bucket, ...parts)
+    await mkdir(folder, { recursive: true })
+    await writeFile(path.join(folder, `${name}._S3rver_object`), body)
+    await writeFile(path.join(folder, `${name}._S3rver_object.md5`), createHash('md5').update(body).digest('hex'))
+    await writeFile(path.join(folder, `${name}._S3rver_metadata.json`), JSON.stringify({ 'content-type': 'application/octet-stream' }))
+  }
 }
 
 /**

@@ -8,6 +8,8 @@ import { S3Lease, type LeaseOptions } from './s3-lease.js'
 import { alive } from '../pid.js'
 import { readBlockHashes } from './reorg.js'
 import type { IngestTarget, UploadStats } from './target.js'
+import { CHUNK_INDEX_FILE, chunkIndexLine } from '../chunks/chunk-index.js'
+import { readFile } from 'node:fs/promises'
 
 /*
  * Ingest into `s3://bucket/prefix`. Chunks are built in a local staging folder, then uploaded: the
@@ -37,6 +39,11 @@ export class S3IngestTarget implements IngestTarget {
   private readonly loc: S3Location
   private readonly lease: S3Lease
   private readonly concurrency: number
+  /** The dataset's chunk index (src/chunks/chunk-index.ts) as read at `open` plus the chunks published since. */
+  private index = ''
+  private indexLines = 0
+  /** Lines added since the index object was last written. */
+  private indexUnwritten = 0
 
   constructor(url: string, o: S3TargetOptions = {}) {
     this.loc = parseS3Url(url)
@@ -51,6 +58,8 @@ export class S3IngestTarget implements IngestTarget {
     try {
       await this.removeLeftovers()
       await removeStaleStaging()
+      this.index = (await getText(this.loc.bucket, this.key(CHUNK_INDEX_FILE))) ?? ''
+      this.indexLines = this.index.split('\n').length - 1
       this.buildRoot = await mkdtemp(path.join(tmpdir(), `ba-ingest-s3-${process.pid}-`))
     } catch (e) {
       await this.lease.release()
@@ -93,7 +102,9 @@ export class S3IngestTarget implements IngestTarget {
     if (Date.now() - checkedAt > this.lease.recheckAfterMs) await this.lease.check()
     const restMs = performance.now() - t0
     await put('blocks.parquet')
+    const meta = JSON.parse(await readFile(path.join(dir, 'meta.json'), 'utf8'))
     await rm(dir, { recursive: true, force: true })
+    await this.addToIndex(chunkIndexLine(ref, meta))
     const ms = performance.now() - t0
     this.upload.chunks++
     this.upload.bytes += bytes
@@ -121,7 +132,27 @@ export class S3IngestTarget implements IngestTarget {
     }
   }
 
+  /**
+   * An object cannot be appended to: the index is rewritten once the lines not written yet are a
+   * 64th of it (so each chunk costs about 64 lines of upload however big the dataset), and at
+   * `close`. Chunks published after the last write are read from their meta.json by routers.
+   */
+  private async addToIndex(line: string): Promise<void> {
+    this.index += line
+    this.indexLines++
+    this.indexUnwritten++
+    if (this.indexUnwritten * 64 >= this.indexLines) await this.writeIndex()
+  }
+
+  private async writeIndex(): Promise<void> {
+    if (!this.indexUnwritten) return
+    const n = this.indexUnwritten
+    await putText(this.loc.bucket, this.key(CHUNK_INDEX_FILE), this.index)
+    this.indexUnwritten -= n
+  }
+
   async close(): Promise<void> {
+    await this.writeIndex().catch((e) => log.warn({ err: e instanceof Error ? e.message : String(e), dataset: this.where }, 'could not write the chunk index; routers read the meta.json of the chunks it lacks'))
     await this.lease.release()
     if (this.buildRoot) await rm(this.buildRoot, { recursive: true, force: true })
   }

@@ -9,6 +9,7 @@ import { readBlockHashes } from './reorg.js'
 import type { LeaseOptions } from './s3-lease.js'
 import { S3IngestTarget } from './s3-target.js'
 import { alive } from '../pid.js'
+import { appendToFolderIndex } from '../chunks/chunk-index.js'
 
 /*
  * Where an ingest writes its dataset: a local folder, or `s3://bucket/prefix` (s3-target.ts). Either
@@ -35,7 +36,7 @@ export interface IngestTarget {
   /** Complete chunks, ascending. */
   listChunks(): Promise<ChunkRef[]>
   readChunkMeta(ref: ChunkRef): Promise<ChunkMeta>
-  /** Make a chunk that ChunkBuilder finished visible to readers. Called for one chunk at a time, in order. */
+  /** Make a chunk that ChunkBuilder finished visible to readers, and add it to the dataset's chunk index. Called for one chunk at a time, in order. */
   publish(ref: ChunkRef): Promise<ChunkRef>
   /**
    * Remove a chunk of blocks a reorg replaced: it leaves the listing at once (its blocks.parquet
@@ -95,7 +96,9 @@ export class FolderTarget implements IngestTarget {
     return readChunkMeta(this.where, ref)
   }
 
+  /** The rename into place was the publishing; the chunk's line goes into the dataset's chunk index (src/chunks/chunk-index.ts). */
   async publish(ref: ChunkRef): Promise<ChunkRef> {
+    await appendToFolderIndex(this.where, ref, await readChunkMeta(this.where, ref))
     return ref
   }
 

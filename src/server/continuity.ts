@@ -1,4 +1,5 @@
-import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
+import type { ChunkRef } from '../chunks/layout.js'
+import type { ChunkLinks } from '../chunks/chunk-index.js'
 import { mapLimit } from '../storage/dataset-store.js'
 
 /*
@@ -15,10 +16,10 @@ export interface Continuity {
   problems: string[]
 }
 
-export async function checkContinuity(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkMeta>): Promise<Continuity> {
+export async function checkContinuity(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkLinks>): Promise<Continuity> {
   // The metas of the jumps, read 64 at a time (a sparse dataset has a jump before every chunk).
   const jumps = chunks.filter((c, i) => i > 0 && c.first > chunks[i - 1].last + 1)
-  const metas = new Map<ChunkRef, ChunkMeta | undefined>()
+  const metas = new Map<ChunkRef, ChunkLinks | undefined>()
   await mapLimit(jumps, 64, async (c) => void metas.set(c, await metaOf(c).catch(() => undefined)))
   const problems: string[] = []
   let end = chunks.length
@@ -50,7 +51,7 @@ export class ContinuityTracker {
   private listed: ChunkRef[] = []
   private problems: string[] = []
 
-  async check(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkMeta>): Promise<Continuity> {
+  async check(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkLinks>): Promise<Continuity> {
     const n = this.listed.length
     const grew = n > 0 && this.problems.length === 0 && chunks.length >= n && this.listed.every((c, i) => c.path === chunks[i].path)
     let result: Continuity
