@@ -82,7 +82,7 @@ export interface PingAnswer {
   /** The ping's delta is based on a state the router does not know: ping again with the full state. */
   resync?: boolean
   datasets: DatasetAnnouncement[]
-  /** Per dataset its newest chunks (at most RECENT_IN_PING), so a worker can extend its listing with them instead of listing storage. */
+  /** Per dataset its newest chunks (at most RECENT_IN_PING), so a worker can extend its listing with them instead of listing storage (sent with `desired`). */
   recent?: Record<string, ChunkRef[]>
 }
 
@@ -363,13 +363,10 @@ export class RouterState {
     }
     const unchanged = w.desired !== undefined && sameDesired(w.desired.state, desired)
     if (!unchanged) w.desired = { version: `${this.epoch}.${++this.versions}`, state: desired }
-    return {
-      ...(unchanged && msg.desired_version === w.desired!.version ? {} : { desired }),
-      state_version: w.stateVersion,
-      desired_version: w.desired!.version,
-      datasets: this.announcements(),
-      recent: Object.fromEntries([...this.datasets.values()].map((d) => [d.name, d.listed.slice(-RECENT_IN_PING)])),
-    }
+    const base = { state_version: w.stateVersion, desired_version: w.desired!.version, datasets: this.announcements() }
+    // The worker has this desired state, and listed what it covers: neither it nor the newest chunks are sent again.
+    if (unchanged && msg.desired_version === w.desired!.version) return base
+    return { ...base, desired, recent: Object.fromEntries([...this.datasets.values()].map((d) => [d.name, d.listed.slice(-RECENT_IN_PING)])) }
   }
 
   private announcements(): DatasetAnnouncement[] {
