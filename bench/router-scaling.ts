@@ -137,6 +137,8 @@ async function measure(storage: string, n: number, data: string, env: Record<str
     await until(async () => Number(await (await fetch(`${base}/height`)).text()) === lastBlock, 600_000, `${storage} ${n}: routable (the height at the last block)`)
     const routableMs = performance.now() - t0
     const rssMb = rss(router.pid).rss / 1e6
+    // printed at once: a later phase that times out (a machine under heavy load) leaves these figures
+    console.log(`${storage} ${n}: listening after ${(listedMs / 1000).toFixed(2)} s, routable after ${(routableMs / 1000).toFixed(2)} s, RSS ${rssMb.toFixed(0)} MB`)
     // Relistings with nothing new.
     const m0 = await counters(router)
     await until(async () => (await counters(router)).relists >= m0.relists + 5, 120_000, `${storage} ${n}: 5 relistings`)
