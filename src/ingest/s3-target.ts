@@ -141,7 +141,8 @@ export class S3IngestTarget implements IngestTarget {
     this.index += line
     this.indexLines++
     this.indexUnwritten++
-    if (this.indexUnwritten * 64 >= this.indexLines) await this.writeIndex()
+    // the chunk is published whatever happens here: an index not written now is written with a later chunk
+    if (this.indexUnwritten * 64 >= this.indexLines) await this.writeIndex().catch((e) => log.warn({ err: e instanceof Error ? e.message : String(e), dataset: this.where }, 'could not write the chunk index; routers read the meta.json of the chunks it lacks'))
   }
 
   private async writeIndex(): Promise<void> {

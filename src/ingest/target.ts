@@ -98,7 +98,10 @@ export class FolderTarget implements IngestTarget {
 
   /** The rename into place was the publishing; the chunk's line goes into the dataset's chunk index (src/chunks/chunk-index.ts). */
   async publish(ref: ChunkRef): Promise<ChunkRef> {
-    await appendToFolderIndex(this.where, ref, await readChunkMeta(this.where, ref))
+    // the chunk is in place whatever happens here: without its line, routers read its meta.json
+    await appendToFolderIndex(this.where, ref, await readChunkMeta(this.where, ref)).catch((e) =>
+      log.warn({ err: e instanceof Error ? e.message : String(e), chunk: ref.path, dataset: this.where }, 'could not add the chunk to the chunk index; routers read its meta.json'),
+    )
     return ref
   }
 
