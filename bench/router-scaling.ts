@@ -9,7 +9,9 @@ import path from 'node:path'
 import { run as autocannonRun } from '../test/helpers/overload.js'
 import { startCli, rss, type Proc } from './lib/procs.js'
 import { machine, printTable } from './lib/report.js'
-import { syntheticChunk, writeSyntheticFolder } from './lib/synthetic-chunks.js'
+import { appendSyntheticIndex, syntheticChunk, syntheticIndex, writeSyntheticFolder } from './lib/synthetic-chunks.js'
+import { CHUNK_INDEX_FILE } from '../src/chunks/chunk-index.js'
+import { PingSession } from '../src/server/ping-session.js'
 
 /*
  * `bench scaling --part router`: the router over datasets of 1 k, 10 k and 100 k sparse synthetic
@@ -57,8 +59,10 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
       await writeSyntheticFolder(dir, 'sim', 0, n)
       await writeFile(path.join(dir, 'dataset.json.done'), '')
       console.log(`folder dataset of ${n} chunks written in ${((performance.now() - t0) / 1000).toFixed(1)} s`)
+    } else if (!existsSync(path.join(dir, CHUNK_INDEX_FILE))) {
+      await appendSyntheticIndex(dir, 0, n) // a dataset written before the index existed
     }
-    figures.push(await measure('folder', n, root, {}, (from, to) => writeSyntheticFolder(dir, 'sim', from, to), async () => {
+    await orReport(figures, () => measure('folder', n, root, {}, (from, to) => writeSyntheticFolder(dir, 'sim', from, to), async () => {
       for (let i = n; i < n + NEW_CHUNKS; i++) await rm(path.join(dir, syntheticChunk(i).ref.path), { recursive: true, force: true })
     }, o))
   }
@@ -71,10 +75,11 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
       await writeFile(path.join(s3dir, '.done'), '')
       console.log(`s3rver dataset of ${n} chunks written (as s3rver's files) in ${((performance.now() - t0) / 1000).toFixed(1)} s`)
     }
+    if (!existsSync(path.join(s3dir, 'bench', 'sim', `${CHUNK_INDEX_FILE}._S3rver_object`))) await writeS3rverIndex(s3dir, 'bench', 'sim', n)
     const { port, stop } = await startS3rver(s3dir)
     const env = { AWS_ENDPOINT_URL: `http://127.0.0.1:${port}`, AWS_REGION: 'us-east-1', AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER' }
     try {
-      figures.push(await measure('s3rver', n, 's3://bench/sim', env, (from, to) => writeS3rverFiles(s3dir, 'bench', 'sim', from, to), async () => {
+      await orReport(figures, () => measure('s3rver', n, 's3://bench/sim', env, (from, to) => writeS3rverFiles(s3dir, 'bench', 'sim', from, to), async () => {
         for (let i = n; i < n + NEW_CHUNKS; i++) await rm(path.join(s3dir, 'bench', 'sim', syntheticChunk(i).ref.path), { recursive: true, force: true })
       }, o))
     } finally {
@@ -106,6 +111,15 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
   printTable('growth per 10× chunks (between consecutive sizes)', ['storage', 'axis', 'growth', 'verdict'], rows)
 }
 
+/** A size that fails (a router never routable) is reported, and the other sizes are still measured. */
+async function orReport(figures: Figures[], f: () => Promise<Figures>): Promise<void> {
+  try {
+    figures.push(await f())
+  } catch (e) {
+    console.log(`FAILED: ${e instanceof Error ? e.message : String(e)}`)
+  }
+}
+
 /** Per 10× chunks: ≤ ×4 sub-linear, ≤ ×15 linear, more: worse than linear. */
 function classify(g: number): string {
   return g <= 4 ? 'sub-linear' : g <= 15 ? 'linear' : 'worse than linear'
@@ -120,17 +134,19 @@ async function measure(storage: string, n: number, data: string, env: Record<str
   const lastBlock = syntheticChunk(n - 1).ref.last
   const pingers = startPingers(router, o.pingers)
   try {
-    await until(async () => Number(await (await fetch(`${base}/height`)).text()) === lastBlock, 600_000)
+    await until(async () => Number(await (await fetch(`${base}/height`)).text()) === lastBlock, 600_000, `${storage} ${n}: routable (the height at the last block)`)
     const routableMs = performance.now() - t0
     const rssMb = rss(router.pid).rss / 1e6
+    // printed at once: a later phase that times out (a machine under heavy load) leaves these figures
+    console.log(`${storage} ${n}: listening after ${(listedMs / 1000).toFixed(2)} s, routable after ${(routableMs / 1000).toFixed(2)} s, RSS ${rssMb.toFixed(0)} MB`)
     // Relistings with nothing new.
     const m0 = await counters(router)
-    await until(async () => (await counters(router)).relists >= m0.relists + 5, 120_000)
+    await until(async () => (await counters(router)).relists >= m0.relists + 5, 120_000, `${storage} ${n}: 5 relistings`)
     const m1 = await counters(router)
     const perRelist = (m1.requests - m0.requests) / (m1.relists - m0.relists)
     // New chunks.
     await addChunks(n, n + NEW_CHUNKS)
-    await until(async () => Number(await (await fetch(`${base}/height`)).text()) === syntheticChunk(n + NEW_CHUNKS - 1).ref.last, 120_000)
+    await until(async () => Number(await (await fetch(`${base}/height`)).text()) === syntheticChunk(n + NEW_CHUNKS - 1).ref.last, 120_000, `${storage} ${n}: the new chunks routable`)
     const m2 = await counters(router)
     const perNewChunk = (m2.requests - m1.requests - perRelist * (m2.relists - m1.relists)) / NEW_CHUNKS
     const blocks = Array.from({ length: 256 }, (_, i) => syntheticChunk(Math.floor((i * 7919) % n)).ref.first)
@@ -159,17 +175,29 @@ function startPingers(router: Proc, count: number): { stop(): void } {
   for (let i = 0; i < count; i++) {
     void (async () => {
       let held: Record<string, [number, number][]> = {}
+      // as a worker pings (src/server/ping-session.ts): once acknowledged, only what changed
+      const session = new PingSession()
       await sleep((HEARTBEAT * i) / count)
       while (!stopped) {
         try {
-          const res = await fetch(`${router.url}/ping`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({ worker_id: `pinger-${i}`, worker_url: `http://pinger-${i}.invalid:1`, state: held }),
-          })
-          if (res.ok) held = ((await res.json()) as { desired: typeof held }).desired
+          for (let attempt = 0; attempt < 2; attempt++) {
+            const res = await fetch(`${router.url}/ping`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ worker_id: `pinger-${i}`, worker_url: `http://pinger-${i}.invalid:1`, ...session.fields(held) }),
+            })
+            if (!res.ok) {
+              session.reset()
+              break
+            }
+            const desired = session.answered(held, await res.json())
+            if (desired) {
+              held = desired
+              break
+            }
+          }
         } catch {
-          // the router is stopping
+          session.reset() // the router is stopping
         }
         await sleep(HEARTBEAT)
       }
@@ -195,15 +223,7 @@ async function counters(router: Proc): Promise<{ requests: number; relists: numb
  * go through the S3 protocol as usual.
  */
 async function writeS3rverFiles(dir: string, bucket: string, prefix: string, from: number, to: number): Promise<void> {
-  const put = async (key: string, body: string) => {
-    const parts = `${prefix}/${key}`.split('/')
-    const name = parts.pop()!
-    const folder = path.join(dir, bucket, ...parts)
-    await mkdir(folder, { recursive: true })
-    await writeFile(path.join(folder, `${name}._S3rver_object`), body)
-    await writeFile(path.join(folder, `${name}._S3rver_object.md5`), createHash('md5').update(body).digest('hex'))
-    await writeFile(path.join(folder, `${name}._S3rver_metadata.json`), JSON.stringify({ 'content-type': 'application/octet-stream' }))
-  }
+  const put = s3rverPut(dir, bucket, prefix)
   if (from === 0) await put('dataset.json', JSON.stringify({ name: 'sim', family: 'evm' }))
   let next = from
   await Promise.all(Array.from({ length: 16 }, async () => {
@@ -213,6 +233,23 @@ async function writeS3rverFiles(dir: string, bucket: string, prefix: string, fro
       await put(`${ref.path}/blocks.parquet`, '')
     }
   }))
+}
+
+/** The chunk index of chunks 0 … `to - 1`, as an S3 ingest writes it (chunks added later are not in it until it is rewritten). */
+async function writeS3rverIndex(dir: string, bucket: string, prefix: string, to: number): Promise<void> {
+  await s3rverPut(dir, bucket, prefix)(CHUNK_INDEX_FILE, syntheticIndex(0, to))
+}
+
+function s3rverPut(dir: string, bucket: string, prefix: string): (key: string, body: string) => Promise<void> {
+  return async (key: string, body: string) => {
+    const parts = `${prefix}/${key}`.split('/')
+    const name = parts.pop()!
+    const folder = path.join(dir, bucket, ...parts)
+    await mkdir(folder, { recursive: true })
+    await writeFile(path.join(folder, `${name}._S3rver_object`), body)
+    await writeFile(path.join(folder, `${name}._S3rver_object.md5`), createHash('md5').update(body).digest('hex'))
+    await writeFile(path.join(folder, `${name}._S3rver_metadata.json`), JSON.stringify({ 'content-type': 'application/octet-stream' }))
+  }
 }
 
 /**
@@ -236,7 +273,7 @@ console.log('port ' + port)`
   })
 }
 
-async function until(probe: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+async function until(probe: () => Promise<boolean>, timeoutMs: number, what = 'a condition'): Promise<void> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     try {
@@ -244,7 +281,7 @@ async function until(probe: () => Promise<boolean>, timeoutMs: number): Promise<
     } catch {
       // not up yet
     }
-    if (Date.now() > deadline) throw new Error('timed out')
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`)
     await sleep(100)
   }
 }

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
+import { CHUNK_INDEX_FILE, linksOf, parseChunkIndex } from '../src/chunks/chunk-index.js'
 import { randomBytes } from 'node:crypto'
-import { mkdir, readdir, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
@@ -131,10 +132,13 @@ describe('ingest into object storage (s3rver)', { timeout: 600_000 }, () => {
       // the same files (the lease is released, nothing is left of the NDJSON temp files), byte for byte
       assert.deepEqual(keys, await localFiles(local))
       assert.ok(keys.includes('0000000000/0000000000-0000000003-' + a.chunks[0].hash + '/traces.parquet'))
-      assert.deepEqual(keys.filter((k) => !/^(dataset\.json|\d{10}\/\d{10}-\d{10}-\w{8}\/(blocks|transactions|logs|traces)\.parquet|\d{10}\/\d{10}-\d{10}-\w{8}\/meta\.json)$/.test(k)), [])
+      assert.deepEqual(keys.filter((k) => !/^(dataset\.json|chunk-index\.ndjson|\d{10}\/\d{10}-\d{10}-\w{8}\/(blocks|transactions|logs|traces)\.parquet|\d{10}\/\d{10}-\d{10}-\w{8}\/meta\.json)$/.test(k)), [])
       for (const k of keys) assert.equal((await hashFile(path.join(copy, k))).sha256, (await hashFile(path.join(local, k))).sha256, k)
       for (const table of ['blocks', 'transactions', 'logs', 'traces']) assert.deepEqual(await readTable(copy, table), await readTable(local, table), table)
       await checkChain(copy, 0, 11)
+      // the chunk index names every chunk with its meta's links (the same bytes as the folder ingest's: compared above)
+      const index = parseChunkIndex(await readFile(path.join(copy, CHUNK_INDEX_FILE), 'utf8'))
+      for (const c of b.chunks) assert.deepEqual(index.get(c.path), linksOf(await readChunkMeta(local, c)), c.path)
 
       // the manifest: every object of the chunk but meta.json, with the size and hash of the object as stored
       const objects = new Map((await listObjects(BUCKET, 'eth/')).map((o) => [o.key, o.size]))

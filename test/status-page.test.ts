@@ -136,6 +136,21 @@ describe('operator view', { timeout: 600_000 }, () => {
       assert.equal(r.status, 400, String(queries))
       assert.equal(JSON.parse(r.text).error, 'invalid-ping')
     }
+    for (const bad of [
+      { state: {}, delta: { base: 'v', added: {}, removed: {} } },
+      { delta: 'v' },
+      { delta: { base: 1, added: {}, removed: {} } },
+      { delta: { base: 'v', added: { sim: [[5, 2]] }, removed: {} } },
+      { state: {}, desired_version: 3 },
+    ]) {
+      const r = await postJson(`${cluster.router.url}/ping`, { worker_id: 'x', worker_url: 'http://x.invalid:1', ...bad })
+      assert.equal(r.status, 400, JSON.stringify(bad))
+      assert.equal(JSON.parse(r.text).error, 'invalid-ping')
+    }
+    // a delta from a worker the router does not know: it asks for the full state, and registers nobody
+    const unknown = await postJson(`${cluster.router.url}/ping`, { worker_id: 'x', worker_url: 'http://x.invalid:1', delta: { base: 'v', added: {}, removed: {} } })
+    assert.equal(unknown.status, 200, unknown.text)
+    assert.equal(JSON.parse(unknown.text).resync, true)
     const s0 = await status()
     assert.equal(s0.workers.length, 2, 'the invalid pings registered nobody')
     for (const d of s0.datasets) {

@@ -2,6 +2,7 @@ import type { ChunkRef } from '../../src/chunks/layout.js'
 import { lowerBoundLast } from '../../src/chunks/search.js'
 import type { DesiredState, RouterState } from '../../src/server/router.js'
 import type { Range } from '../../src/server/ranges.js'
+import { PingSession } from '../../src/server/ping-session.js'
 
 /*
  * Many light fake workers pinging routers in process (`RouterState.ping` with a simulated clock):
@@ -13,6 +14,8 @@ interface FakeWorker {
   id: string
   held: Record<string, Range[]>
   alive: boolean
+  /** With `deltas`: per router (by index), what it acknowledged. */
+  sessions: PingSession[]
 }
 
 export class FakeFleet {
@@ -21,16 +24,21 @@ export class FakeFleet {
   /** The last desired state of each live worker, as the first router answered. */
   desired = new Map<string, DesiredState>()
 
+  /** Bytes of the pings sent and the answers received (as JSON), for comparing full pings with deltas. */
+  bytes = { pings: 0, answers: 0 }
+
+  /** With `deltas`, workers ping as a real worker does (src/server/ping-session.ts): only what changed. */
   constructor(
     readonly routers: RouterState[],
     readonly heartbeatMs: number,
-    start = 1_000_000,
+    start?: number,
+    readonly deltas = false,
   ) {
-    this.now = start
+    this.now = start ?? 1_000_000
   }
 
   add(id: string, held: Record<string, Range[]> = {}): void {
-    this.workers.set(id, { id, held, alive: true })
+    this.workers.set(id, { id, held, alive: true, sessions: [] })
   }
 
   /** The worker stops pinging (it is dead once the routers miss its heartbeats). */
@@ -52,13 +60,28 @@ export class FakeFleet {
   pingOne(id: string, download = true): DesiredState {
     const w = this.workers.get(id)!
     let first: DesiredState | undefined
-    for (const r of this.routers) {
-      const answer = r.ping({ worker_id: w.id, worker_url: `http://${w.id}.invalid`, state: w.held }, this.now)
-      first ??= answer.desired
-    }
+    this.routers.forEach((r, i) => {
+      const desired = this.deltas ? this.pingWithSession(r, w, (w.sessions[i] ??= new PingSession())) : this.send(r, { worker_id: w.id, worker_url: `http://${w.id}.invalid`, state: w.held }).desired!
+      first ??= desired
+    })
     this.desired.set(w.id, first!)
     if (download) w.held = first!
     return first!
+  }
+
+  private pingWithSession(r: RouterState, w: FakeWorker, session: PingSession): DesiredState {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const desired = session.answered(w.held, this.send(r, { worker_id: w.id, worker_url: `http://${w.id}.invalid`, ...session.fields(w.held) }))
+      if (desired) return desired
+    }
+    throw new Error('the router asked for the full state twice in a row')
+  }
+
+  private send(r: RouterState, msg: Parameters<RouterState['ping']>[0]): ReturnType<RouterState['ping']> {
+    const answer = r.ping(msg, this.now)
+    this.bytes.pings += JSON.stringify(msg).length
+    this.bytes.answers += JSON.stringify(answer).length
+    return answer
   }
 
   /**

@@ -41,7 +41,7 @@ export class MemoryStorage implements ChunkStorage {
     return [...this.chunks]
   }
 
-  async chunkMeta(_dataset: string, chunk: ChunkRef): Promise<ChunkMeta> {
+  async chunkLinks(_dataset: string, chunk: ChunkRef): Promise<ChunkMeta> {
     return this.metas.get(chunk.path)!
   }
 

@@ -1,4 +1,5 @@
-import { mkdir, writeFile } from 'node:fs/promises'
+import { appendFile, mkdir, writeFile } from 'node:fs/promises'
+import { CHUNK_INDEX_FILE, chunkIndexLine } from '../../src/chunks/chunk-index.js'
 import path from 'node:path'
 import { chunkPath, type ChunkMeta, type ChunkRef } from '../../src/chunks/layout.js'
 import { joinKey, putText } from '../../src/storage/s3.js'
@@ -32,7 +33,22 @@ export function syntheticChunk(i: number): { ref: ChunkRef; meta: ChunkMeta } {
   return { ref, meta }
 }
 
-/** Chunks `from` … `to - 1` into a dataset folder (dataset.json written too). */
+/** The chunk index lines (src/chunks/chunk-index.ts) of chunks `from` … `to - 1`, as an ingest appends them. */
+export function syntheticIndex(from: number, to: number): string {
+  let text = ''
+  for (let i = from; i < to; i++) {
+    const { ref, meta } = syntheticChunk(i)
+    text += chunkIndexLine(ref, meta)
+  }
+  return text
+}
+
+/** Add chunks `from` … `to - 1` to the chunk index of a dataset folder. */
+export async function appendSyntheticIndex(dir: string, from: number, to: number): Promise<void> {
+  await appendFile(path.join(dir, CHUNK_INDEX_FILE), syntheticIndex(from, to))
+}
+
+/** Chunks `from` … `to - 1` into a dataset folder (dataset.json written too), then into its chunk index. */
 export async function writeSyntheticFolder(dir: string, name: string, from: number, to: number): Promise<void> {
   await mkdir(dir, { recursive: true })
   await writeFile(path.join(dir, 'dataset.json'), JSON.stringify({ name, family: 'evm' }))
@@ -43,6 +59,7 @@ export async function writeSyntheticFolder(dir: string, name: string, from: numb
     await writeFile(path.join(d, 'meta.json'), JSON.stringify(meta))
     await writeFile(path.join(d, 'blocks.parquet'), '')
   })
+  await appendSyntheticIndex(dir, from, to)
 }
 
 /** The same into `s3://bucket/prefix` (meta.json first, blocks.parquet last, as an ingest publishes). */
@@ -63,4 +80,9 @@ async function inParallel(from: number, to: number, width: number, f: (i: number
   await Promise.all(Array.from({ length: width }, async () => {
     while (next < to) await f(next++)
   }))
+}
+
+/** The chunk index of chunks 0 … `to - 1` at `s3://bucket/prefix` (an S3 ingest rewrites it whole). */
+export async function writeSyntheticS3Index(bucket: string, prefix: string, to: number): Promise<void> {
+  await putText(bucket, joinKey(prefix, CHUNK_INDEX_FILE), syntheticIndex(0, to))
 }

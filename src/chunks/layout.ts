@@ -49,6 +49,8 @@ export interface ChunkMeta {
   compactedAt?: string
   /** A merged chunk compaction merges no further (more of its tier would not fit the chunk bounds). */
   sealed?: boolean
+  /** Bloom filters of the columns list filters name, `table.column` → base64 (null: too many values); src/chunks/chunk-summary.ts. */
+  summaries?: Record<string, string | null>
   /**
    * Every file of the chunk folder but meta.json (the Parquet files), with its size and SHA-256
    * (hex), so that a copy can be verified. Chunks written before the manifest existed lack it.

@@ -6,6 +6,7 @@ import { INTEGER, LIST, VARCHAR, type DuckDBAppender, type DuckDBConnection } fr
 import { connect, ident, lit } from '../db.js'
 import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
+import { chunkSummaries } from './chunk-summary.js'
 import { ndjsonTables, ndjsonText, textSize, type BlockRows, type Row, type RowsText } from './rows.js'
 
 /** How a chunk is written: its Parquet settings (`ParquetSettings`, defaults `PARQUET_DEFAULTS`) and more. */
@@ -175,6 +176,7 @@ export class ChunkBuilder {
     if (spool && this.spooledBlocks !== this.blockCount) throw new Error('a chunk cannot mix spooled blocks and blocks given as rows')
     const files = [...this.spoolFiles.values()]
     const prefix = `s_${randomBytes(3).toString('hex')}`
+    let summaries: Record<string, string | null> | undefined
     try {
       let spooled: Record<string, string> | undefined
       if (spool) {
@@ -192,6 +194,7 @@ export class ChunkBuilder {
         } else if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
         else await this.writeTable(con, this.decl(name))
       }
+      summaries = await chunkSummaries(con, this.tmpDir, this.family, this.tables)
     } finally {
       if (spool) await spool.release(con, prefix).catch(() => undefined)
       con.closeSync()
@@ -207,6 +210,7 @@ export class ChunkBuilder {
       rowBytes: this.bytes,
       tables: this.tables,
       rows: Object.fromEntries(this.tables.map((t) => [t, this.rowCounts.get(t) ?? 0])),
+      summaries,
       files: await this.manifest(),
     }
     await writeFile(path.join(this.tmpDir, 'meta.json'), JSON.stringify(meta, null, 2))

@@ -3,6 +3,7 @@ import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { connect, ident, lit } from '../db.js'
 import type { FamilyDecl } from '../families/declaration.js'
+import { chunkSummaries } from '../chunks/chunk-summary.js'
 import { chunkPath, exists, hashFile, parseChunkPath, shortHash, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
 import { parquetOptions, sortOrder, type ParquetSettings } from '../chunks/writer.js'
 import type { Merge } from './plan.js'
@@ -31,6 +32,7 @@ export async function writeMerged(family: FamilyDecl, buildRoot: string, input: 
   await mkdir(tmpDir, { recursive: true })
   try {
     const rows: Record<string, number> = {}
+    let summaries: Record<string, string | null> | undefined
     const con = await connect()
     try {
       for (const name of firstMeta.tables) {
@@ -54,6 +56,7 @@ export async function writeMerged(family: FamilyDecl, buildRoot: string, input: 
             )
         rows[name] = Number(written.getRows()[0][0])
       }
+      summaries = await chunkSummaries(con, tmpDir, family, firstMeta.tables)
     } finally {
       con.closeSync()
     }
@@ -70,6 +73,7 @@ export async function writeMerged(family: FamilyDecl, buildRoot: string, input: 
       rowBytes: merge.chunks.reduce((n, c) => n + (c.meta.rowBytes ?? 0), 0),
       tables: firstMeta.tables,
       rows,
+      summaries,
       files: Object.fromEntries(names.map((n, i) => [n, infos[i]])),
       tier: merge.tier,
       sealed: merge.sealed || undefined,

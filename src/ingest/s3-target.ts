@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { parseChunkPath, resolvedOrThrow, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
@@ -10,6 +10,7 @@ import { alive } from '../pid.js'
 import { readBlockHashes } from './reorg.js'
 import { ClaimHolder, type IngestTarget, type UploadStats } from './target.js'
 import { S3Claims, overlaps, type ClaimOptions, type ClaimRange, type ClaimRecord } from './range-claims.js'
+import { CHUNK_INDEX_FILE, chunkIndexLine } from '../chunks/chunk-index.js'
 
 /*
  * Ingest into `s3://bucket/prefix`. Chunks are built in a local staging folder, then uploaded: the
@@ -43,6 +44,11 @@ export class S3IngestTarget implements IngestTarget {
   private readonly claimHolder: ClaimHolder
   /** Holds the dataset's lease (an ingest up to the head), not only a range claim. */
   private leased = false
+  /** The dataset's chunk index (src/chunks/chunk-index.ts) as read at `open` plus the chunks published since. */
+  private index = ''
+  private indexLines = 0
+  /** Lines added since the index object was last written. */
+  private indexUnwritten = 0
 
   constructor(url: string, o: S3TargetOptions = {}) {
     this.loc = parseS3Url(url)
@@ -61,6 +67,8 @@ export class S3IngestTarget implements IngestTarget {
     try {
       await this.removeLeftovers(await this.claimHolder.others())
       await removeStaleStaging()
+      this.index = (await getText(this.loc.bucket, this.key(CHUNK_INDEX_FILE))) ?? ''
+      this.indexLines = this.index.split('\n').length - 1
       this.buildRoot = await mkdtemp(path.join(tmpdir(), `ba-ingest-s3-${process.pid}-`))
     } catch (e) {
       if (this.leased) await this.lease.release()
@@ -121,7 +129,9 @@ export class S3IngestTarget implements IngestTarget {
     if (this.leased && Date.now() - checkedAt > this.lease.recheckAfterMs) await this.lease.check()
     const restMs = performance.now() - t0
     await put('blocks.parquet')
+    const meta = JSON.parse(await readFile(path.join(dir, 'meta.json'), 'utf8'))
     await rm(dir, { recursive: true, force: true })
+    await this.addToIndex(chunkIndexLine(ref, meta))
     const ms = performance.now() - t0
     this.upload.chunks++
     this.upload.bytes += bytes
@@ -154,7 +164,28 @@ export class S3IngestTarget implements IngestTarget {
     }
   }
 
+  /**
+   * An object cannot be appended to: the index is rewritten once the lines not written yet are a
+   * 64th of it (so each chunk costs about 64 lines of upload however big the dataset), and at
+   * `close`. Chunks published after the last write are read from their meta.json by routers.
+   */
+  private async addToIndex(line: string): Promise<void> {
+    this.index += line
+    this.indexLines++
+    this.indexUnwritten++
+    // the chunk is published whatever happens here: an index not written now is written with a later chunk
+    if (this.indexUnwritten * 64 >= this.indexLines) await this.writeIndex().catch((e) => log.warn({ err: e instanceof Error ? e.message : String(e), dataset: this.where }, 'could not write the chunk index; routers read the meta.json of the chunks it lacks'))
+  }
+
+  private async writeIndex(): Promise<void> {
+    if (!this.indexUnwritten) return
+    const n = this.indexUnwritten
+    await putText(this.loc.bucket, this.key(CHUNK_INDEX_FILE), this.index)
+    this.indexUnwritten -= n
+  }
+
   async close(): Promise<void> {
+    await this.writeIndex().catch((e) => log.warn({ err: e instanceof Error ? e.message : String(e), dataset: this.where }, 'could not write the chunk index; routers read the meta.json of the chunks it lacks'))
     await this.claimHolder.release(false)
     if (this.leased) await this.lease.release()
     this.leased = false

@@ -11,6 +11,7 @@ import { S3IngestTarget } from './s3-target.js'
 import { alive } from '../pid.js'
 import { claimLive, FolderClaims, RangeClaim, readClaims, type ClaimOptions, type ClaimRange, type ClaimRecord, type ClaimStore } from './range-claims.js'
 import { hostname } from 'node:os'
+import { appendToFolderIndex } from '../chunks/chunk-index.js'
 
 /*
  * Where an ingest writes its dataset: a local folder, or `s3://bucket/prefix` (s3-target.ts). Either
@@ -49,7 +50,7 @@ export interface IngestTarget {
   /** Complete chunks, ascending. */
   listChunks(): Promise<ChunkRef[]>
   readChunkMeta(ref: ChunkRef): Promise<ChunkMeta>
-  /** Make a chunk that ChunkBuilder finished visible to readers. Called for one chunk at a time, in order. */
+  /** Make a chunk that ChunkBuilder finished visible to readers, and add it to the dataset's chunk index. Called for one chunk at a time, in order. */
   publish(ref: ChunkRef): Promise<ChunkRef>
   /**
    * Remove a chunk of blocks a reorg replaced: it leaves the listing at once (its blocks.parquet
@@ -166,7 +167,12 @@ export class FolderTarget implements IngestTarget {
     return readChunkMeta(this.where, ref)
   }
 
+  /** The rename into place was the publishing; the chunk's line goes into the dataset's chunk index (src/chunks/chunk-index.ts). */
   async publish(ref: ChunkRef): Promise<ChunkRef> {
+    // the chunk is in place whatever happens here: without its line, routers read its meta.json
+    await appendToFolderIndex(this.where, ref, await readChunkMeta(this.where, ref)).catch((e) =>
+      log.warn({ err: e instanceof Error ? e.message : String(e), chunk: ref.path, dataset: this.where }, 'could not add the chunk to the chunk index; routers read its meta.json'),
+    )
     return ref
   }
 

@@ -1,62 +1,20 @@
 import path from 'node:path'
 import type { Sql } from './lazy-connection.js'
+import { readFile } from 'node:fs/promises'
 import { ident, lit } from '../db.js'
+import { Bloom, buildSummary, summaryKey } from '../chunks/chunk-summary.js'
 import type { QueryPlan } from './plan.js'
 
 /*
  * Per-chunk summaries kept in memory: for a (chunk, table, column) that a list filter names, a
- * Bloom filter of the column's distinct values. A chunk in which no request can match (every
- * request has a list filter none of whose values is in the chunk) is passed over without running
- * any statement on it (opening a chunk costs ~1.2 ms per file in DuckDB alone, and a selective
- * query runs 4–6 statements per chunk). Chunks are immutable, so a summary never goes stale; it is
- * built by the first query that needs it, with one `SELECT DISTINCT` on that column only.
+ * Bloom filter of the column's distinct values (src/chunks/chunk-summary.ts). A chunk in which no
+ * request can match (every request has a list filter none of whose values is in the chunk) is
+ * passed over without running any statement on it (opening a chunk costs ~1.2 ms per file in DuckDB
+ * alone, and a selective query runs 4–6 statements per chunk). The filters come from the chunk's
+ * meta.json, where the ingest and the compactor write them; a chunk written without them gets them
+ * built by the first query that needs them, with one `SELECT DISTINCT` on that column only. Chunks
+ * are immutable, so a summary never goes stale.
  */
-
-/** Columns with more distinct values than this get no summary (they would rarely rule a chunk out). */
-const MAX_DISTINCT = 50_000
-/** Bits per distinct value; with 3 probes ≈ 1.5 % false positives. */
-const BITS_PER_VALUE = 12
-const PROBES = 3
-
-class Bloom {
-  private readonly bits: Uint32Array
-  private readonly mask: number
-
-  constructor(values: string[]) {
-    let size = 1024
-    while (size < values.length * BITS_PER_VALUE) size *= 2
-    this.bits = new Uint32Array(size / 32)
-    this.mask = size - 1
-    for (const v of values) {
-      const [h1, h2] = hashes(v)
-      for (let i = 0; i < PROBES; i++) {
-        const bit = (h1 + i * h2) & this.mask
-        this.bits[bit >>> 5] |= 1 << (bit & 31)
-      }
-    }
-  }
-
-  mayContain(v: string): boolean {
-    const [h1, h2] = hashes(v)
-    for (let i = 0; i < PROBES; i++) {
-      const bit = (h1 + i * h2) & this.mask
-      if ((this.bits[bit >>> 5] & (1 << (bit & 31))) === 0) return false
-    }
-    return true
-  }
-}
-
-/** Two 32-bit FNV-1a hashes with different offsets (double hashing); h2 is odd. */
-function hashes(s: string): [number, number] {
-  let a = 0x811c9dc5
-  let b = 0x01000193 ^ 0x5bd1e995
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i)
-    a = Math.imul(a ^ c, 0x01000193)
-    b = Math.imul(b ^ c, 0x5bd1e995)
-  }
-  return [a >>> 0, (b | 1) >>> 0]
-}
 
 /**
  * A fact about an immutable chunk, computed once per key; a failure is not kept (the next query
@@ -78,13 +36,25 @@ function cached<T>(cache: Map<string, Promise<T>>, key: string, fallback: T, com
 const summaries = new Map<string, Promise<Bloom | null>>()
 
 function summary(con: Sql, dir: string, table: string, column: string): Promise<Bloom | null> {
-  const file = lit(path.join(dir, `${table}.parquet`))
-  const col = ident(column)
   return cached(summaries, `${dir}\0${table}\0${column}`, null, async () => {
-    const r = await con.runAndReadAll(`SELECT DISTINCT ${col} FROM read_parquet(${file}) WHERE ${col} IS NOT NULL LIMIT ${MAX_DISTINCT + 1}`)
-    const values = r.getColumnsJS()[0] ?? []
-    return values.length > MAX_DISTINCT ? null : new Bloom(values.map(String))
+    const written = (await storedSummaries(dir))?.[summaryKey(table, column)]
+    if (written === null) return null
+    if (typeof written === 'string') {
+      const bloom = Bloom.fromBase64(written)
+      if (bloom) return bloom
+    }
+    return buildSummary(con, dir, table, column)
   })
+}
+
+/**
+ * The `summaries` of the chunk's meta.json (undefined: none written). Read for each (chunk, column)
+ * once, not kept: only the filters of the columns queried stay in memory.
+ */
+async function storedSummaries(dir: string): Promise<Record<string, unknown> | undefined> {
+  const text = await readFile(path.join(dir, 'meta.json'), 'utf8').catch(() => undefined)
+  const s = text === undefined ? undefined : JSON.parse(text)?.summaries
+  return s && typeof s === 'object' && !Array.isArray(s) ? s : undefined
 }
 
 const dense = new Map<string, Promise<boolean>>()

@@ -1,4 +1,5 @@
-import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
+import type { ChunkRef } from '../chunks/layout.js'
+import type { ChunkLinks } from '../chunks/chunk-index.js'
 import { mapLimit } from '../semaphore.js'
 import type { ClaimRange } from '../ingest/range-claims.js'
 
@@ -29,10 +30,10 @@ export interface Continuity {
   gaps: FillGap[]
 }
 
-export async function checkContinuity(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkMeta>, claims: readonly ClaimRange[] = []): Promise<Continuity> {
+export async function checkContinuity(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkLinks>, claims: readonly ClaimRange[] = []): Promise<Continuity> {
   // The metas of the jumps, read 64 at a time (a sparse dataset has a jump before every chunk).
   const jumps = chunks.filter((c, i) => i > 0 && c.first > chunks[i - 1].last + 1)
-  const metas = new Map<ChunkRef, ChunkMeta | undefined>()
+  const metas = new Map<ChunkRef, ChunkLinks | undefined>()
   await mapLimit(jumps, 64, async (c) => void metas.set(c, await metaOf(c).catch(() => undefined)))
   const problems: string[] = []
   const gaps: FillGap[] = []
@@ -76,7 +77,7 @@ export class ContinuityTracker {
   private gaps: FillGap[] = []
   private claims = ''
 
-  async check(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkMeta>, claims: readonly ClaimRange[] = []): Promise<Continuity> {
+  async check(chunks: ChunkRef[], metaOf: (c: ChunkRef) => Promise<ChunkLinks>, claims: readonly ClaimRange[] = []): Promise<Continuity> {
     const n = this.listed.length
     const claimsKey = JSON.stringify(claims.map((r) => [r.from, r.to]))
     const grew = n > 0 && this.problems.length === 0 && claimsKey === this.claims && chunks.length >= n && this.listed.every((c, i) => c.path === chunks[i].path)

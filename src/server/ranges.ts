@@ -37,3 +37,26 @@ export function parseRanges(value: unknown): Range[] | string {
   }
   return mergeRanges(value.map(([first, last]: number[]) => ({ first, last })))
 }
+
+/** Blocks in ascending disjoint `a` but not in `b`, as ascending disjoint ranges. */
+export function subtractRanges(a: readonly Range[], b: readonly Range[]): Range[] {
+  const out: Range[] = []
+  let j = 0
+  for (const [first, last] of a) {
+    let from = first
+    while (j < b.length && b[j][1] < from) j++
+    let k = j
+    while (k < b.length && b[k][0] <= last && from <= last) {
+      if (b[k][0] > from) out.push([from, b[k][0] - 1])
+      from = Math.max(from, b[k][1] + 1)
+      k++
+    }
+    if (from <= last) out.push([from, last])
+  }
+  return out
+}
+
+/** Blocks in either of two lists of ranges, merged. */
+export function unionRanges(a: readonly Range[], b: readonly Range[]): Range[] {
+  return mergeRanges([...a, ...b].map(([first, last]) => ({ first, last })))
+}

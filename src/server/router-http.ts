@@ -299,19 +299,34 @@ function parsePing(body: unknown): PingMessage {
   if (typeof b.worker_url !== 'string' || !/^https?:\/\/[^/]+/.test(b.worker_url)) {
     throw badRequest('invalid-ping', 'worker_url must be an http(s) URL', 'worker_url')
   }
-  const state: Record<string, Range[]> = {}
-  const raw = b.state ?? {}
-  if (typeof raw !== 'object' || Array.isArray(raw)) throw badRequest('invalid-ping', 'state must be an object of dataset → ranges', 'state')
-  for (const [name, value] of Object.entries(raw as Record<string, unknown>)) {
-    const ranges = parseRanges(value)
-    if (typeof ranges === 'string') throw badRequest('invalid-ping', ranges, `state.${name}`)
-    state[name] = ranges
-  }
   const queries = b.queries ?? undefined
   if (queries !== undefined && (typeof queries !== 'number' || !Number.isFinite(queries) || queries < 0)) {
     throw badRequest('invalid-ping', 'queries must be a non-negative number', 'queries')
   }
-  return { worker_id: b.worker_id, worker_url: b.worker_url.replace(/\/+$/, ''), state, queries }
+  const desiredVersion = b.desired_version ?? undefined
+  if (desiredVersion !== undefined && typeof desiredVersion !== 'string') throw badRequest('invalid-ping', 'desired_version must be a string', 'desired_version')
+  const ping: PingMessage = { worker_id: b.worker_id, worker_url: b.worker_url.replace(/\/+$/, ''), queries, desired_version: desiredVersion }
+  if (b.delta !== undefined) {
+    if (b.state !== undefined) throw badRequest('invalid-ping', 'a ping has either state or delta, not both', 'delta')
+    const d = b.delta as Record<string, unknown> | null
+    if (!d || typeof d !== 'object' || Array.isArray(d) || typeof d.base !== 'string') throw badRequest('invalid-ping', 'delta must be an object with base (a state_version), added and removed', 'delta')
+    ping.delta = { base: d.base, added: parseState(d.added ?? {}, 'delta.added'), removed: parseState(d.removed ?? {}, 'delta.removed') }
+  } else {
+    ping.state = parseState(b.state ?? {}, 'state')
+  }
+  return ping
+}
+
+/** dataset → ranges, checked. */
+function parseState(raw: unknown, field: string): Record<string, Range[]> {
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) throw badRequest('invalid-ping', `${field} must be an object of dataset → ranges`, field)
+  const state: Record<string, Range[]> = {}
+  for (const [name, value] of Object.entries(raw as Record<string, unknown>)) {
+    const ranges = parseRanges(value)
+    if (typeof ranges === 'string') throw badRequest('invalid-ping', ranges, `${field}.${name}`)
+    state[name] = ranges
+  }
+  return state
 }
 
 /** `?refresh=<seconds>` of the status page: 0 turns reloading off; default 5, at most an hour. */

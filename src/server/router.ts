@@ -8,7 +8,9 @@ import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { routerRelists } from './metrics.js'
 import { QueryRate } from './query-rate.js'
-import { mergeRanges, rangesContain, type Range } from './ranges.js'
+import { mergeRanges, rangesContain, subtractRanges, unionRanges, type Range } from './ranges.js'
+import { sameRanges, type PingDelta } from './ping-session.js'
+import { randomBytes } from 'node:crypto'
 import { ContinuityTracker, checkContinuity, type FillGap } from './continuity.js'
 import { claimLive, type ClaimRecord } from '../ingest/range-claims.js'
 import { blockInGap, ClaimWatch, gapsBelow, reportGaps } from './backfill-gaps.js'
@@ -59,8 +61,12 @@ export interface RouterOptions {
 export interface PingMessage {
   worker_id: string
   worker_url: string
-  /** dataset name → merged ranges of chunks the worker holds and can serve. */
-  state: Record<string, Range[]>
+  /** dataset name → merged ranges of chunks the worker holds and can serve (or `delta` instead). */
+  state?: Record<string, Range[]>
+  /** What changed since the state the router acknowledged (ping-session.ts). */
+  delta?: PingDelta
+  /** The version of the desired state the worker holds: left out of the answer when unchanged. */
+  desired_version?: string
   /** Queries the worker has answered since it started (for queries/s on the status page). */
   queries?: number
 }
@@ -70,9 +76,15 @@ export type DesiredState = Record<string, Range[]>
 
 /** The router's answer to a ping: what to hold, and where each dataset lives. */
 export interface PingAnswer {
-  desired: DesiredState
+  /** Left out when it is the one of the ping's `desired_version`, and with `resync`. */
+  desired?: DesiredState
+  /** The version of the state the router now holds for the worker (the base of its next delta). */
+  state_version?: string
+  desired_version?: string
+  /** The ping's delta is based on a state the router does not know: ping again with the full state. */
+  resync?: boolean
   datasets: DatasetAnnouncement[]
-  /** Per dataset its newest chunks (at most RECENT_IN_PING), so a worker can extend its listing with them instead of listing storage. */
+  /** Per dataset its newest chunks (at most RECENT_IN_PING), so a worker can extend its listing with them instead of listing storage (sent with `desired`). */
   recent?: Record<string, ChunkRef[]>
 }
 
@@ -83,7 +95,11 @@ interface WorkerEntry {
   url: string
   lastPing: number
   lastRouted: number
+  /** dataset → ranges held, as reported (datasets the router does not know included). */
   state: Map<string, Range[]>
+  stateVersion?: string
+  /** The desired state last answered, and its version. */
+  desired?: { version: string; state: DesiredState }
   queryRate: QueryRate
 }
 
@@ -130,6 +146,9 @@ export class RouterState {
   private restart = false
   /** Time of the first ping or routing request (the router's start, as far as answers go). */
   private startedAt?: number
+  /** Versions of worker states and desired states: unique to this router process, so a restarted router knows none. */
+  private readonly epoch = randomBytes(4).toString('hex')
+  private versions = 0
 
   constructor(
     private readonly storage: ChunkStorage,
@@ -181,7 +200,7 @@ export class RouterState {
         ;({ kept, superseded } = supersede(all))
         let tracker = this.continuity.get(info.name)
         if (!tracker) this.continuity.set(info.name, (tracker = new ContinuityTracker()))
-        const metaOf = (c: ChunkRef) => this.storage.chunkMeta(info.name, c)
+        const metaOf = (c: ChunkRef) => this.storage.chunkLinks(info.name, c)
         ;({ servable: chunks, problems, gaps } = await tracker.check(kept, metaOf, claims))
         // a missing chunk may be a range being backfilled that started since the claims were read
         if (problems.length && !watch.fresh) ({ servable: chunks, problems, gaps } = await tracker.check(kept, metaOf, (claims = await watch.read(true))))
@@ -208,7 +227,7 @@ export class RouterState {
       ds.gaps = gaps
       ds.claims = claims
       reportGaps(info.name, gaps)
-      let dsChanged = await ds.swap.update(all, superseded, (c) => this.storage.chunkMeta(info.name, c))
+      let dsChanged = await ds.swap.update(all, superseded, (c) => this.storage.chunkLinks(info.name, c))
       if (chunks.length !== ds.listed.length || chunks.some((c, i) => c.path !== ds!.listed[i].path)) {
         const before = new Set(ds.listed.map((c) => c.path))
         fresh.push([ds, chunks.filter((c) => !before.has(c.path))])
@@ -239,7 +258,7 @@ export class RouterState {
     if (!lastKnown) return false
     const fresh = announced.filter((c) => c.first > lastKnown.last)
     if (!fresh.length) return true
-    const metaOf = (c: ChunkRef) => this.storage.chunkMeta(dataset, c)
+    const metaOf = (c: ChunkRef) => this.storage.chunkLinks(dataset, c)
     // Each announced chunk must be there (its meta.json is read once and cached) and follow the one before.
     try {
       await Promise.all(fresh.map(metaOf))
@@ -327,6 +346,7 @@ export class RouterState {
   ping(msg: PingMessage, now = Date.now()): PingAnswer {
     this.startedAt ??= now
     let w = this.workers.get(msg.worker_id)
+    if (msg.delta && (!w || w.stateVersion !== msg.delta.base)) return { resync: true, datasets: this.announcements() }
     const registering = !w
     if (!w) {
       w = { id: msg.worker_id, url: msg.worker_url, lastPing: now, lastRouted: 0, state: new Map(), queryRate: new QueryRate(this.opts.heartbeatMs / 2) }
@@ -337,7 +357,9 @@ export class RouterState {
     }
     w.url = msg.worker_url
     w.lastPing = now
-    w.state = new Map(Object.entries(msg.state).filter(([name]) => this.datasets.has(name)))
+    if (msg.delta) applyDelta(w.state, msg.delta)
+    else w.state = new Map(Object.entries(msg.state ?? {}))
+    w.stateVersion = `${this.epoch}.${++this.versions}`
     w.queryRate.report(msg.queries, now)
     const wasSettling = this.settling(now)
     this.firstPing ??= now
@@ -360,11 +382,16 @@ export class RouterState {
         chunks === 0 ? 'router: a worker registered, but there are no chunks to serve yet' : 'router: a worker registered with nothing to serve (every chunk already has its replicas)',
       )
     }
-    return {
-      desired,
-      datasets: [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url, ...(d.swap.merged.length ? { merged: d.swap.merged } : {}) })),
-      recent: Object.fromEntries([...this.datasets.values()].map((d) => [d.name, d.listed.slice(-RECENT_IN_PING)])),
-    }
+    const unchanged = w.desired !== undefined && sameDesired(w.desired.state, desired)
+    if (!unchanged) w.desired = { version: `${this.epoch}.${++this.versions}`, state: desired }
+    const base = { state_version: w.stateVersion, desired_version: w.desired!.version, datasets: this.announcements() }
+    // The worker has this desired state, and listed what it covers: neither it nor the newest chunks are sent again.
+    if (unchanged && msg.desired_version === w.desired!.version) return base
+    return { ...base, desired, recent: Object.fromEntries([...this.datasets.values()].map((d) => [d.name, d.listed.slice(-RECENT_IN_PING)])) }
+  }
+
+  private announcements(): DatasetAnnouncement[] {
+    return [...this.datasets.values()].map((d) => ({ name: d.name, family: d.family, url: d.url, ...(d.swap.merged.length ? { merged: d.swap.merged } : {}) }))
   }
 
   /** Called periodically: notices dead workers even when nobody pings or queries. */
@@ -457,7 +484,7 @@ export class RouterState {
         url: w.url,
         alive: this.isAlive(w, now),
         lastPingMsAgo: now - w.lastPing,
-        state: Object.fromEntries(w.state),
+        state: Object.fromEntries([...w.state].filter(([name]) => this.datasets.has(name))),
         assignedChunks: this.assignedCount(w.id),
         // A dead worker gets no queries; null while not measured yet.
         queriesPerSecond: !this.isAlive(w, now) ? 0 : w.queryRate.perSecond === null ? null : Math.round(w.queryRate.perSecond * 100) / 100,
@@ -582,8 +609,18 @@ export class RouterState {
   }
 }
 
-function sameRanges(a: readonly Range[], b: readonly Range[]): boolean {
-  return a.length === b.length && a.every((r, i) => r[0] === b[i][0] && r[1] === b[i][1])
+function sameDesired(a: DesiredState, b: DesiredState): boolean {
+  const names = Object.keys(a)
+  return names.length === Object.keys(b).length && names.every((n) => b[n] !== undefined && sameRanges(a[n], b[n]))
+}
+
+/** A worker's reported state, changed by a ping's delta. */
+function applyDelta(state: Map<string, Range[]>, delta: PingDelta): void {
+  for (const name of new Set([...Object.keys(delta.added), ...Object.keys(delta.removed)])) {
+    const ranges = subtractRanges(unionRanges(state.get(name) ?? [], delta.added[name] ?? []), delta.removed[name] ?? [])
+    if (ranges.length) state.set(name, ranges)
+    else state.delete(name)
+  }
 }
 
 /** Call `f` for each chunk (with its index) that lies inside the ascending disjoint `ranges`. */

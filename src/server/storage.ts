@@ -1,4 +1,5 @@
-import { chunkTableNames, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
+import { chunkTableNames, type ChunkRef } from '../chunks/layout.js'
+import type { ChunkLinks } from '../chunks/chunk-index.js'
 import { blockOrders, type FamilyDecl } from '../families/declaration.js'
 import { familyByName } from '../families/index.js'
 import type { ChunkCache } from '../storage/chunk-cache.js'
@@ -41,7 +42,8 @@ export interface ChunkStorage {
   listChunks(dataset: string, full?: boolean): Promise<ChunkRef[]>
   /** The range claims of the ingests writing the dataset (a backfill in parallel: docs/ingest.md). */
   listClaims?(dataset: string): Promise<ClaimRecord[]>
-  chunkMeta(dataset: string, chunk: ChunkRef): Promise<ChunkMeta>
+  /** What the router needs of a chunk's meta.json (src/chunks/chunk-index.ts). */
+  chunkLinks(dataset: string, chunk: ChunkRef): Promise<ChunkLinks>
   /** Make the chunk's Parquet files available on this machine; returns the folder. */
   fetchChunk(dataset: string, chunk: ChunkRef): Promise<string>
   /** The chunk is not needed here any more (no query is using it). */
@@ -128,23 +130,22 @@ export class ArchiveStorage implements ChunkStorage {
   }
 
   /**
-   * Chunks are immutable: each meta.json is read once (the router reads the metas at the jumps of
-   * sparse datasets). The copy kept leaves out the file manifest (a worker's download reads the
-   * chunk's own meta.json): over 100,000 chunks it would be most of the router's memory.
+   * Chunks are immutable: each chunk's links are read once (the router reads those at the jumps of
+   * sparse datasets), from the dataset's chunk index when it names the chunk, else its meta.json.
    */
-  async chunkMeta(dataset: string, chunk: ChunkRef): Promise<ChunkMeta> {
+  async chunkLinks(dataset: string, chunk: ChunkRef): Promise<ChunkLinks> {
     const store = await this.store(dataset)
     const key = chunkKey(store, chunk)
-    let meta = this.metas.get(key)
-    if (!meta) {
-      meta = store.chunkMeta(chunk).then(({ files: _files, ...rest }) => rest)
-      this.metas.set(key, meta)
-      meta.catch(() => this.metas.delete(key))
+    let links = this.links.get(key)
+    if (!links) {
+      links = store.chunkLinks(chunk)
+      this.links.set(key, links)
+      links.catch(() => this.links.delete(key))
     }
-    return meta
+    return links
   }
 
-  private readonly metas = new Map<string, Promise<ChunkMeta>>()
+  private readonly links = new Map<string, Promise<ChunkLinks>>()
 
   async fetchChunk(dataset: string, chunk: ChunkRef): Promise<string> {
     const store = await this.store(dataset)

@@ -1,4 +1,5 @@
-import type { ChunkMeta, ChunkRef } from '../chunks/layout.js'
+import type { ChunkRef } from '../chunks/layout.js'
+import type { ChunkLinks } from '../chunks/chunk-index.js'
 import type { Superseded } from '../chunks/supersede.js'
 
 /*
@@ -29,7 +30,9 @@ export class MergeSwap {
    * After a listing (`all` complete chunks, `superseded` the ones a bigger chunk contains): which
    * merged chunks can still stand in as the chunks they replace. Returns whether that changed.
    */
-  async update(all: ChunkRef[], superseded: Superseded<ChunkRef>[], metaOf: (c: ChunkRef) => Promise<ChunkMeta>): Promise<boolean> {
+  async update(all: ChunkRef[], superseded: Superseded<ChunkRef>[], metaOf: (c: ChunkRef) => Promise<ChunkLinks>): Promise<boolean> {
+    // nothing merged, before or now: nothing to look up (a relisting of 100,000 chunks stays cheap)
+    if (!superseded.length && !this.replaces.size && !this.known.size) return false
     const byPath = new Map(all.map((c) => [c.path, c]))
     // merged chunks: those containing another (a superseded chunk may itself be merged, from a lower tier)
     const containers = new Map<string, ChunkRef>()

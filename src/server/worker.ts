@@ -15,6 +15,7 @@ import { resolveChunks, supersede } from '../chunks/supersede.js'
 import type { ChunkStorage, DatasetAnnouncement } from './storage.js'
 import { httpRequest } from '../http-request.js'
 import { extendListing } from './freshness.js'
+import { PingSession } from './ping-session.js'
 
 /*
  * What a worker holds. With a router, the worker pings it with what it holds and gets back what it
@@ -324,20 +325,40 @@ export class WorkerNode {
     return { ready: true }
   }
 
+  /** What the router acknowledged of this worker's state: pings send what changed since (ping-session.ts). */
+  private readonly session = new PingSession()
+
   private async pingRouter(): Promise<void> {
-    const res = await httpRequest(`${this.opts.routerUrl}/ping`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...this.opts.pingHeaders?.() },
-      body: JSON.stringify({ worker_id: this.opts.id, worker_url: this.opts.publicUrl, state: this.state(), queries: this.opts.queryCount?.() }),
-      timeoutMs: Math.max(5000, this.opts.heartbeatMs * 2),
-    })
-    const text = res.text
-    if (res.status < 200 || res.status >= 300) throw new Error(`router answered ${res.status}: ${text.slice(0, 300)}`)
-    const answer = JSON.parse(text) as PingAnswer
+    const state = this.state()
+    let answer = await this.postPing(state)
+    let desired = this.session.answered(state, answer)
+    if (!desired) {
+      // the router does not know the state the delta was based on (it restarted): the full state now
+      answer = await this.postPing(state)
+      desired = this.session.answered(state, answer)
+      if (!desired) throw new Error('the router asked for the full state twice in a row')
+    }
     this.opts.storage.useDatasets(answer.datasets)
-    await this.applyDesired(answer.desired, answer.datasets, answer.recent)
+    await this.applyDesired(desired, answer.datasets, answer.recent)
     this.lastPingOk = Date.now()
     this.lastPingError = undefined
+  }
+
+  private async postPing(state: Record<string, Range[]>): Promise<PingAnswer> {
+    try {
+      const res = await httpRequest(`${this.opts.routerUrl}/ping`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...this.opts.pingHeaders?.() },
+        body: JSON.stringify({ worker_id: this.opts.id, worker_url: this.opts.publicUrl, ...this.session.fields(state), queries: this.opts.queryCount?.() }),
+        timeoutMs: Math.max(5000, this.opts.heartbeatMs * 2),
+      })
+      const text = res.text
+      if (res.status < 200 || res.status >= 300) throw new Error(`router answered ${res.status}: ${text.slice(0, 300)}`)
+      return JSON.parse(text) as PingAnswer
+    } catch (e) {
+      this.session.reset() // the router may or may not have taken the ping: the next one sends everything
+      throw e
+    }
   }
 
   private async desireEverything(): Promise<void> {

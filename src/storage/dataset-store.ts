@@ -5,6 +5,7 @@ import { log } from '../log.js'
 import { mapLimit } from '../semaphore.js'
 import { storageRequests } from './metrics.js'
 import { FolderClaims, readClaims, S3Claims, type ClaimRecord } from '../ingest/range-claims.js'
+import { CHUNK_INDEX_FILE, linksOf, parseChunkIndex, readFolderIndex, type ChunkLinks } from '../chunks/chunk-index.js'
 import { downloadObject, getText, isS3Url, joinKey, listFolders, listObjects, parseS3Url, s3Url, type DownloadResult } from './s3.js'
 
 /*
@@ -31,6 +32,11 @@ export interface DatasetStore {
   /** The range claims of the ingests writing the dataset (src/ingest/range-claims.ts). */
   claims(): Promise<ClaimRecord[]>
   chunkMeta(ref: ChunkRef): Promise<ChunkMeta>
+  /**
+   * What the router needs of the chunk's meta.json: from the dataset's chunk index when it names a
+   * chunk of the latest listing (src/chunks/chunk-index.ts), else from the meta.json.
+   */
+  chunkLinks(ref: ChunkRef): Promise<ChunkLinks>
   /** The chunk's files with their sizes as stored. */
   chunkFiles(ref: ChunkRef): Promise<ChunkFile[]>
   /** The chunk's folder when it is on this machine's disk (served in place), else undefined. */
@@ -113,6 +119,8 @@ class FolderDatasetStore implements DatasetStore {
   /** Complete chunks found so far, by top folder name (chunks are immutable: a known one is not checked again). */
   private known = new Map<string, Map<string, ChunkRef>>()
   private lastFullListing = 0
+  /** The chunk index as read at the last full listing (empty without one). */
+  private index = new Map<string, ChunkLinks>()
 
   constructor(url: string, private readonly opts: DatasetStoreOptions = {}) {
     this.url = path.resolve(url.replace(/^file:\/\//, ''))
@@ -124,8 +132,9 @@ class FolderDatasetStore implements DatasetStore {
 
   /**
    * Reads the last known top folder and the ones after it, and checks only chunk folders not seen
-   * before (a `blocks.parquet` stat each); once every `fullListingMs` every top folder is read again,
-   * so chunks deleted or put back into earlier top folders are noticed too.
+   * before (a `blocks.parquet` stat each, but for chunks the chunk index names: the index is
+   * written after a chunk is complete); once every `fullListingMs` every top folder and the index
+   * are read again, so chunks deleted or put back into earlier top folders are noticed too.
    */
   claims(): Promise<ClaimRecord[]> {
     return readClaims(new FolderClaims(this.url))
@@ -140,7 +149,11 @@ class FolderDatasetStore implements DatasetStore {
       throw e
     }
     const full = fullNow || Date.now() - this.lastFullListing >= (this.opts.fullListingMs ?? FULL_LISTING_MS)
-    if (full) this.lastFullListing = Date.now()
+    if (full) {
+      this.lastFullListing = Date.now()
+      storageRequests.inc({ storage: 'folder', op: 'read' })
+      this.index = (await readFolderIndex(this.url)) ?? new Map()
+    }
     const lastKnown = [...this.known.keys()].sort().at(-1) ?? ''
     const present = new Set(tops)
     for (const top of this.known.keys()) if (!present.has(top)) this.known.delete(top)
@@ -164,7 +177,8 @@ class FolderDatasetStore implements DatasetStore {
           if (ref) unseen.push(ref)
         }
       }
-      const complete = await mapLimit(unseen, STATS_AT_ONCE, (ref) => {
+      const complete = await mapLimit(unseen, STATS_AT_ONCE, async (ref) => {
+        if (this.index.has(ref.path)) return true
         storageRequests.inc({ storage: 'folder', op: 'stat' })
         return exists(path.join(this.url, ref.path, 'blocks.parquet'))
       })
@@ -187,6 +201,11 @@ class FolderDatasetStore implements DatasetStore {
     return readChunkMeta(this.url, ref).catch((e) => {
       throw e.code === 'ENOENT' ? new Error(`chunk ${ref.path} of ${this.url} has no meta.json`) : e
     })
+  }
+
+  async chunkLinks(ref: ChunkRef): Promise<ChunkLinks> {
+    const listed = this.known.get(ref.path.slice(0, 10))?.has(ref.path.slice(11))
+    return (listed && this.index.get(ref.path)) || linksOf(await this.chunkMeta(ref))
   }
 
   async chunkFiles(ref: ChunkRef): Promise<ChunkFile[]> {
@@ -214,7 +233,10 @@ class S3DatasetStore implements DatasetStore {
   private readonly prefix: string
   /** Complete chunks listed so far: chunks are immutable and appear in key order, so a listing continues after the last one. */
   private known: ChunkRef[] = []
+  private knownPaths = new Set<string>()
   private lastFullListing = 0
+  /** The chunk index as read at the last full listing (empty without one). */
+  private index = new Map<string, ChunkLinks>()
 
   constructor(url: string, private readonly opts: DatasetStoreOptions = {}) {
     const loc = parseS3Url(url)
@@ -234,8 +256,8 @@ class S3DatasetStore implements DatasetStore {
 
   /**
    * Lists the keys after the last complete chunk found before (chunk keys sort in block order), so a
-   * relisting reads only what is new; once every `fullListingMs` the whole prefix is listed again, so
-   * chunks deleted from the bucket or put back into a gap are noticed too.
+   * relisting reads only what is new; once every `fullListingMs` the whole prefix and the chunk
+   * index are read again, so chunks deleted from the bucket or put back into a gap are noticed too.
    */
   claims(): Promise<ClaimRecord[]> {
     return readClaims(new S3Claims({ bucket: this.bucket, prefix: this.prefix }, this.url))
@@ -245,7 +267,10 @@ class S3DatasetStore implements DatasetStore {
     const base = this.prefix ? this.prefix + '/' : ''
     if (full || Date.now() - this.lastFullListing >= (this.opts.fullListingMs ?? FULL_LISTING_MS)) {
       this.known = []
+      this.knownPaths = new Set()
       this.lastFullListing = Date.now()
+      const text = await getText(this.bucket, this.key(CHUNK_INDEX_FILE))
+      this.index = text === undefined ? new Map() : parseChunkIndex(text)
     }
     const last = this.known.at(-1)
     // '~' sorts after every character of a chunk's file names.
@@ -258,7 +283,12 @@ class S3DatasetStore implements DatasetStore {
       if (ref) found.push(ref)
     }
     this.known = [...this.known, ...found].sort((a, b) => a.first - b.first || a.last - b.last)
+    for (const c of found) this.knownPaths.add(c.path)
     return [...this.known]
+  }
+
+  async chunkLinks(ref: ChunkRef): Promise<ChunkLinks> {
+    return (this.knownPaths.has(ref.path) && this.index.get(ref.path)) || linksOf(await this.chunkMeta(ref))
   }
 
   async chunkMeta(ref: ChunkRef): Promise<ChunkMeta> {

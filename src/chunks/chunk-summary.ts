@@ -1,0 +1,119 @@
+import path from 'node:path'
+import { ident, lit } from '../db.js'
+import type { FamilyDecl } from '../families/declaration.js'
+
+/*
+ * Chunk summaries: for each (table, column) a list filter of the family can name, a Bloom filter
+ * of the column's distinct values in the chunk. A worker passes over a chunk in which no request
+ * can match without opening its Parquet files (src/query/summary.ts). The ingest and the compactor
+ * write them into the chunk's meta.json (`summaries`), so even the first query over a chunk a worker
+ * has just downloaded does not open it; a chunk without them gets them built by the first query that
+ * needs them, with the same statement, so both ways give the same filter.
+ */
+
+/** Columns with more distinct values than this get no summary (they would rarely rule a chunk out). */
+export const MAX_DISTINCT = 50_000
+/** Bits per distinct value; with 3 probes ≈ 1.5 % false positives. */
+const BITS_PER_VALUE = 12
+const PROBES = 3
+
+export class Bloom {
+  private constructor(private readonly bits: Uint32Array) {}
+
+  static of(values: string[]): Bloom {
+    let size = 1024
+    while (size < values.length * BITS_PER_VALUE) size *= 2
+    const bloom = new Bloom(new Uint32Array(size / 32))
+    for (const v of values) bloom.add(v)
+    return bloom
+  }
+
+  /** A filter as `toBase64` wrote it; undefined for anything else. */
+  static fromBase64(text: string): Bloom | undefined {
+    const bytes = Buffer.from(text, 'base64')
+    const words = bytes.length / 4
+    if (words < 32 || (words & (words - 1)) !== 0) return undefined // a power of two, at least 1,024 bits
+    const bits = new Uint32Array(words)
+    for (let i = 0; i < words; i++) bits[i] = bytes.readUInt32LE(i * 4)
+    return new Bloom(bits)
+  }
+
+  toBase64(): string {
+    const bytes = Buffer.alloc(this.bits.length * 4)
+    this.bits.forEach((w, i) => bytes.writeUInt32LE(w, i * 4))
+    return bytes.toString('base64')
+  }
+
+  private get mask(): number {
+    return this.bits.length * 32 - 1
+  }
+
+  private add(v: string): void {
+    const [h1, h2] = hashes(v)
+    for (let i = 0; i < PROBES; i++) {
+      const bit = (h1 + i * h2) & this.mask
+      this.bits[bit >>> 5] |= 1 << (bit & 31)
+    }
+  }
+
+  mayContain(v: string): boolean {
+    const [h1, h2] = hashes(v)
+    for (let i = 0; i < PROBES; i++) {
+      const bit = (h1 + i * h2) & this.mask
+      if ((this.bits[bit >>> 5] & (1 << (bit & 31))) === 0) return false
+    }
+    return true
+  }
+}
+
+/** Two 32-bit FNV-1a hashes with different offsets (double hashing); h2 is odd. */
+function hashes(s: string): [number, number] {
+  let a = 0x811c9dc5
+  let b = 0x01000193 ^ 0x5bd1e995
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    a = Math.imul(a ^ c, 0x01000193)
+    b = Math.imul(b ^ c, 0x5bd1e995)
+  }
+  return [a >>> 0, (b | 1) >>> 0]
+}
+
+interface Sql {
+  runAndReadAll(sql: string): Promise<{ getColumnsJS(): unknown[][] }>
+}
+
+/** `table.column`: the key of a summary in meta.json. */
+export const summaryKey = (table: string, column: string) => `${table}.${column}`
+
+/** The Bloom filter of a column of the chunk in `dir`; null when it has too many distinct values. */
+export async function buildSummary(con: Sql, dir: string, table: string, column: string): Promise<Bloom | null> {
+  const col = ident(column)
+  const r = await con.runAndReadAll(`SELECT DISTINCT ${col} FROM read_parquet(${lit(path.join(dir, `${table}.parquet`))}) WHERE ${col} IS NOT NULL LIMIT ${MAX_DISTINCT + 1}`)
+  const values = r.getColumnsJS()[0] ?? []
+  return values.length > MAX_DISTINCT ? null : Bloom.of(values.map(String))
+}
+
+/** The (table, column) pairs list filters of the family name (integer lists excepted: ranges do better there). */
+export function summaryColumns(family: FamilyDecl): { table: string; column: string }[] {
+  const out = new Map<string, { table: string; column: string }>()
+  for (const item of family.items) {
+    for (const request of item.requests) {
+      for (const f of Object.values(request.filters)) {
+        if (f.kind === 'in' && f.values !== 'integer') out.set(summaryKey(item.table, f.column), { table: item.table, column: f.column })
+      }
+    }
+  }
+  return [...out.values()]
+}
+
+/** The summaries of a chunk just written in `dir` (its `tables`), for its meta.json: base64 filters, null for too many values. */
+export async function chunkSummaries(con: Sql, dir: string, family: FamilyDecl, tables: readonly string[]): Promise<Record<string, string | null>> {
+  const out: Record<string, string | null> = {}
+  for (const { table, column } of summaryColumns(family)) {
+    if (!tables.includes(table)) continue
+    // a column the table lacks (chunks written before it was declared) gets no summary: queries build none either
+    const bloom = await buildSummary(con, dir, table, column).catch(() => undefined)
+    if (bloom !== undefined) out[summaryKey(table, column)] = bloom?.toBase64() ?? null
+  }
+  return out
+}

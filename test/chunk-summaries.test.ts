@@ -1,0 +1,149 @@
+import assert from 'node:assert/strict'
+import { cp, readFile, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { DuckDBConnection } from '@duckdb/node-api'
+import { Bloom, summaryColumns, summaryKey } from '../src/chunks/chunk-summary.js'
+import { listLocalChunks, readChunkMeta, type ChunkMeta } from '../src/chunks/layout.js'
+import { connect, ident, lit } from '../src/db.js'
+import { evmFamily } from '../src/families/evm.js'
+import { LocalStorage } from '../src/server/storage.js'
+import { WorkerServer } from '../src/server/worker-http.js'
+import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { postJson } from './helpers/http.js'
+
+/*
+ * Chunk summaries written at ingest (src/chunks/chunk-summary.ts): every chunk's meta.json holds a
+ * Bloom filter per list-filter column, which never misses a value the chunk holds; a worker answers
+ * every query exactly as it does over the same chunks without them (it then builds the filters
+ * itself), and its first no-match query over them reads no column of any chunk to rule it out.
+ * Data: 64 recorded anvil blocks, 8 per chunk.
+ */
+
+let seed = 11
+const rnd = (n: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n
+const pick = <T>(xs: readonly T[]): T => xs[rnd(xs.length)]
+
+/** The SQL texts of the statements this process runs while `body` runs. */
+async function statements(body: () => Promise<void>): Promise<string[]> {
+  const proto = DuckDBConnection.prototype as unknown as Record<string, (...a: unknown[]) => unknown>
+  const names = ['run', 'stream', 'runAndReadAll', 'streamAndReadAll', 'prepare']
+  const originals = names.map((n) => proto[n])
+  const seen: string[] = []
+  names.forEach((n, i) => (proto[n] = function (this: unknown, ...a: unknown[]) {
+    seen.push(String(a[0]))
+    return originals[i].apply(this, a)
+  }))
+  try {
+    await body()
+  } finally {
+    names.forEach((n, i) => (proto[n] = originals[i]))
+  }
+  return seen
+}
+
+describe('chunk summaries written at ingest', { timeout: 600_000 }, () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  let withSummaries: string
+  let without: string
+  const workers: WorkerServer[] = []
+  /** Per summarised column, the values found in the dataset. */
+  const present = new Map<string, string[]>()
+
+  before(async () => {
+    tmp = await tempDir('ba-summaries-')
+    withSummaries = path.join(tmp.dir, 'with', 'anvil')
+    without = path.join(tmp.dir, 'without', 'anvil')
+    await writeDataset(withSummaries, 'anvil', (await anvilRecords()).slice(0, 64), 8)
+    await cp(withSummaries, without, { recursive: true })
+    for (const c of await listLocalChunks(without)) {
+      const file = path.join(without, c.path, 'meta.json')
+      const { summaries: _s, ...rest } = JSON.parse(await readFile(file, 'utf8')) as ChunkMeta
+      await writeFile(file, JSON.stringify(rest))
+    }
+  })
+
+  after(async () => {
+    for (const w of workers) await w.stop()
+    await tmp?.cleanup()
+  })
+
+  async function startWorker(dir: string): Promise<WorkerServer> {
+    const w = new WorkerServer({
+      storage: new LocalStorage(dir), heartbeatMs: 60_000, dropGraceMs: 60_000, concurrency: 2, queue: 8, queueTimeoutMs: 10_000,
+      budgets: { sizeBytes: 1 << 30, timeMs: 60_000 },
+    })
+    await w.start('127.0.0.1', 0)
+    workers.push(w)
+    return w
+  }
+
+  it('every chunk has a filter per list-filter column of its tables, and no filter misses a value its chunk holds', async () => {
+    const con = await connect()
+    try {
+      let checked = 0
+      for (const c of await listLocalChunks(withSummaries)) {
+        const meta = await readChunkMeta(withSummaries, c)
+        for (const { table, column } of summaryColumns(evmFamily)) {
+          if (!meta.tables.includes(table)) continue
+          const written = meta.summaries?.[summaryKey(table, column)]
+          assert.equal(typeof written, 'string', `${c.path} ${table}.${column}`)
+          const bloom = Bloom.fromBase64(written!)!
+          const r = await con.runAndReadAll(`SELECT DISTINCT ${ident(column)} FROM read_parquet(${lit(path.join(withSummaries, c.path, `${table}.parquet`))}) WHERE ${ident(column)} IS NOT NULL`)
+          for (const v of (r.getColumnsJS()[0] ?? []).map(String)) {
+            assert.ok(bloom.mayContain(v), `${c.path} ${table}.${column}: ${v}`)
+            const key = summaryKey(table, column)
+            if (!present.has(key)) present.set(key, [])
+            present.get(key)!.push(v)
+            checked++
+          }
+        }
+      }
+      assert.ok(checked > 100, `values checked: ${checked}`)
+    } finally {
+      con.closeSync()
+    }
+  })
+
+  it('answers random queries (matching and not) exactly as without the written filters', async () => {
+    const a = await startWorker(withSummaries)
+    const b = await startWorker(without)
+    const values = (key: string) => present.get(key) ?? []
+    const absent = () => '0x' + rnd(2 ** 31).toString(16).padStart(40, '0')
+    const some = (key: string) => (values(key).length && rnd(3) > 0 ? [pick(values(key))] : [absent()])
+    const head = (await anvilRecords()).slice(0, 64)
+    const first = Number(head[0].number ?? head[0].block.number)
+    const last = Number(head[63].number ?? head[63].block.number)
+    for (let i = 0; i < 60; i++) {
+      const fromBlock = first + rnd(last - first + 1)
+      const toBlock = fromBlock + rnd(last - fromBlock + 1)
+      const q = pick([
+        () => ({ logs: [{ address: some('logs.address'), topic0: rnd(2) ? some('logs.topic0') : undefined }] }),
+        () => ({ transactions: [{ to: some('transactions.to') }] }),
+        () => ({ transactions: [{ sighash: some('transactions.sighash').map((s) => s.slice(0, 10)) }] }),
+        () => ({ logs: [{ topic0: some('logs.topic0') }], transactions: [{ from: some('transactions.from') }] }),
+      ])()
+      const query = { fromBlock, toBlock, ...q, fields: { block: { number: true, hash: true }, log: { address: true, topics: true }, transaction: { hash: true, to: true } } }
+      const [ra, rb] = await Promise.all([a, b].map((w) => postJson(`${w.url}/datasets/anvil/query`, query)))
+      assert.equal(ra.status, 200, ra.text.slice(0, 300))
+      assert.equal(ra.text, rb.text, JSON.stringify(query))
+    }
+  })
+
+  it('a first no-match query over chunks with written filters reads no column to rule them out', async () => {
+    const q = { fromBlock: 0, logs: [{ address: ['0x' + '00'.repeat(19) + '01'] }], fields: { log: { address: true } } }
+    const distinct = (sqls: string[]) => sqls.filter((s) => s.includes('SELECT DISTINCT')).length
+    // copies in new folders: what workers keep per chunk is keyed by its folder
+    const copy = async (from: string, name: string) => {
+      const to = path.join(tmp.dir, name, 'anvil')
+      await cp(from, to, { recursive: true })
+      return to
+    }
+    const fresh = await startWorker(await copy(withSummaries, 'with-2'))
+    const withFilters = await statements(async () => void (await postJson(`${fresh.url}/datasets/anvil/query`, { ...q, fromBlock: 5 })))
+    const freshWithout = await startWorker(await copy(without, 'without-2'))
+    const withoutFilters = await statements(async () => void (await postJson(`${freshWithout.url}/datasets/anvil/query`, { ...q, fromBlock: 5 })))
+    assert.equal(distinct(withFilters), 0, withFilters.join('\n'))
+    assert.ok(distinct(withoutFilters) > 0, 'without written filters the worker builds them')
+  })
+})
