@@ -8,14 +8,14 @@ import { blockOrders, type FamilyDecl } from '../src/families/declaration.js'
 import { familyByName } from '../src/families/index.js'
 import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
 import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
-import { keyedPlan } from '../src/query/chunk-run.js'
+import { keyedPlan } from '../src/query/keyed-plan.js'
 import { prepareQuery } from '../src/query/engine.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import { BY_BLOCK_SUFFIX, LocalForms, narrowCopies } from '../src/storage/local-forms.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 
 /*
- * The engine's two statement plans for a chunk (src/query/chunk-run.ts) give the same bytes: the
+ * The engine's two statement plans for a chunk (src/query/keyed-plan.ts, temp-table-plan.ts) give the same bytes: the
  * keyed plan (selected rows' keys read into JS, related rows by row-number runs or, when scattered,
  * through a temp table, rows ordered in JS) and the temp-table plan (the fallback for big
  * selections), over Parquet and over local forms, in one slice or many, whole or cut by the size
