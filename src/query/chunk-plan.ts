@@ -1,7 +1,7 @@
 import type { DuckDBDataChunk } from '@duckdb/node-api'
 import type { Sql } from './lazy-connection.js'
 import type { RelatedRows } from './chunk-sql.js'
-import { bigintColumn, integerColumn } from './raw-rows.js'
+import { bigintColumn, integerColumn } from '../fast-path.js'
 import type { RowTexts } from './row-texts.js'
 import type { ItemDecl } from '../families/declaration.js'
 

@@ -5,7 +5,7 @@ import type { ChunkPlan, SelectedBlock, SliceRows } from './chunk-plan.js'
 import { ChunkSql, type ChunkSource, type ValueTables } from './chunk-sql.js'
 import { boundaryHeaders, readHeaders } from './headers-plan.js'
 import { keyedPlan, prepareKeyed } from './keyed-plan.js'
-import { varcharBytes } from './raw-rows.js'
+import { varcharBytes } from '../fast-path.js'
 import type { RowTexts } from './row-texts.js'
 import { prepareTempTables } from './temp-table-plan.js'
 

@@ -3,7 +3,7 @@ import type { ChunkPlan, SelectedBlock, SliceRows } from './chunk-plan.js'
 import type { ChunkSql } from './chunk-sql.js'
 import { cachedHeader, keepHeader } from './header-cache.js'
 import type { Sql } from './lazy-connection.js'
-import { bigintNumbers, varcharBytes } from './raw-rows.js'
+import { bigintNumbers, varcharBytes } from '../fast-path.js'
 import type { RowTexts } from './row-texts.js'
 import { outputFields } from './sql.js'
 

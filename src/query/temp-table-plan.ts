@@ -5,7 +5,7 @@ import { sliceChunks, SMALL_SLICE, withBoundaries, type ChunkPlan, type Selected
 import type { ChunkSql, RelatedRows } from './chunk-sql.js'
 import { HeadersPlan } from './headers-plan.js'
 import type { Sql } from './lazy-connection.js'
-import { bigintColumn, bigintNumbers, integerColumn, integerNumbers, varcharBytes } from './raw-rows.js'
+import { bigintColumn, bigintNumbers, integerColumn, integerNumbers, varcharBytes } from '../fast-path.js'
 import type { RowTexts } from './row-texts.js'
 import { weightParts, weightSql } from './sql.js'
 
