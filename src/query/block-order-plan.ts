@@ -1,4 +1,3 @@
-import { ident } from '../db.js'
 import { eachSliceRow, interleave, sliceChunks, SMALL_SLICE, type SelectedBlock, type SliceRows } from './chunk-plan.js'
 import type { ChunkSql, RelatedRows } from './chunk-sql.js'
 import type { Sql } from './lazy-connection.js'
@@ -24,7 +23,7 @@ export async function* blockOrderSlice(
 ): AsyncGenerator<SliceRows> {
   const parts = [sql.headerPart(lo, hi, '0::BIGINT AS r', candidates)]
   sql.kinds.forEach((kind, i) => {
-    parts.push(`SELECT src.${ident(sql.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, src.rowid::BIGINT AS r, ${sql.itemJson(kind)} AS j FROM ${sql.source(kind, lo, hi, related)}`)
+    parts.push(sql.itemPart(i, 'src.rowid::BIGINT AS r', sql.itemJson(kind), sql.source(kind, lo, hi, related)))
   })
   const headerBlocks: number[] = []
   const headers: number[] = []

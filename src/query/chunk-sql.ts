@@ -185,6 +185,11 @@ export class ChunkSql {
     )
   }
 
+  /** A slice's rows of the kind `kinds[kindIndex]`: `b, k, <columns>, j` (`json` its JSON text) `FROM <from>`. */
+  itemPart(kindIndex: number, columns: string, json: string, from: string): string {
+    return `SELECT src.${ident(this.blockColumn(this.kinds[kindIndex]))}::BIGINT AS b, ${kindIndex + 1} AS k, ${columns}, ${json} AS j FROM ${from}`
+  }
+
   /**
    * `FROM … WHERE …` of the selected rows of a kind in blocks `lo..hi`. A kind selected only by its
    * own requests repeats their filters, which the Parquet scan evaluates first so that it decodes

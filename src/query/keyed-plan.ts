@@ -201,8 +201,7 @@ export class KeyedPlan implements ChunkPlan, RelatedRows {
     const spans = kinds.map((_, i) => this.rankSpan(i, lo, hi))
     kinds.forEach((kind, i) => {
       if (spans[i][0] === spans[i][1]) return
-      const part = (json: string, condition = '') =>
-        `SELECT src.${ident(sql.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${sql.rowNumber(kind.table, 'src')}::BIGINT AS r, ${json} AS j FROM ${sql.source(kind, lo, hi, this)}${condition}`
+      const part = (json: string, condition = '') => sql.itemPart(i, `${sql.rowNumber(kind.table, 'src')}::BIGINT AS r`, json, `${sql.source(kind, lo, hi, this)}${condition}`)
       const narrow = narrowColumns(sql.chunk, kind)
       const flags = keyed[i].narrow?.subarray(spans[i][0], spans[i][1])
       if (narrow.length === 0 || !flags) parts.push(part(sql.itemJson(kind)))

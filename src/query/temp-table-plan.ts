@@ -136,7 +136,7 @@ class TempTablePlan implements ChunkPlan, RelatedRows {
     const order = sql.orderColumns()
     const parts = [sql.headerPart(lo, hi, order.columns(-1), this.candidates)]
     sql.kinds.forEach((kind, i) => {
-      parts.push(`SELECT src.${ident(sql.blockColumn(kind))}::BIGINT AS b, ${i + 1} AS k, ${order.columns(i)}, ${sql.itemJson(kind)} AS j FROM ${sql.source(kind, lo, hi, this)}`)
+      parts.push(sql.itemPart(i, order.columns(i), sql.itemJson(kind), sql.source(kind, lo, hi, this)))
     })
     const statement = `SELECT b, k, j FROM (${parts.join(' UNION ALL ')}) ORDER BY b, k${order.names.map((n) => `, ${n}`).join('')}`
     // A streaming result costs a few ms more than a materialised one; only big slices need it.
