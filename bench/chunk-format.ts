@@ -7,6 +7,7 @@ import { configureDb, connect, ident, lit } from '../src/db.js'
 import { blockOrders } from '../src/families/declaration.js'
 import { evmFamily } from '../src/families/evm.js'
 import { prepareQuery } from '../src/query/engine.js'
+import { answerSent, piecesSent } from '../src/fast-path.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import type { LocalTables } from '../src/storage/local-forms.js'
 import { LocalForms } from '../src/storage/local-forms.js'
@@ -114,9 +115,9 @@ export async function runChunkFormat(o: ChunkFormatBenchOptions): Promise<void> 
     for await (const piece of s.body) {
       n += piece.length
       h?.update(piece)
-      s.released?.(++pieces)
+      piecesSent(s, ++pieces)
     }
-    s.recycle?.()
+    answerSent(s)
     return h ? h.digest('hex') : n
   }
   console.log(`machine: ${machine()}`)

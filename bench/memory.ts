@@ -19,7 +19,7 @@ export interface MemoryBenchOptions {
   storage: string[]
   /** Worker `--db-memory` values to compare side by side; `default` leaves the worker's own. */
   dbMemory: string[]
-  /** `DUCKDB_JE_MALLOC_CONF` values of the worker to compare side by side; `default` leaves src/allocator.ts's. */
+  /** `DUCKDB_JE_MALLOC_CONF` values of the worker to compare side by side; `default` leaves src/fast-path.ts's. */
   mallocConf: string[]
 }
 

@@ -83,7 +83,7 @@ program
   .option('--compression <mode>', COMPRESSION_HELP, 'auto')
   .option('--storage <which...>', 'chunks read from: parquet (in place), local (the worker\'s local forms), side by side', ['parquet', 'local'])
   .option('--db-memory <size...>', 'worker --db-memory values to compare side by side ("default": the worker\'s own default)', ['default'])
-  .option('--malloc-conf <conf...>', 'worker DUCKDB_JE_MALLOC_CONF values to compare side by side, e.g. dirty_decay_ms:50,muzzy_decay_ms:0 ("default": src/allocator.ts\'s)', ['default'])
+  .option('--malloc-conf <conf...>', 'worker DUCKDB_JE_MALLOC_CONF values to compare side by side, e.g. dirty_decay_ms:50,muzzy_decay_ms:0 ("default": src/fast-path.ts\'s)', ['default'])
   .action(async (o) => (await import('./memory.js')).runMemory(o))
 
 program

@@ -4,6 +4,7 @@ import { configureDb, connect } from '../src/db.js'
 import { blockOrders } from '../src/families/declaration.js'
 import { evmFamily } from '../src/families/evm.js'
 import { prepareQuery } from '../src/query/engine.js'
+import { answerSent, piecesSent } from '../src/fast-path.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { LocalForms } from '../src/storage/local-forms.js'
@@ -65,9 +66,9 @@ export async function runWorker(o: WorkerBenchOptions): Promise<void> {
     // slabs serve its later slices, and once it is read, the next answer.
     for await (const piece of s.body) {
       n += piece.length
-      s.released?.(++pieces)
+      piecesSent(s, ++pieces)
     }
-    s.recycle?.()
+    answerSent(s)
     return n
   }
   const overHttp = async (query: unknown) => {

@@ -1,8 +1,7 @@
 #!/usr/bin/env node
-// First: sets DuckDB's allocator options before its library is loaded.
-import './allocator.js'
-import { startServingThread } from './commands/serving-thread.js'
+// First: the speed tricks' switch, which sets DuckDB's allocator options before its library is loaded.
+import { startServingThread } from './fast-path.js'
 
-// A serving command runs in its own thread (src/commands/serving-thread.ts); this thread then loads
+// A serving command runs in its own thread (src/commands/serving-thread.ts, unless on the plain path); this thread then loads
 // nothing else, so the process does not hold the commands' modules twice.
 if (!startServingThread(new URL(import.meta.url), process.argv)) await import('./cli-commands.js')

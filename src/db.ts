@@ -8,7 +8,7 @@ import { DuckDBConnection, DuckDBInstance } from '@duckdb/node-api'
 let instance: Promise<DuckDBInstance> | undefined
 
 /*
- * jemalloc's background thread purges freed pages when their decay time is up (allocator.ts sets
+ * jemalloc's background thread purges freed pages when their decay time is up (fast-path.ts sets
  * it); without it a thread's freed pages are purged only when that thread allocates again. Building
  * the local forms of 5 chunks under a 256MB limit, in process: peak RSS 412 MB instead of 580, and
  * 237 MB instead of 398 once done (docs/serving.md, "Memory").

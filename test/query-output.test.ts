@@ -3,8 +3,9 @@ import { describe, it } from 'node:test'
 import { DuckDBInstance } from '@duckdb/node-api'
 import { JsonOut } from '../src/query/json-out.js'
 import { Mutex } from '../src/semaphore.js'
-import { bigintNumbers, integerNumbers, varcharBytes } from '../src/query/raw-rows.js'
-import { slabStats, RowTexts, slabsEnabled } from '../src/query/row-texts.js'
+import { bigintColumn, eachVarchar, integerColumn, varcharBytes } from '../src/query/raw-rows.js'
+import { slabStats, RowTexts } from '../src/query/row-texts.js'
+import { slabsEnabled } from '../src/fast-path.js'
 
 /*
  * The engine's output plumbing on its own: bytes read straight from DuckDB vectors, the answer's
@@ -26,8 +27,8 @@ describe('raw rows from DuckDB vectors', () => {
       const kinds: number[] = []
       const bytes: Uint8Array[] = []
       for await (const chunk of await con.stream(sql)) {
-        bigintNumbers(chunk, 0, blocks)
-        integerNumbers(chunk, 1, kinds)
+        blocks.push(...bigintColumn(chunk, 0))
+        kinds.push(...integerColumn(chunk, 1))
         varcharBytes(chunk, 2, bytes)
       }
       assert.equal(bytes.length, 5000)
@@ -68,7 +69,7 @@ describe('an answer\'s row texts (src/query/row-texts.ts)', () => {
 
   it('without slabs: each row byte for byte as the plain copy, and written through JsonOut as one text', async () => {
     await withDb(async (read, expected) => {
-      const texts = new RowTexts(0)
+      const texts = new RowTexts(0, eachVarchar)
       const rows = await read(texts)
       assert.deepEqual(text(texts, rows), expected)
       const out = new JsonOut(1 << 30)
@@ -80,7 +81,7 @@ describe('an answer\'s row texts (src/query/row-texts.ts)', () => {
   it('through slabs (native/string-copy.c): the same bytes across slab ends and rows bigger than a slab; slabs reused only after recycle()', { skip: !slabsEnabled && 'the native string copy is not built here (no C compiler)' }, async () => {
     await withDb(async (read, expected) => {
       // Tiny slabs (100 bytes): rows fill them often; rows of 1,000+ bytes are bigger than one.
-      const first = new RowTexts(100)
+      const first = new RowTexts(100, eachVarchar)
       const made = slabStats.slabsMade
       const rows = await read(first)
       assert.deepEqual(text(first, rows), expected)
@@ -93,13 +94,13 @@ describe('an answer\'s row texts (src/query/row-texts.ts)', () => {
 
       // A second answer while the first is held takes fresh slabs: the first's bytes stay as they are.
       const reused = slabStats.slabsReused
-      const second = new RowTexts(100)
+      const second = new RowTexts(100, eachVarchar)
       assert.deepEqual(text(second, await read(second)), expected)
       assert.equal(slabStats.slabsReused, reused, 'no slab of an answer still held was taken')
       assert.deepEqual(text(first, rows), expected)
       // Once recycled, the next answer writes into the first one's slabs.
       first.recycle()
-      const third = new RowTexts(100)
+      const third = new RowTexts(100, eachVarchar)
       assert.deepEqual(text(third, await read(third)), expected)
       assert.ok(slabStats.slabsReused > reused, 'the recycled slabs were taken again')
       await assert.rejects(read(first), /after recycle/)
@@ -118,7 +119,7 @@ describe('an answer\'s row texts (src/query/row-texts.ts)', () => {
       }
       const whole = expected.join('')
       // A reader that keeps every piece: nothing is reused, every piece keeps its bytes.
-      const keeping = new RowTexts(1000)
+      const keeping = new RowTexts(1000, eachVarchar)
       const out1 = new JsonOut(1 << 30)
       let reused = slabStats.slabsReused
       let made = slabStats.slabsMade
@@ -130,7 +131,7 @@ describe('an answer\'s row texts (src/query/row-texts.ts)', () => {
       for (const pieces of kept) assert.equal(Buffer.concat(pieces).toString('utf8'), whole)
 
       // A reader that lets each slice's pieces go: the next slices write into the same slabs.
-      const letting = new RowTexts(1000)
+      const letting = new RowTexts(1000, eachVarchar)
       const out2 = new JsonOut(1 << 30)
       made = slabStats.slabsMade
       reused = slabStats.slabsReused

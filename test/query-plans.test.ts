@@ -3,19 +3,19 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { DuckDBConnection } from '@duckdb/node-api'
 import { chunkTableNames, listLocalChunks, readDatasetMeta } from '../src/chunks/layout.js'
-import { connect, ident, lit } from '../src/db.js'
 import { blockOrders, type FamilyDecl } from '../src/families/declaration.js'
 import { familyByName } from '../src/families/index.js'
 import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
 import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
-import { keyedPlan } from '../src/query/chunk-run.js'
+import { keyedPlan } from '../src/query/keyed-plan.js'
 import { prepareQuery } from '../src/query/engine.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import { BY_BLOCK_SUFFIX, LocalForms, narrowCopies } from '../src/storage/local-forms.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { allFieldsQuery, declaredQueries } from './helpers/declared-queries.js'
 
 /*
- * The engine's two statement plans for a chunk (src/query/chunk-run.ts) give the same bytes: the
+ * The engine's two statement plans for a chunk (src/query/keyed-plan.ts, temp-table-plan.ts) give the same bytes: the
  * keyed plan (selected rows' keys read into JS, related rows by row-number runs or, when scattered,
  * through a temp table, rows ordered in JS) and the temp-table plan (the fallback for big
  * selections), over Parquet and over local forms, in one slice or many, whole or cut by the size
@@ -62,63 +62,9 @@ async function openDataset(root: string, formsFile: string): Promise<Dataset> {
   return { name: meta.name, family, root, view, local: local.view, split: split.view, forms: [local.forms, split.forms] }
 }
 
-/** The most frequent value of a column in the dataset (undefined when it holds none). */
-async function frequentValue(ds: Dataset, table: string, column: string): Promise<string | number | undefined> {
-  const files = ds.view.chunks.map((c) => path.join(c.dir, `${table}.parquet`))
-  const con = await connect()
-  try {
-    const r = await con.runAndReadAll(
-      `SELECT ${ident(column)} FROM read_parquet([${files.map(lit).join(', ')}], union_by_name = true) WHERE ${ident(column)} IS NOT NULL ` +
-        `GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1`,
-    )
-    const v = r.getRows()[0]?.[0]
-    return typeof v === 'bigint' ? Number(v) : (v as string | number | undefined)
-  } catch {
-    return undefined // a table no chunk has
-  } finally {
-    con.closeSync()
-  }
-}
-
-/** The whole dataset range with every field of every kind (and the family's query type). */
-function baseQuery(ds: Dataset): Obj {
-  const { family } = ds
-  const fields: Obj = {}
-  for (const item of [family.header, ...family.items]) fields[item.selector] = Object.fromEntries(Object.keys(item.fields).map((f) => [f, true]))
-  const base: Obj = { fromBlock: ds.view.chunks[0].first, toBlock: ds.view.height, fields }
-  const type = family.queryTypes.find((t) => t !== undefined)
-  if (type) base.type = type
-  return base
-}
-
-/** Queries from the declaration: each request list by a frequent value of a filter column, with its relation flags. */
-async function queriesOf(ds: Dataset): Promise<Obj[]> {
-  const { family } = ds
-  const base = baseQuery(ds)
-  const out: Obj[] = []
-  for (const item of family.items) {
-    for (const req of item.requests) {
-      let request: Obj | undefined
-      for (const [name, f] of Object.entries(req.filters)) {
-        if (f.kind !== 'in') continue
-        const value = await frequentValue(ds, item.table, f.column)
-        if (value === undefined) continue
-        request = { [name]: [value] }
-        break
-      }
-      if (!request) continue
-      const flags = Object.keys(req.relations)
-      for (const on of [[], ...flags.map((f) => [f]), ...(flags.length > 1 ? [flags] : [])]) {
-        out.push({ ...base, [req.name]: [{ ...request, ...Object.fromEntries(on.map((f) => [f, true])) }] })
-      }
-      // Every block of the range; and only identifier fields (header weights known without reading the headers).
-      const all = { ...request, ...Object.fromEntries(flags.map((f) => [f, true])) }
-      out.push({ ...base, includeAllBlocks: true, [req.name]: [all] })
-      out.push({ ...base, fields: {}, [req.name]: [all] })
-    }
-  }
-  return out
-}
+/** Queries generated from the dataset's declaration (test/helpers/declared-queries.ts). */
+const queriesOf = (ds: Dataset) => declaredQueries(ds.family, ds.view)
+const baseQuery = (ds: Dataset) => allFieldsQuery(ds.family, ds.view)
 
 /** The answer's text and the SQL of the statements it ran. */
 async function answer(view: DatasetView, query: Obj, budgets: QueryBudgets): Promise<{ text: string; sql: string[] }> {

@@ -4,7 +4,7 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { STALL_TOLERANT_ROUTER, killChildren, runCli, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
-import { slabsEnabled } from '../src/query/row-texts.js'
+import { slabsEnabled } from '../src/fast-path.js'
 
 /*
  * `worker` (like `serve` and `demo`) runs in a worker thread with a 12 MB V8 young generation
@@ -39,7 +39,7 @@ describe('the serving thread', { timeout: 600_000 }, () => {
 
   it('a worker serves from a thread with the small young generation and stops cleanly on SIGTERM and SIGINT', async () => {
     const w = await worker()
-    assert.deepEqual((await w.status()).node, { thread: 'serving', young_generation_mb: 12, native_row_copy: slabsEnabled })
+    assert.deepEqual((await w.status()).node, { thread: 'serving', young_generation_mb: 12, native_row_copy: slabsEnabled, plain_path: false })
     const base = `${routerUrl}/datasets/anvil`
     const target = await until('the worker holds block 0', async () => {
       const r = await fetch(`${base}/0/worker`)
@@ -63,7 +63,7 @@ describe('the serving thread', { timeout: 600_000 }, () => {
 
   it('runs in the main thread with BLOCK_ARCHIVE_SERVE_THREAD=off; --help and bad options answer from the main thread as before', async () => {
     const w = await worker({ BLOCK_ARCHIVE_SERVE_THREAD: 'off' })
-    assert.deepEqual((await w.status()).node, { thread: 'main', young_generation_mb: null, native_row_copy: slabsEnabled })
+    assert.deepEqual((await w.status()).node, { thread: 'main', young_generation_mb: null, native_row_copy: slabsEnabled, plain_path: false })
     const code = exited(w.child)
     w.child.kill('SIGTERM')
     assert.equal(await code, 0)
@@ -77,7 +77,7 @@ describe('the serving thread', { timeout: 600_000 }, () => {
 
     // A global option before the command does not hide it.
     const json = await worker({}, ['--log-format', 'json'])
-    assert.deepEqual((await json.status()).node, { thread: 'serving', young_generation_mb: 12, native_row_copy: slabsEnabled })
+    assert.deepEqual((await json.status()).node, { thread: 'serving', young_generation_mb: 12, native_row_copy: slabsEnabled, plain_path: false })
     const code3 = exited(json.child)
     json.child.kill('SIGTERM')
     assert.equal(await code3, 0)

@@ -7,8 +7,9 @@ import { isMainThread, parentPort, Worker } from 'node:worker_threads'
  * process (a signal or a kill reaches everything, nothing is left behind). With the smaller young
  * generation the workers read 24 MiB slices (one statement per 20 MiB answer) within the memory
  * that 16 MiB slices took: an all tx+logs sync 15 % less worker CPU, the peak under 16 clients no
- * higher (docs/benchmark-history.md, step 38). `BLOCK_ARCHIVE_SERVE_THREAD=off` runs them in the main
- * thread.
+ * higher (docs/benchmark-history.md, step 38). A speed trick: the CLI starts it through
+ * src/fast-path.ts (`BLOCK_ARCHIVE_PLAIN=1` or `BLOCK_ARCHIVE_SERVE_THREAD=off` run them in the
+ * main thread).
  */
 
 const SERVING_COMMANDS = new Set(['worker', 'serve', 'demo'])
@@ -17,12 +18,11 @@ const YOUNG_GENERATION_MB = 12
 /**
  * In the main thread, for a serving command: runs this CLI again in a worker thread with the same
  * arguments, forwards Ctrl-C / SIGTERM to it and exits with its exit code. Returns false when the
- * command runs here (another command, `--help`, a thread already, or turned off).
+ * command runs here (another command, `--help`, a thread already).
  */
 export function startServingThread(cliUrl: URL, argv: string[]): boolean {
   const args = argv.slice(2)
-  const off = ['off', '0', 'false'].includes((process.env.BLOCK_ARCHIVE_SERVE_THREAD ?? '').trim().toLowerCase())
-  if (!isMainThread || off || !SERVING_COMMANDS.has(commandOf(args))) return false
+  if (!isMainThread || !SERVING_COMMANDS.has(commandOf(args))) return false
   if (args.some((a) => a === '--help' || a === '-h')) return false
   const thread = new Worker(cliUrl, {
     argv: args,

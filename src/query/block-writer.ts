@@ -1,4 +1,4 @@
-import type { SliceRows } from './chunk-run.js'
+import type { SliceRows } from './chunk-plan.js'
 import { JsonOut } from './json-out.js'
 import type { RowTexts } from './row-texts.js'
 import type { QueryStream } from './types.js'

@@ -6,7 +6,9 @@ import { LazyConnection, type Sql } from './lazy-connection.js'
 import { ApiError, badRequest } from '../errors.js'
 import { tableOf } from '../families/declaration.js'
 import { lowerBoundLast } from '../chunks/search.js'
-import { ChunkRun, type ChunkSource, type SelectedBlock, type SliceRows } from './chunk-run.js'
+import { ChunkRun } from './chunk-run.js'
+import type { SelectedBlock, SliceRows } from './chunk-plan.js'
+import type { ChunkSource } from './chunk-sql.js'
 import { planQuery, planTables, type QueryPlan } from './plan.js'
 import type { DatasetView, HeldChunk, QueryBudgets, QueryStream } from './types.js'
 import { INLINE_LIST_MAX } from './sql.js'
@@ -14,7 +16,8 @@ import { validateQuery } from './validate.js'
 import { chunkCannotMatch } from './summary.js'
 import { BlockWriter } from './block-writer.js'
 import { Mutex } from '../semaphore.js'
-import { RowTexts } from './row-texts.js'
+import type { RowTexts } from './row-texts.js'
+import { answerOf, answerTexts } from '../fast-path.js'
 
 /*
  * The generic query engine: validate a query against the dataset's family declaration, find the
@@ -128,7 +131,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   }
 
   const con = new LazyConnection()
-  const texts = new RowTexts()
+  const texts = answerTexts()
   try {
     const values = await createValueTables(con, plan)
     const first = new ChunkRun(con, plan, sourceOf(view, head), Math.max(from, head.first), Math.min(to, head.last), values, texts)
@@ -137,7 +140,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
     if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
     const stats = { chunksRead: 0, blocks: 0, bytes: 0, lastBlock: -1 }
     const body = answer({ con, plan, chunk: runFrom(view.chunks, start, to), source: (c) => sourceOf(view, c), from, to, budgets, stats, first, firstBlocks, values, texts })
-    return { body, stats, recycle: () => texts.recycle(), released: (pieces) => texts.released(pieces) }
+    return answerOf({ body, stats }, texts)
   } catch (e) {
     con.closeSync()
     if (!(e instanceof ApiError) && vanished(head, e)) throw gone(from, view)

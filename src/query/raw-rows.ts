@@ -1,11 +1,20 @@
 import type { DuckDBDataChunk } from '@duckdb/node-api'
-import bindings from '@duckdb/node-bindings'
+import { createRequire } from 'node:module'
 
 /*
  * Reads result columns straight from DuckDB's vectors. `@duckdb/node-api`'s value conversion
  * decodes every string into a JS string; the engine only copies JSON text into the answer, so it
  * takes each VARCHAR's bytes as they are (one copy, no decoding; docs/benchmark-history.md, step 10).
+ * Part of the fast path: the engine reads columns through src/fast-path.ts.
  */
+
+type Bindings = typeof import('@duckdb/node-bindings')
+let loaded: Bindings | undefined
+/**
+ * `@duckdb/node-bindings`, loaded at first use: the CLI imports this module (through
+ * src/fast-path.ts) before DuckDB's allocator options are set, so it must not load DuckDB itself.
+ */
+export const bindings = (): Bindings => (loaded ??= createRequire(import.meta.url)('@duckdb/node-bindings') as Bindings)
 
 /**
  * Bytes of each row of a VARCHAR column (NULL → empty). The strings of a result chunk lie mostly
@@ -13,12 +22,22 @@ import bindings from '@duckdb/node-bindings'
  * copied out with one call and the rows are views into it; a native call per row cost about 2 µs.
  */
 export function varcharBytes(chunk: DuckDBDataChunk, column: number, out: Uint8Array[]): void {
-  const rows = chunk.rowCount
-  const vector = bindings.data_chunk_get_vector(chunk.chunk, column)
-  const strings = bindings.vector_get_data(vector, rows * 16)
-  const validity = bindings.vector_get_validity(vector, Math.ceil(rows / 64) * 8)
+  const { strings, validity, rows } = varcharVector(chunk, column)
   // A short string's view would hold the vector's whole string_t array: copied instead.
   eachRowText(strings, validity, rows, 0, (buf, start, end) => out.push(start === end ? EMPTY : buf === strings ? buf.slice(start, end) : buf.subarray(start, end)))
+}
+
+/** Where each row of a VARCHAR column lies: `row(buffer, start, end)` in order (NULL → empty; see `eachRowText`). */
+export function eachVarchar(chunk: DuckDBDataChunk, column: number, row: (buf: Uint8Array, start: number, end: number) => void): void {
+  const { strings, validity, rows } = varcharVector(chunk, column)
+  eachRowText(strings, validity, rows, 0, row)
+}
+
+/** A VARCHAR column's `duckdb_string_t` array (16 bytes a row) and validity mask (null: every row valid). */
+export function varcharVector(chunk: DuckDBDataChunk, column: number): { strings: Uint8Array; validity: Uint8Array | null; rows: number } {
+  const rows = chunk.rowCount
+  const vector = bindings().data_chunk_get_vector(chunk.chunk, column)
+  return { strings: bindings().vector_get_data(vector, rows * 16), validity: bindings().vector_get_validity(vector, Math.ceil(rows / 64) * 8), rows }
 }
 
 /**
@@ -58,7 +77,7 @@ export function eachRowText(strings: Uint8Array, validity: Uint8Array | null, ro
       end += l
       j++
     }
-    const run = bindings.get_data_from_pointer(strings.buffer as ArrayBuffer, strings.byteOffset + i * 16 + 8, end - start)
+    const run = bindings().get_data_from_pointer(strings.buffer as ArrayBuffer, strings.byteOffset + i * 16 + 8, end - start)
     for (let at = 0; i < j; i++) {
       const l = length(i)
       row(run, at, at + l)
@@ -69,23 +88,13 @@ export function eachRowText(strings: Uint8Array, validity: Uint8Array | null, ro
 
 const EMPTY = new Uint8Array(0)
 
-/** Values of a BIGINT column without NULLs (block numbers, ordinals: far below 2^53), appended to `out`. */
-export function bigintNumbers(chunk: DuckDBDataChunk, column: number, out: number[]): void {
-  for (const v of bigintColumn(chunk, column)) out.push(v)
-}
-
-/** Values of an INTEGER column without NULLs, appended to `out`. */
-export function integerNumbers(chunk: DuckDBDataChunk, column: number, out: number[]): void {
-  for (const v of integerColumn(chunk, column)) out.push(v)
-}
-
 /**
  * A BIGINT column without NULLs (values far below 2^53) as a typed array: no JS array to grow. Read
  * as two 32-bit halves: `getBigInt64` allocates a BigInt per value (≈ 240 KB per logs+tx answer).
  */
 export function bigintColumn(chunk: DuckDBDataChunk, column: number): Float64Array {
   const rows = chunk.rowCount
-  const data = bindings.vector_get_data(bindings.data_chunk_get_vector(chunk.chunk, column), rows * 8)
+  const data = bindings().vector_get_data(bindings().data_chunk_get_vector(chunk.chunk, column), rows * 8)
   const view = new DataView(data.buffer, data.byteOffset, data.byteLength)
   const out = new Float64Array(rows)
   for (let i = 0; i < rows; i++) out[i] = view.getUint32(i * 8, true) + view.getInt32(i * 8 + 4, true) * 4294967296
@@ -95,7 +104,7 @@ export function bigintColumn(chunk: DuckDBDataChunk, column: number): Float64Arr
 /** An INTEGER column without NULLs as a typed array (a copy: DuckDB's vector goes with its chunk). */
 export function integerColumn(chunk: DuckDBDataChunk, column: number): Int32Array {
   const rows = chunk.rowCount
-  const data = bindings.vector_get_data(bindings.data_chunk_get_vector(chunk.chunk, column), rows * 4)
+  const data = bindings().vector_get_data(bindings().data_chunk_get_vector(chunk.chunk, column), rows * 4)
   const out = new Int32Array(rows)
   const view = new DataView(data.buffer, data.byteOffset, data.byteLength)
   for (let i = 0; i < rows; i++) out[i] = view.getInt32(i * 4, true)

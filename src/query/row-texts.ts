@@ -1,8 +1,7 @@
 import type { DuckDBDataChunk } from '@duckdb/node-api'
-import bindings from '@duckdb/node-bindings'
 import { createRequire } from 'node:module'
 import type { JsonOut } from './json-out.js'
-import { eachRowText } from './raw-rows.js'
+import { eachRowText, varcharVector } from './raw-rows.js'
 
 /*
  * The JSON texts of one answer's rows, as they leave DuckDB. A row is a number (a handle): its
@@ -10,39 +9,41 @@ import { eachRowText } from './raw-rows.js'
  * rows held as 20k views was the garbage that grew a worker's heap
  * (docs/benchmark-history.md, step 40).
  *
- * The buffers are slabs that later answers reuse once this one is on the socket, filled by a small
- * native addon (native/string-copy.c, built by `npm run build`): `@duckdb/node-bindings` copies
- * each run of string bytes into a new ArrayBuffer, and under a stream of big answers that fresh
- * memory cost a worker page faults and the V8 mark-compacts its external memory starts. Past the
- * process's slab budget an answer fills overflow slabs of its own. Without the addon (no C
- * compiler, or BLOCK_ARCHIVE_NATIVE=off), and for a row bigger than a slab, a row's buffer is the
- * run of strings the bindings copied out, as before.
+ * On the fast path (src/fast-path.ts makes the answers' RowTexts) the buffers are slabs that later
+ * answers reuse once this one is on the socket, filled by a small native addon
+ * (native/string-copy.c, built by `npm run build`): `@duckdb/node-bindings` copies each run of
+ * string bytes into a new ArrayBuffer, and under a stream of big answers that fresh memory cost a
+ * worker page faults and the V8 mark-compacts its external memory starts. Past the process's slab
+ * budget an answer fills overflow slabs of its own. Without slabs, and for a row bigger than a
+ * slab, a row's buffer is what the answer's text reader gives (the run of strings the bindings
+ * copied out, on the fast path).
  *
  * Only the reader of the answer knows when its bytes are no longer read: the worker's HTTP layer
- * calls `recycle()` once the last byte was handed to the socket. A reader that lets each piece go
- * says so (`released`), and the slabs whose rows all went out in those pieces serve the rest of
- * the answer: an uncut answer of 135 MB then fills a few slabs over and over instead of needing
- * 135 MB of them. An answer that is not recycled (an error, say) leaves its slabs to the garbage
- * collector.
+ * says so once the last byte was handed to the socket (`answerSent` of src/fast-path.ts →
+ * `recycle()`). A reader that lets each piece go says so (`released`), and the slabs whose rows
+ * all went out in those pieces serve the rest of the answer: an uncut answer of 135 MB then fills
+ * a few slabs over and over instead of needing 135 MB of them. An answer that is not recycled (an
+ * error, say) leaves its slabs to the garbage collector.
  */
 
 interface StringCopy {
   copyStrings(strings: Uint8Array, validity: Uint8Array | null, rows: number, first: number, slab: Uint8Array, at: number, ends: Float64Array): number
 }
 
-function loadNative(): StringCopy | undefined {
-  if (process.env.BLOCK_ARCHIVE_NATIVE === 'off') return undefined
+let native: StringCopy | undefined
+
+/** Loads the native string copy (native/string-copy.c); false when it is not built. */
+export function loadStringCopy(): boolean {
   try {
-    return createRequire(import.meta.url)('../../../build/string-copy.node') as StringCopy
+    native ??= createRequire(import.meta.url)('../../../build/string-copy.node') as StringCopy
+    return true
   } catch {
-    return undefined
+    return false
   }
 }
 
-const native = loadNative()
-
-/** Whether rows are copied into reused slabs (the native copy is built, and not turned off). */
-export const slabsEnabled = native !== undefined
+/** Where each row of a VARCHAR column lies: `row(buffer, start, end)` in order (NULL → empty). */
+export type TextReader = (chunk: DuckDBDataChunk, column: number, row: (buf: Uint8Array, start: number, end: number) => void) => void
 
 export const SLAB_BYTES = 4 * 1024 * 1024
 /**
@@ -91,10 +92,13 @@ export class RowTexts {
   private readonly handedOut: { slabs: Uint8Array[]; upTo: number }[] = []
   private piecesTaken = 0
 
-  /** `slabBytes`: the slabs' size; 0 copies rows as the bindings do (no slabs). */
-  constructor(private readonly slabBytes = slabsEnabled ? SLAB_BYTES : 0) {
+  /**
+   * `slabBytes`: the slabs' size (the native copy loaded, `loadStringCopy`); 0: no slabs, each
+   * column's rows in the buffers `readTexts` gives.
+   */
+  constructor(private readonly slabBytes: number, private readonly readTexts: TextReader) {
     if (slabBytes > 0) {
-      if (!native) throw new Error('RowTexts: the native string copy is not built (npm run build)')
+      if (!native) throw new Error('RowTexts: the native string copy is not loaded (npm run build, loadStringCopy)')
       let pool = pools.get(slabBytes)
       if (!pool) pools.set(slabBytes, (pool = []))
       this.pool = pool
@@ -121,11 +125,8 @@ export class RowTexts {
   /** Each row of a VARCHAR column (NULL → empty) as a row of this answer, appended to `out`. */
   copyColumn(chunk: DuckDBDataChunk, column: number, out: number[]): void {
     if (this.recycled) throw new Error('RowTexts used after recycle()')
-    const rows = chunk.rowCount
-    const vector = bindings.data_chunk_get_vector(chunk.chunk, column)
-    const strings = bindings.vector_get_data(vector, rows * 16)
-    const validity = bindings.vector_get_validity(vector, Math.ceil(rows / 64) * 8)
-    if (this.slabBytes === 0) return this.copyRuns(strings, validity, rows, 0, out)
+    if (this.slabBytes === 0) return this.readRows((row) => this.readTexts(chunk, column, row), out)
+    const { strings, validity, rows } = varcharVector(chunk, column)
     if (this.rowEnds.length < rows) this.rowEnds = new Float64Array(rows)
     const ends = this.rowEnds
     let first = 0
@@ -143,7 +144,7 @@ export class RowTexts {
       if (first === rows) break
       // Row `first` does not fit: the next slab holds it, unless it is bigger than a slab.
       if (new DataView(strings.buffer, strings.byteOffset + first * 16, 4).getUint32(0, true) > Math.min(this.slabBytes, OVERFLOW_SLAB_BYTES)) {
-        this.copyRuns(strings, validity, first + 1, first, out)
+        this.readRows((row) => eachRowText(strings, validity, first + 1, first, row), out)
         first++
       } else {
         this.slab = -1
@@ -242,10 +243,10 @@ export class RowTexts {
     this.at = 0
   }
 
-  /** Rows `first`… of a vector without slabs: in the buffers the bindings copy them into. */
-  private copyRuns(strings: Uint8Array, validity: Uint8Array | null, rows: number, first: number, out: number[]): void {
+  /** Rows without slabs: in the buffers `each` gives them in. */
+  private readRows(each: (row: (buf: Uint8Array, start: number, end: number) => void) => void, out: number[]): void {
     let last: Uint8Array | undefined
-    eachRowText(strings, validity, rows, first, (buf, start, end) => {
+    each((buf, start, end) => {
       if (buf !== last) {
         this.bufs.push(buf)
         last = buf

@@ -61,16 +61,4 @@ export interface QueryStream {
   body: AsyncIterable<Uint8Array>
   /** Filled in while streaming. */
   stats: { chunksRead: number; blocks: number; bytes: number; lastBlock: number }
-  /**
-   * The reader is done with every piece of `body` (they are on the socket): the memory under them
-   * may be reused by later answers (src/query/row-texts.ts). A reader that keeps pieces, or stops
-   * on an error, does not call it.
-   */
-  recycle?(): void
-  /**
-   * The reader no longer reads the first `pieces` pieces of `body` (a reader that lets each piece
-   * go): the memory only they held serves the rest of the answer, so an answer read this way needs
-   * a few slabs however long it is.
-   */
-  released?(pieces: number): void
 }

@@ -1,12 +1,11 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { isMainThread, resourceLimits } from 'node:worker_threads'
 import { dbSettings } from '../db.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
 import { DEFAULT_BUDGETS, prepareQuery } from '../query/engine.js'
-import { slabsEnabled } from '../query/row-texts.js'
+import { answerSent, fastPathStatus } from '../fast-path.js'
 import type { QueryBudgets, QueryStream } from '../query/types.js'
 import { accessDenied, checkTicketBlock, verifyTicket, workerToken, WORKER_TOKEN_HEADER, type Ticket } from './auth.js'
 import { compressFor, compressor, negotiateEncoding, type CompressionMode } from './encoding.js'
@@ -102,7 +101,7 @@ export class WorkerServer {
   }
 
   private routes(): void {
-    this.app.get('/status', PUBLIC, async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret, duckdb: await dbSettings(), node: nodeSettings() }))
+    this.app.get('/status', PUBLIC, async () => ({ ...this.node?.status(), queries: { ...this.limiter.stats, answered: this.queriesAnswered }, tickets: !!this.opts.ticketSecret, duckdb: await dbSettings(), node: fastPathStatus() }))
     registerWorkerNudge(this.app, () => this.node?.nudge())
     // A `data` route (route-access.ts): its ticket is checked before the body is read.
     this.app.post<{ Params: { name: string } }>('/datasets/:name/query', (req, reply) => this.query(req, reply))
@@ -172,7 +171,7 @@ export class WorkerServer {
         const whole = first.done ? Buffer.alloc(0) : first.value
         res.writeHead(200, { ...json, 'content-length': whole.length, 'x-num-read-chunks': String(stream.stats.chunksRead) })
         // Once the last byte is with the socket, the answer's row memory can serve the next ones.
-        res.end(whole, () => stream.recycle?.())
+        res.end(whole, () => answerSent(stream))
         this.answered(req, dataset, stream.stats, started, gone.signal.aborted)
         return
       }
@@ -196,7 +195,7 @@ export class WorkerServer {
         // If the client goes away, pipeline destroys the source, which ends the engine's iterator.
         if (zip) await pipeline(Readable.from(body()), zip, res)
         else await pipeline(Readable.from(body()), res)
-        stream.recycle?.()
+        answerSent(stream)
       } catch (e) {
         if (gone.signal.aborted) log.info({ dataset, blocks: stream.stats.blocks }, 'worker: client went away mid-stream')
         else log.error({ err: e, dataset }, 'worker: query failed mid-stream; connection closed')
@@ -231,13 +230,4 @@ export async function startWorker(opts: WorkerServerOptions, host = '127.0.0.1',
   const w = new WorkerServer(opts)
   await w.start(host, port)
   return w
-}
-
-/**
- * Where the worker's JS runs: the serving thread and its V8 young generation (src/commands/serving-thread.ts),
- * or the main thread; and whether answer rows are copied into reused slabs (src/query/row-texts.ts).
- */
-function nodeSettings(): { thread: 'serving' | 'main'; young_generation_mb: number | null; native_row_copy: boolean } {
-  const thread = isMainThread ? { thread: 'main' as const, young_generation_mb: null } : { thread: 'serving' as const, young_generation_mb: resourceLimits.maxYoungGenerationSizeMb ?? null }
-  return { ...thread, native_row_copy: slabsEnabled }
 }
