@@ -10,7 +10,7 @@ import { ReplayServer } from '../src/ingest/replay.js'
 import { getText, listObjects } from '../src/storage/s3.js'
 import { killChildren, runCli, startCli, until } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
-import { readTable } from './helpers/ingest-expect.js'
+import { checkChain } from './helpers/ingest-expect.js'
 import { startS3, type S3Server } from './helpers/s3.js'
 
 /*
@@ -59,15 +59,6 @@ const ranges = (chunks: ChunkRef[]) => chunks.map((c) => [c.first, c.last])
 
 /** Each chunk's Parquet files (name → SHA-256 from its manifest) and the block it was written after. */
 const contents = (m: ChunkMeta) => ({ first: m.first, last: m.last, previousLast: m.previousLast, files: Object.fromEntries(Object.entries(m.files ?? {}).map(([k, v]) => [k, v.sha256])) })
-
-/** Every block from `first` to `last` once, each the child of the one before, in chunks that follow each other. */
-async function checkChain(dir: string, first: number, last: number): Promise<void> {
-  const blocks = (await readTable(dir, 'blocks')).sort((a, b) => Number(a.number) - Number(b.number))
-  assert.deepEqual(blocks.map((b) => Number(b.number)), Array.from({ length: last - first + 1 }, (_, i) => first + i))
-  for (let i = 1; i < blocks.length; i++) assert.equal(blocks[i].parent_hash, blocks[i - 1].hash, `block ${blocks[i].number} parent`)
-  const chunks = await listLocalChunks(dir)
-  for (let i = 1; i < chunks.length; i++) assert.equal(chunks[i].first, chunks[i - 1].last + 1, `gap before ${chunks[i].path}`)
-}
 
 async function json(url: string): Promise<any> {
   const res = await fetch(url)

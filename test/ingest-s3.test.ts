@@ -6,7 +6,7 @@ import os from 'node:os'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { hashFile, listLocalChunks, readChunkMeta, type ChunkMeta } from '../src/chunks/layout.js'
+import { hashFile, readChunkMeta, type ChunkMeta } from '../src/chunks/layout.js'
 import { DatasetLocked, LeaseLost, runIngest, type IngestOptions } from '../src/ingest/loop.js'
 import { loadRecordedChain } from '../src/ingest/recorded.js'
 import { ReplayServer } from '../src/ingest/replay.js'
@@ -14,7 +14,7 @@ import { S3Lease } from '../src/ingest/s3-lease.js'
 import { downloadObject, getText, listObjects, putText, s3Client, uploadFile } from '../src/storage/s3.js'
 import { tempDir } from './helpers/dataset.js'
 import { setEnv, startS3, type S3Server } from './helpers/s3.js'
-import { readTable } from './helpers/ingest-expect.js'
+import { checkChain, readTable } from './helpers/ingest-expect.js'
 
 /*
  * `ingest --out s3://…` against a real S3 protocol server on loopback (s3rver), with recorded
@@ -75,15 +75,6 @@ async function download(prefix: string, dest: string): Promise<string[]> {
 /** Every file under `dir`, as relative paths. */
 async function localFiles(dir: string): Promise<string[]> {
   return (await readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile()).map((e) => path.relative(dir, path.join(e.parentPath, e.name))).sort()
-}
-
-/** Every block of the dataset exactly once, in order, each linked to the one before; chunks without gaps. */
-async function checkChain(dir: string, first: number, last: number): Promise<void> {
-  const blocks = (await readTable(dir, 'blocks')).sort((a, b) => Number(a.number) - Number(b.number))
-  assert.deepEqual(blocks.map((b) => Number(b.number)), Array.from({ length: last - first + 1 }, (_, i) => first + i))
-  for (let i = 1; i < blocks.length; i++) assert.equal(blocks[i].parent_hash, blocks[i - 1].hash, `block ${blocks[i].number} parent`)
-  const chunks = await listLocalChunks(dir)
-  for (let i = 1; i < chunks.length; i++) assert.equal(chunks[i].first, chunks[i - 1].last + 1, `gap before ${chunks[i].path}`)
 }
 
 /** Wait until `done()`; fail if `running` (an ingest) ends first or after `ms`. */

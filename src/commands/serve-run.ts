@@ -91,6 +91,18 @@ export function onShutdown(stop: () => Promise<void>): void {
 /** The parsed flags (commander's values; the declared ones typed). */
 type Flags = StorageFlags & AccessFlags & WorkerFlags & OptionValues
 
+/** The router's flags (src/commands/serve.ts, `routerOptions` and `--heartbeat-ms`), as `serve` and `router` take them. */
+function routerSettings(o: Flags) {
+  return {
+    replication: o.replication as number,
+    heartbeatMs: o.heartbeatMs as number,
+    missedHeartbeats: o.missedHeartbeats as number,
+    relistMs: o.relistMs as number,
+    headWatch: { folderMs: o.headPollMs as number, s3Ms: o.headPollS3Ms as number },
+    groupChunks: o.groupChunks as number,
+  }
+}
+
 export async function runServe(o: Flags): Promise<void> {
   const cache = (o.cache ??= defaultCacheFolder(o))
   const storage = storageOptions(o)
@@ -101,12 +113,7 @@ export async function runServe(o: Flags): Promise<void> {
     host: o.host,
     port: o.port,
     workers: o.workers,
-    replication: o.replication,
-    heartbeatMs: o.heartbeatMs,
-    missedHeartbeats: o.missedHeartbeats,
-    relistMs: o.relistMs,
-    headWatch: { folderMs: o.headPollMs, s3Ms: o.headPollS3Ms },
-    groupChunks: o.groupChunks,
+    ...routerSettings(o),
     ...workerSettings(o, o.workers),
     access,
   })
@@ -120,12 +127,7 @@ export async function runServe(o: Flags): Promise<void> {
 export async function runRouter(o: Flags): Promise<void> {
   const server = new RouterServer({
     storage: storageOptions(o),
-    replication: o.replication,
-    heartbeatMs: o.heartbeatMs,
-    missedHeartbeats: o.missedHeartbeats,
-    relistMs: o.relistMs,
-    headWatch: { folderMs: o.headPollMs, s3Ms: o.headPollS3Ms },
-    groupChunks: o.groupChunks,
+    ...routerSettings(o),
     access: accessSettings(o, false),
   })
   await server.start(o.host, o.port)

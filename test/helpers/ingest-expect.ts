@@ -334,3 +334,12 @@ export async function assertHexColumns(dataset: string, family: FamilyDecl, tabl
   }
   return checked
 }
+
+/** Every block of the dataset exactly once, in order, each linked to the one before; chunks without gaps. */
+export async function checkChain(dir: string, first: number, last: number): Promise<void> {
+  const blocks = (await readTable(dir, 'blocks')).sort((a, b) => Number(a.number) - Number(b.number))
+  assert.deepEqual(blocks.map((b) => Number(b.number)), Array.from({ length: last - first + 1 }, (_, i) => first + i))
+  for (let i = 1; i < blocks.length; i++) assert.equal(blocks[i].parent_hash, blocks[i - 1].hash, `block ${blocks[i].number} parent`)
+  const chunks = await listLocalChunks(dir)
+  for (let i = 1; i < chunks.length; i++) assert.equal(chunks[i].first, chunks[i - 1].last + 1, `gap before ${chunks[i].path}`)
+}
