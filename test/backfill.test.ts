@@ -22,7 +22,8 @@ import { startS3, type S3Server } from './helpers/s3.js'
  * for the blocks missing between them and reporting that gap until it is filled.
  *
  * Recorded mainnet blocks (1000000 and 4369999) served again and again as one chain by the replay
- * node: 80 blocks.
+ * node: 80 blocks. The in-process ingests fetch on their own thread (`workers: 0`): what is checked
+ * here is ranges and claims, not the fetch pool (ingest-recorded.test.ts and the CLI ingests use it).
  */
 
 const BUCKET = 'archive'
@@ -34,14 +35,22 @@ let tmp: Awaited<ReturnType<typeof tempDir>>
 let s3: S3Server | undefined
 let n = 0
 const folder = () => path.join(tmp.dir, `d${++n}`)
+/** The replay node of the tests that neither fork it nor move its head. */
+let chain: ReplayServer | undefined
+/** Blocks 0–59 written by one ingest of the whole range: what the parallel ingests are compared with. */
+let whole: string
 
 before(async () => {
   tmp = await tempDir('ba-backfill-test-')
   s3 = await startS3([BUCKET])
+  chain = await serve()
+  whole = folder()
+  await ingest({ rpc: chain.url, out: whole, from: 0, to: 59 })
 })
 
 after(async () => {
   killChildren()
+  await chain?.close()
   await s3?.stop()
   await tmp?.cleanup()
 })
@@ -53,7 +62,7 @@ async function serve(opts: ConstructorParameters<typeof ReplayServer>[1] = {}): 
 }
 
 const ingest = (o: Pick<IngestOptions, 'rpc' | 'out'> & Partial<IngestOptions>) =>
-  runIngest({ dataset: 'bf', progress: 'none', chunkBlocks: 10, lease: { ttlMs: 60_000, settleMs: 50 }, claim: claimTiming, ...o })
+  runIngest({ dataset: 'bf', progress: 'none', chunkBlocks: 10, workers: 0, lease: { ttlMs: 60_000, settleMs: 50 }, claim: claimTiming, ...o })
 
 const ranges = (chunks: ChunkRef[]) => chunks.map((c) => [c.first, c.last])
 
@@ -98,54 +107,46 @@ describe('backfill in parallel', { timeout: 600_000 }, () => {
   })
 
   it('two ingests of disjoint ranges into one folder write the chunks one ingest of the whole range writes (same ranges, byte-identical Parquet)', async () => {
-    const server = await serve()
-    try {
-      const whole = folder()
-      await ingest({ rpc: server.url, out: whole, from: 0, to: 59 })
-      const both = folder()
-      const [low, high] = await Promise.all([ingest({ rpc: server.url, out: both, from: 0, to: 29 }), ingest({ rpc: server.url, out: both, from: 30, to: 59 })])
-      assert.deepEqual(ranges(low.chunks), [[0, 9], [10, 19], [20, 29]])
-      assert.deepEqual(ranges(high.chunks), [[30, 39], [40, 49], [50, 59]])
-      const a = await listLocalChunks(whole)
-      const b = await listLocalChunks(both)
-      assert.deepEqual(ranges(b), ranges(a))
-      for (let i = 0; i < a.length; i++) {
-        assert.deepEqual(contents(await readChunkMeta(both, b[i])), contents(await readChunkMeta(whole, a[i])), a[i].path)
-      }
-      await checkChain(both, 0, 59)
-      const left = (await readdir(both)).filter((x) => x.startsWith('.'))
-      assert.deepEqual(left, [], 'no claim, lock or temp folder left once both ranges are complete')
-    } finally {
-      await server.close()
+    const server = chain!
+    const both = folder()
+    const [low, high] = await Promise.all([ingest({ rpc: server.url, out: both, from: 0, to: 29 }), ingest({ rpc: server.url, out: both, from: 30, to: 59 })])
+    assert.deepEqual(ranges(low.chunks), [[0, 9], [10, 19], [20, 29]])
+    assert.deepEqual(ranges(high.chunks), [[30, 39], [40, 49], [50, 59]])
+    const a = await listLocalChunks(whole)
+    const b = await listLocalChunks(both)
+    assert.deepEqual(ranges(b), ranges(a))
+    for (let i = 0; i < a.length; i++) {
+      assert.deepEqual(contents(await readChunkMeta(both, b[i])), contents(await readChunkMeta(whole, a[i])), a[i].path)
     }
+    await checkChain(both, 0, 59)
+    const left = (await readdir(both)).filter((x) => x.startsWith('.'))
+    assert.deepEqual(left, [], 'no claim, lock or temp folder left once both ranges are complete')
   })
 
+  // Compared with the whole range ingested into a folder: an ingest into s3:// writes the same
+  // meta.json and Parquet bytes as one into a folder (ingest-s3.test.ts).
   it('the same into object storage (s3rver): same chunk ranges and Parquet files as one ingest of the whole range', async () => {
-    const server = await serve()
-    try {
-      await ingest({ rpc: server.url, out: `s3://${BUCKET}/whole`, from: 0, to: 59 })
-      await Promise.all([
-        ingest({ rpc: server.url, out: `s3://${BUCKET}/par`, from: 30, to: 59 }),
-        ingest({ rpc: server.url, out: `s3://${BUCKET}/par`, from: 0, to: 29 }),
-      ])
-      const metas = async (prefix: string) => {
-        const keys = (await listObjects(BUCKET, prefix + '/')).map((o) => o.key).filter((k) => k.endsWith('/meta.json')).sort()
-        const out: ReturnType<typeof contents>[] = []
-        for (const k of keys) out.push(contents(JSON.parse((await getText(BUCKET, k))!)))
-        return out.sort((x, y) => x.first - y.first)
-      }
-      const whole = await metas('whole')
-      assert.equal(whole.length, 6)
-      assert.deepEqual(await metas('par'), whole)
-      const rest = (await listObjects(BUCKET, 'par/')).map((o) => o.key).filter((k) => k.split('/')[1].startsWith('.'))
-      assert.deepEqual(rest, [], 'no lease or claim left')
-    } finally {
-      await server.close()
+    const server = chain!
+    await Promise.all([
+      ingest({ rpc: server.url, out: `s3://${BUCKET}/par`, from: 30, to: 59 }),
+      ingest({ rpc: server.url, out: `s3://${BUCKET}/par`, from: 0, to: 29 }),
+    ])
+    const metas = async (prefix: string) => {
+      const keys = (await listObjects(BUCKET, prefix + '/')).map((o) => o.key).filter((k) => k.endsWith('/meta.json')).sort()
+      const out: ReturnType<typeof contents>[] = []
+      for (const k of keys) out.push(contents(JSON.parse((await getText(BUCKET, k))!)))
+      return out.sort((x, y) => x.first - y.first)
     }
+    const one: ReturnType<typeof contents>[] = []
+    for (const c of await listLocalChunks(whole)) one.push(contents(await readChunkMeta(whole, c)))
+    assert.equal(one.length, 6)
+    assert.deepEqual(await metas('par'), one)
+    const rest = (await listObjects(BUCKET, 'par/')).map((o) => o.key).filter((k) => k.split('/')[1].startsWith('.'))
+    assert.deepEqual(rest, [], 'no lease or claim left')
   })
 
   it('a range overlapping a running ingest\'s is refused with a message naming that ingest\'s range (in process and through the CLI); an ingest up to the head starting inside it too', async () => {
-    const server = await serve()
+    const server = chain!
     const dir = folder()
     const claim = new RangeClaim(new FolderClaims(dir), { from: 20, to: 49 }, claimTiming)
     try {
@@ -167,32 +168,27 @@ describe('backfill in parallel', { timeout: 600_000 }, () => {
       assert.deepEqual((await readClaims(new FolderClaims(dir))).map((c) => [c.from, c.to]), [[20, 49]], 'only the running claim is left')
     } finally {
       await claim.release(false, true)
-      await server.close()
     }
   })
 
   it('a restarted backfill resumes after its own last chunk in its range, not after the dataset\'s last chunk', async () => {
-    const server = await serve()
+    const server = chain!
     const dir = folder()
-    try {
-      const ac = new AbortController()
-      const first = await ingest({ rpc: server.url, out: dir, from: 0, to: 39, signal: ac.signal, batchSize: 2, concurrency: 1, onChunk: () => ac.abort() })
-      const stoppedAt = first.chunks.at(-1)!.last
-      assert.ok(stoppedAt < 39, `stopped early: ${JSON.stringify(ranges(first.chunks))}`)
-      const kept = await readClaims(new FolderClaims(dir))
-      assert.deepEqual(kept.map((c) => [c.from, c.to, !!c.stoppedAt]), [[0, 39, true]], 'the claim of a range left unfinished stays, marked stopped')
-      await ingest({ rpc: server.url, out: dir, from: 40, to: 59 })
-      const again = await ingest({ rpc: server.url, out: dir, from: 0, to: 39 })
-      assert.equal(again.chunks[0].first, stoppedAt + 1)
-      assert.equal(again.chunks.at(-1)!.last, 39)
-      assert.equal(again.last, 39)
-      await checkChain(dir, 0, 59)
-      assert.deepEqual(await readClaims(new FolderClaims(dir)), [], 'complete: the claim is gone')
-      const meta40 = (await readChunkMeta(dir, (await listLocalChunks(dir)).find((c) => c.first === 40)!))
-      assert.equal(meta40.previousLast, 39, 'a range declares the block before it')
-    } finally {
-      await server.close()
-    }
+    const ac = new AbortController()
+    const first = await ingest({ rpc: server.url, out: dir, from: 0, to: 39, signal: ac.signal, batchSize: 2, concurrency: 1, onChunk: () => ac.abort() })
+    const stoppedAt = first.chunks.at(-1)!.last
+    assert.ok(stoppedAt < 39, `stopped early: ${JSON.stringify(ranges(first.chunks))}`)
+    const kept = await readClaims(new FolderClaims(dir))
+    assert.deepEqual(kept.map((c) => [c.from, c.to, !!c.stoppedAt]), [[0, 39, true]], 'the claim of a range left unfinished stays, marked stopped')
+    await ingest({ rpc: server.url, out: dir, from: 40, to: 59 })
+    const again = await ingest({ rpc: server.url, out: dir, from: 0, to: 39 })
+    assert.equal(again.chunks[0].first, stoppedAt + 1)
+    assert.equal(again.chunks.at(-1)!.last, 39)
+    assert.equal(again.last, 39)
+    await checkChain(dir, 0, 59)
+    assert.deepEqual(await readClaims(new FolderClaims(dir)), [], 'complete: the claim is gone')
+    const meta40 = (await readChunkMeta(dir, (await listLocalChunks(dir)).find((c) => c.first === 40)!))
+    assert.equal(meta40.previousLast, 39, 'a range declares the block before it')
   })
 
   it('a range that ends below a range written before checks the join: a block that is not the parent of the next range\'s first block stops it, naming both', async () => {
@@ -218,11 +214,11 @@ describe('backfill in parallel', { timeout: 600_000 }, () => {
       // the lower range: blocks 0–9 written, then the node's head is made to stay at 9 while it waits for 29
       server.head = 9
       const written: number[] = []
-      low = ingest({ rpc: server.url, out: dir, from: 0, to: 29, flushAfterMs: 0, pollMs: 20, signal: ac.signal, onChunk: (c) => written.push(c.last) })
+      low = ingest({ rpc: server.url, out: dir, from: 0, to: 29, flushAfterMs: 0, pollMs: 100, signal: ac.signal, onChunk: (c) => written.push(c.last) })
       low.catch(() => undefined)
       await until('blocks 0–9 written', async () => (written.includes(9) ? true : undefined), 60_000)
 
-      const s = await startCli(['serve', '--data', dir, '--port', '0', '--workers', '1', '--local-forms', 'off', '--relist-ms', '100', '--heartbeat-ms', '200', '--missed-heartbeats', '150', '--cache', path.join(tmp.dir, 'cache')], ['router', 'dataset bf'], {}, 120_000)
+      const s = await startCli(['serve', '--data', dir, '--port', '0', '--workers', '1', '--local-forms', 'off', '--relist-ms', '250', '--heartbeat-ms', '200', '--missed-heartbeats', '150', '--cache', path.join(tmp.dir, 'cache')], ['router', 'dataset bf'], {}, 120_000)
       const router = s.lines.get('router')![0]
       const base = s.lines.get('dataset bf')![0]
       const status = async () => (await json(`${router}/status`)).datasets.find((d: any) => d.name === 'bf')
@@ -262,14 +258,19 @@ describe('backfill in parallel', { timeout: 600_000 }, () => {
       // the lower range completes: the gap is filled, the height reaches the top, the claim is gone
       server.head = 79
       await low
+      // Once the range is complete its chunks are listed, though they lie below the last chunk: the
+      // router never takes them for missing (nor serves less than before) meanwhile.
+      const seen: string[] = []
       const filled = await until('gap filled', async () => {
         const d = await status()
-        return d.gaps.length === 0 && d.height === 59 ? d : undefined
+        seen.push(...d.problems)
+        return d.gaps.length === 0 && d.height === 59 && d.backfills.length === 0 ? d : undefined
       }, 120_000).catch(async (e) => {
         console.log(JSON.stringify(await json(`${router}/status`)), await readdir(dir))
         throw e
       })
       assert.deepEqual(filled.backfills, [])
+      assert.deepEqual(seen, [], 'no chunk taken for missing once the range is complete')
       assert.equal((await fetch(`${base}/15/worker`)).status, 200)
       assert.equal(await (await fetch(`${base}/height`)).text(), '59')
       assert.match(await (await fetch(`${router}/metrics`)).text(), /block_archive_router_backfill_gap_blocks\{dataset="bf"\} 0/)

@@ -194,8 +194,11 @@ export class RouterState {
         let watch = this.claimWatches.get(info.name)
         if (!watch) this.claimWatches.set(info.name, (watch = new ClaimWatch(this.storage, info.name)))
         claims = await watch.read(false)
-        // chunks of a range written below the last chunk are where an incremental listing does not look
-        all = await this.storage.listChunks(info.name, claims.some((c) => c.to !== null))
+        // chunks of a range written below the last chunk are where an incremental listing does not look:
+        // a full listing while such a range is claimed, and at the listing after its claim is gone (its
+        // last chunks were written since the listing before, which did not see them)
+        const ranged = (records: ClaimRecord[] | undefined) => (records ?? []).some((c) => c.to !== null)
+        all = await this.storage.listChunks(info.name, ranged(claims) || ranged(this.datasets.get(info.name)?.claims))
         let kept
         ;({ kept, superseded } = supersede(all))
         let tracker = this.continuity.get(info.name)
