@@ -101,7 +101,7 @@ describe('access control, tickets and limits', { timeout: 600_000 }, () => {
       storage: new LocalStorage(path.join(tmp.dir, 'data')),
       workers: 2,
       replication: 1,
-      ...stallTolerant(200),
+      ...stallTolerant(500),
       budgets: { sizeBytes: 200_000 },
       access: { keysFile, keysReloadMs: 100, ticketSecret: SECRET },
     })
@@ -435,7 +435,7 @@ describe('access control, tickets and limits', { timeout: 600_000 }, () => {
     const open = await startCluster({
       storage: new LocalStorage(path.join(tmp.dir, 'data')),
       workers: 1,
-      ...stallTolerant(200),
+      ...stallTolerant(500),
       access: { rateLimit: 2, rateBurst: 2 },
     })
     try {

@@ -129,7 +129,7 @@ describe('object storage faults (fault proxy in front of s3rver)', { timeout: 60
       { name: 'get-short', fault: 'short', method: 'GET', path: /\.parquet(\?|$)/, probability: 0.05 },
       { name: 'get-stall', fault: 'stall-body', method: 'GET', path: /\.parquet(\?|$)/, probability: 0.05 },
     ]
-    const router = await startCli(['router', '--data', 's3://archive/evm', '--port', '0', '--relist-ms', '300', '--heartbeat-ms', '200'], ['router', 'dataset anvil'], env)
+    const router = await startCli(['router', '--data', 's3://archive/evm', '--port', '0', '--relist-ms', '300', '--heartbeat-ms', '500'], ['router', 'dataset anvil'], env)
     const routerUrl = router.lines.get('router')![0]
     const base = router.lines.get('dataset anvil')![0]
     const cache = path.join(tmp.dir, 'worker-cache')
@@ -154,7 +154,7 @@ describe('object storage faults (fault proxy in front of s3rver)', { timeout: 60
       }
     })()
     try {
-      const worker = await startCli(['worker', '--router', routerUrl, '--cache', cache, '--id', 'w0', '--port', '0', '--heartbeat-ms', '200'], ['worker'], env)
+      const worker = await startCli(['worker', '--router', routerUrl, '--cache', cache, '--id', 'w0', '--port', '0', '--heartbeat-ms', '500'], ['worker'], env)
       await within(30_000, 'the worker holding every chunk', until('every chunk held', async () => {
         const s = await (await fetch(`${routerUrl}/status`)).json()
         return JSON.stringify(s.workers.find((w: any) => w.id === 'w0')?.state.anvil) === '[[0,63]]' ? true : undefined

@@ -223,7 +223,7 @@ describe('ingest into object storage (s3rver)', { timeout: 600_000 }, () => {
     try {
       const published: number[] = []
       // no renewal during the test (TTL 60 s): the pre-publish check is what notices the lease was taken
-      const running = ingest({ rpc: server.url, dataset: 'lease', out: url, follow: true, chunkBlocks: 5, pollMs: 20, signal: ac.signal, lease: { ttlMs: 60_000, settleMs: 50 }, onChunk: (c) => published.push(c.last) })
+      const running = ingest({ rpc: server.url, dataset: 'lease', out: url, follow: true, chunkBlocks: 5, pollMs: 100, signal: ac.signal, lease: { ttlMs: 60_000, settleMs: 50 }, onChunk: (c) => published.push(c.last) })
       running.catch(() => undefined)
       await waitFor(() => published.length >= 2, running)
       const holder = JSON.parse((await getText(BUCKET, 'lease/.ingest-lease.json'))!)
@@ -296,7 +296,7 @@ describe('ingest into object storage (s3rver)', { timeout: 600_000 }, () => {
     const ac = new AbortController()
     try {
       const published: number[] = []
-      const running = ingest({ rpc: server.url, dataset: 'renew', out: url, follow: true, chunkBlocks: 5, pollMs: 20, signal: ac.signal, lease: { ttlMs: 4000, settleMs: 20 }, onChunk: (c) => published.push(c.last) })
+      const running = ingest({ rpc: server.url, dataset: 'renew', out: url, follow: true, chunkBlocks: 5, pollMs: 100, signal: ac.signal, lease: { ttlMs: 4000, settleMs: 20 }, onChunk: (c) => published.push(c.last) })
       running.catch(() => undefined)
       await waitFor(() => published.length >= 1, running)
       const first = await readLease('renew')

@@ -23,7 +23,9 @@ import { listLocalChunks, type ChunkMeta, type ChunkRef } from '../src/chunks/la
  * on a worker's disk is never served and is downloaded again; a restarted worker reuses its cache.
  */
 
-const HB = ['--heartbeat-ms', '200']
+// Pings every 500 ms and a relisting every second: what the tests wait for (spreading, a new chunk,
+// a dead worker) takes a few of them; faster timers only cost CPU while the cluster idles.
+const HB = ['--heartbeat-ms', '500']
 const sha256 = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex')
 
 describe('object storage: router and three worker processes over S3', { timeout: 600_000 }, () => {
@@ -49,7 +51,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
       const s = await (await fetch(`${routerUrl}/status`)).json()
       const me = s.workers.find((x: any) => x.id === w.id)
       return me?.alive && (me.state.anvil ?? []).length > 0 ? true : undefined
-    }, 30_000)
+    }, 60_000)
     return performance.now() - t0
   }
 
@@ -63,7 +65,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
     // The first 96 blocks are in the bucket before the cluster starts; the rest arrive while it runs.
     await ingest(95)
     chunks = await mirror()
-    const router = await startCli(['router', '--data', 's3://archive/evm', '--port', '0', '--replication', '2', '--group-chunks', '1', '--relist-ms', '300', ...HB], ['router', 'dataset anvil'], s3.env)
+    const router = await startCli(['router', '--data', 's3://archive/evm', '--port', '0', '--replication', '2', '--group-chunks', '1', '--relist-ms', '1000', ...HB], ['router', 'dataset anvil'], s3.env)
     routerUrl = router.lines.get('router')![0]
     base = router.lines.get('dataset anvil')![0]
     for (let i = 0; i < 3; i++) workers.push({ id: `w${i}`, cache: path.join(tmp.dir, `cache-${i}`) })
@@ -103,7 +105,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
     const s = await until('two copies of each chunk', async () => {
       const s = await (await fetch(`${routerUrl}/status`)).json()
       return copiesOf(s).every((n) => n === 2) ? s : undefined
-    }, 20_000)
+    }, 60_000)
     assert.equal(s.datasets[0].height, 95)
     assert.equal(s.datasets[0].url, 's3://archive/evm/anvil')
     let downloaded = 0
@@ -145,7 +147,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
     const before = chunks.length
     chunks = await mirror()
     assert.equal(chunks.length, before + 2)
-    await until('height 127', async () => ((await (await fetch(`${base}/height`)).text()) === '127' ? true : undefined), 30_000)
+    await until('height 127', async () => ((await (await fetch(`${base}/height`)).text()) === '127' ? true : undefined), 60_000)
     measured.newChunkToHeightMs = Math.round(performance.now() - t0)
   })
 
@@ -200,7 +202,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
         assert.equal(res.status, 503, await res.text())
       }
     }
-    await until('the chunk downloaded again', async () => (existsSync(file) && sha256(file) === good ? true : undefined), 20_000)
+    await until('the chunk downloaded again', async () => (existsSync(file) && sha256(file) === good ? true : undefined), 60_000)
     assert.ok((await metricSum(w.url!, 'block_archive_worker_cache_corrupt_total')) > before)
     const res = await fetch(`${w.url}/datasets/anvil/query`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(query) })
     assert.equal(res.status, 200)

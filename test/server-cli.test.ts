@@ -26,7 +26,7 @@ describe('CLI: router and workers as separate processes', { timeout: 600_000 }, 
     tmp = await tempDir()
     records = await anvilRecords()
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
-    const hb = ['--heartbeat-ms', '200']
+    const hb = ['--heartbeat-ms', '500']
     const router = await startCli(['router', '--data', tmp.dir, '--port', '0', '--replication', '2', '--relist-ms', '500', ...hb], ['router', 'dataset anvil'])
     routerUrl = router.lines.get('router')![0]
     base = router.lines.get('dataset anvil')![0]
@@ -134,7 +134,7 @@ describe('CLI: serve and help', { timeout: 600_000 }, () => {
     try {
       const records = (await anvilRecords()).slice(0, 40)
       await writeDataset(path.join(tmp.dir, 'small'), 'small', records, 16)
-      const s = await startCli(['serve', '--data', path.join(tmp.dir, 'small'), '--port', '0', '--workers', '3', '--heartbeat-ms', '200'], ['router', 'dataset small'])
+      const s = await startCli(['serve', '--data', path.join(tmp.dir, 'small'), '--port', '0', '--workers', '3', '--heartbeat-ms', '500'], ['router', 'dataset small'])
       assert.equal(s.lines.get('worker')?.length, 3)
       const base = s.lines.get('dataset small')![0]
       await until('height', async () => ((await (await fetch(`${base}/height`)).text()) === '39' ? true : undefined))
