@@ -12,11 +12,11 @@ import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { fullQuery } from './helpers/reference-evm.js'
 
 /*
- * A worker's leases (WorkerNode.lease in src/server/worker.ts) over 32 real chunks of the recorded
- * anvil chain: a query acquires the local forms of the chunks it reads and no others, and gives
- * back exactly those; a chunk that stops being wanted leaves the view after the grace period but is
- * deleted only once the queries leased before that have ended; one wanted again before that is
- * served again as it is.
+ * A worker's leases (WorkerNode.lease in src/server/worker.ts) over 16 real chunks of the recorded
+ * anvil chain (8 blocks each): a query acquires the local forms of the chunks it reads and no
+ * others, and gives back exactly those; a chunk that stops being wanted leaves the view after the
+ * grace period but is deleted only once the queries leased before that have ended; one wanted again
+ * before that is served again as it is.
  */
 
 const BUDGETS = { sizeBytes: 1 << 30, timeMs: 600_000 }
@@ -91,8 +91,8 @@ describe('worker leases', { timeout: 600_000 }, () => {
   before(async () => {
     tmp = await tempDir('ba-worker-leases-')
     data = path.join(tmp.dir, 'anvil')
-    chunks = await writeDataset(data, 'anvil', await anvilRecords(), 4)
-    assert.equal(chunks.length, 32)
+    chunks = await writeDataset(data, 'anvil', await anvilRecords(), 8)
+    assert.equal(chunks.length, 16)
   })
 
   after(async () => {
@@ -106,7 +106,8 @@ describe('worker leases', { timeout: 600_000 }, () => {
     const node = await startNode('forms', storage)
     await until('forms built', async () => (node.localForms().pending === 0 && node.localForms().built === chunks.length) || undefined, 60_000)
 
-    for (const [a, b] of [[10, 10], [20, 22]]) {
+    // one chunk, and three in the middle of the dataset
+    for (const [a, b] of [[5, 5], [10, 12]]) {
       storage.asked = []
       storage.acquired = []
       storage.released = []
@@ -128,7 +129,7 @@ describe('worker leases', { timeout: 600_000 }, () => {
   it('a chunk no longer wanted leaves the view after the grace period and is deleted once the queries leased before that have ended', async () => {
     const storage = new RecordingStorage({ roots: [data] })
     const node = await startNode('drop', storage)
-    const victim = chunks[20]
+    const victim = chunks[10]
     const has = (lease: { view: { chunks: ChunkRef[] } }) => lease.view.chunks.some((c) => c.path === victim.path)
     const query = fullQuery(victim.first, victim.last)
     const want = await answer(node, query)
@@ -167,7 +168,7 @@ describe('worker leases', { timeout: 600_000 }, () => {
   it('a chunk wanted again before it is deleted is served again as it is', async () => {
     const storage = new RecordingStorage({ roots: [data] })
     const node = await startNode('back', storage)
-    const victim = chunks[5]
+    const victim = chunks[3]
     const early = node.lease('anvil')!
     storage.hidden.add(victim.path)
     await node.heartbeat()
