@@ -104,7 +104,7 @@ describe('worker leases', { timeout: 600_000 }, () => {
     const parquet = await startNode('parquet', new RecordingStorage({ roots: [data] }))
     const storage = new RecordingStorage({ roots: [data], cache: new ChunkCache({ root: path.join(tmp.dir, 'cache'), label: 'leases' }) })
     const node = await startNode('forms', storage)
-    await until('forms built', async () => (node.localForms().pending === 0 && node.localForms().built === chunks.length) || undefined, 60_000)
+    await until('forms built', async () => (node.localForms().pending === 0 && node.localForms().built === chunks.length) || undefined, 180_000)
 
     // one chunk, and three in the middle of the dataset
     for (const [a, b] of [[5, 5], [10, 12]]) {
