@@ -273,9 +273,9 @@ describe('cache disk faults', { timeout: 600_000 }, () => {
       const cacheDir = path.join(fs, 'worker')
       // Room for three chunks and a half: the first three parallel downloads fit, the others do not.
       await fill(Math.floor(3.5 * (await onDisk(chunks[0]))))
-      const router = await startCli(['router', '--data', 's3://archive/evm', '--port', '0', '--relist-ms', '300', '--heartbeat-ms', '500'], ['router', 'dataset anvil'], s3.env)
+      const router = await startCli(['router', '--data', 's3://archive/evm', '--port', '0', '--relist-ms', '300', '--heartbeat-ms', '200'], ['router', 'dataset anvil'], s3.env)
       const routerUrl = router.lines.get('router')![0]
-      const worker = await startCli(['worker', '--router', routerUrl, '--cache', cacheDir, '--id', 'w0', '--port', '0', '--heartbeat-ms', '500'], ['worker'], s3.env)
+      const worker = await startCli(['worker', '--router', routerUrl, '--cache', cacheDir, '--id', 'w0', '--port', '0', '--heartbeat-ms', '200'], ['worker'], s3.env)
       const workerUrl = worker.lines.get('worker')![0]
       const reported = async () => ((await (await fetch(`${routerUrl}/status`)).json()).workers.find((w: any) => w.id === 'w0')?.state.anvil ?? []) as [number, number][]
       const held = (ranges: [number, number][]) => chunks.filter((c) => ranges.some(([a, b]) => a <= c.first && c.last <= b))

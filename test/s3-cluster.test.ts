@@ -154,7 +154,8 @@ describe('object storage: router and three worker processes over S3', { timeout:
   it('the real evm-processor gets exactly the source data, also with a worker killed mid-sync', async () => {
     const config = fullSync(base, records)
     let t0 = performance.now()
-    const calm = await runProcessor(tmp.dir, 'calm', config)
+    // Three minutes per sync: on a loaded machine a full sync of 128 blocks has taken over one.
+    const calm = await runProcessor(tmp.dir, 'calm', config, undefined, 180_000)
     measured.syncMs = Math.round(performance.now() - t0)
     assert.equal(calm.code, 0, calm.stderr)
     assertMatchesSource(blocksOf(calm), records)
@@ -168,7 +169,7 @@ describe('object storage: router and three worker processes over S3', { timeout:
       killedAtBatch = readFileSync(out, 'utf8').split('\n').filter(Boolean).length
       victim.child!.kill('SIGKILL')
     })()
-    const killed = await runProcessor(tmp.dir, 'killed', config)
+    const killed = await runProcessor(tmp.dir, 'killed', config, undefined, 180_000)
     await watcher
     measured.syncWithKillMs = Math.round(performance.now() - t0)
     assert.equal(killed.code, 0, killed.stderr)

@@ -184,7 +184,8 @@ export interface Run {
 }
 
 /** Run the processor; with `stopAtBlock` (open ranges never end) it is killed once that block arrived. */
-export async function runProcessor(dir: string, name: string, config: Omit<ProcessorRunConfig, 'out'>, stopAtBlock?: number): Promise<Run> {
+/** Runs the processor to its end (killed after `timeoutMs`), or until it has passed `stopAtBlock`. */
+export async function runProcessor(dir: string, name: string, config: Omit<ProcessorRunConfig, 'out'>, stopAtBlock?: number, timeoutMs = 60_000): Promise<Run> {
   const out = path.join(dir, `${name}.ndjson`)
   const configPath = path.join(dir, `${name}.json`)
   await writeFile(configPath, JSON.stringify({ ...config, out }))
@@ -196,7 +197,7 @@ export async function runProcessor(dir: string, name: string, config: Omit<Proce
   child.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-20_000)))
   const read = () => (existsSync(out) ? readFileSync(out, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [])
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
-  const timeout = setTimeout(() => child.kill('SIGKILL'), 60_000)
+  const timeout = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
   try {
     if (stopAtBlock !== undefined) {
       for (;;) {
