@@ -183,8 +183,7 @@ export interface Run {
   stderr: string
 }
 
-/** Run the processor; with `stopAtBlock` (open ranges never end) it is killed once that block arrived. */
-/** Runs the processor to its end (killed after `timeoutMs`), or until it has passed `stopAtBlock`. */
+/** Run the processor (killed after `timeoutMs`); with `stopAtBlock` (open ranges never end) it is killed once that block arrived. */
 export async function runProcessor(dir: string, name: string, config: Omit<ProcessorRunConfig, 'out'>, stopAtBlock?: number, timeoutMs = 60_000): Promise<Run> {
   const out = path.join(dir, `${name}.ndjson`)
   const configPath = path.join(dir, `${name}.json`)
