@@ -45,6 +45,21 @@ interface Figures {
   heightP99: number
   workerP99: number
   rates: string
+  /** Inside the router during the /worker run (its /metrics). */
+  inside: RouterSide
+}
+
+/** What the router's own metrics say about a load run: how long it took per request, and what held its event loop. */
+interface RouterSide {
+  /** Shares of /worker requests the router answered within 1 ms and within 5 ms (its request histogram). */
+  within1ms: number
+  within5ms: number
+  /** Event-loop delay over the run (prom-client's monitorEventLoopDelay, reset at each /metrics read). */
+  loopP99Ms: number
+  loopMaxMs: number
+  /** Relistings during the run and their mean time. */
+  relists: number
+  relistMeanMs: number
 }
 
 export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
@@ -90,6 +105,10 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
     ['storage', 'chunks', 'start → listening', 'start → routable', 'RSS', 'storage requests / relist', '/ new chunk', '/height p99', '/worker p99', 'requests/s (height, worker)'],
     figures.map((f) => [f.storage, f.chunks.toLocaleString('en'), `${(f.listedMs / 1000).toFixed(2)} s`, `${(f.routableMs / 1000).toFixed(2)} s`, `${f.rssMb.toFixed(0)} MB`,
       f.perRelist.toFixed(1), f.perNewChunk.toFixed(2), `${f.heightP99.toFixed(1)} ms`, `${f.workerP99.toFixed(1)} ms`, f.rates]))
+  printTable('inside the router while /worker was asked (its /metrics): answered within 1 / 5 ms of the request reaching it, event-loop delay, relistings (every 1 s)',
+    ['storage', 'chunks', '/worker ≤ 1 ms', '/worker ≤ 5 ms', 'event-loop delay p99', 'event-loop delay max', 'relistings', 'relisting, mean'],
+    figures.map(({ storage, chunks, inside: r }) => [storage, chunks.toLocaleString('en'), pct(r.within1ms), pct(r.within5ms), `${r.loopP99Ms.toFixed(1)} ms`, `${r.loopMaxMs.toFixed(1)} ms`,
+      String(r.relists), `${r.relistMeanMs.toFixed(1)} ms`]))
   const axes: [string, (f: Figures) => number][] = [
     ['start → routable', (f) => f.routableMs],
     ['start → listening', (f) => f.listedMs],
@@ -110,6 +129,8 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
   }
   printTable('growth per 10× chunks (between consecutive sizes)', ['storage', 'axis', 'growth', 'verdict'], rows)
 }
+
+const pct = (x: number) => `${(x * 100).toFixed(2)} %`
 
 /** A size that fails (a router never routable) is reported, and the other sizes are still measured. */
 async function orReport(figures: Figures[], f: () => Promise<Figures>): Promise<void> {
@@ -152,13 +173,16 @@ async function measure(storage: string, n: number, data: string, env: Record<str
     const blocks = Array.from({ length: 256 }, (_, i) => syntheticChunk(Math.floor((i * 7919) % n)).ref.first)
     const u = new URL(base)
     const height = await autocannonRun({ url: `${base}/height`, connections: 8, overallRate: o.rate, duration: o.seconds })
+    const before = await metricsOf(router)
     const worker = await autocannonRun({ url: u.origin, connections: 8, overallRate: o.rate, duration: o.seconds, requests: blocks.map((b) => ({ method: 'GET', path: `${u.pathname}/${b}/worker` })) })
+    const inside = routerSide(before, await metricsOf(router))
     const bad = [height, worker].flatMap((r) => Object.entries(r.figures.statuses).filter(([s]) => s !== '200'))
     if (bad.length) console.log(`${storage} ${n}: statuses other than 200: ${JSON.stringify(bad)}`)
     const f: Figures = {
       storage, chunks: n, listedMs, routableMs, rssMb, perRelist, perNewChunk,
       heightP99: height.figures.ok.p99, workerP99: worker.figures.ok.p99,
       rates: `${height.figures.rps.toFixed(0)}, ${worker.figures.rps.toFixed(0)}`,
+      inside,
     }
     console.log(JSON.stringify(f))
     return f
@@ -204,6 +228,41 @@ function startPingers(router: Proc, count: number): { stop(): void } {
     })()
   }
   return { stop: () => void (stopped = true) }
+}
+
+type Samples = Map<string, number>
+
+/** The router's /metrics as `name{labels}` → value. */
+async function metricsOf(router: Proc): Promise<Samples> {
+  const out: Samples = new Map()
+  for (const line of (await (await fetch(`${router.url}/metrics`)).text()).split('\n')) {
+    if (!line || line.startsWith('#')) continue
+    const at = line.lastIndexOf(' ')
+    out.set(line.slice(0, at), Number(line.slice(at + 1)))
+  }
+  return out
+}
+
+function routerSide(before: Samples, after: Samples): RouterSide {
+  const delta = (name: string, labels = '') => {
+    const key = [...after.keys()].find((k) => k.startsWith(name + (labels ? '{' : '')) && k.includes(labels))
+    return key === undefined ? 0 : after.get(key)! - (before.get(key) ?? 0)
+  }
+  const route = 'route="/datasets/:name/:block/worker"'
+  const bucket = (le: string) => {
+    const key = [...after.keys()].find((k) => k.startsWith('block_archive_http_request_duration_seconds_bucket{') && k.includes(route) && k.includes(`le="${le}"`))
+    return key === undefined ? 0 : after.get(key)! - (before.get(key) ?? 0)
+  }
+  const total = bucket('+Inf')
+  const relists = delta('block_archive_router_relist_duration_seconds_count')
+  return {
+    within1ms: total ? bucket('0.001') / total : NaN,
+    within5ms: total ? bucket('0.005') / total : NaN,
+    loopP99Ms: (after.get('nodejs_eventloop_lag_p99_seconds') ?? NaN) * 1000,
+    loopMaxMs: (after.get('nodejs_eventloop_lag_max_seconds') ?? NaN) * 1000,
+    relists,
+    relistMeanMs: relists ? (delta('block_archive_router_relist_duration_seconds_sum') / relists) * 1000 : NaN,
+  }
 }
 
 async function counters(router: Proc): Promise<{ requests: number; relists: number }> {

@@ -34,6 +34,13 @@ export const routerRelists = new Counter({
   registers: [registry],
 })
 
+export const routerRelistDuration = new Histogram({
+  name: 'block_archive_router_relist_duration_seconds',
+  help: 'Time of one listing of storage by the router, its bookkeeping included (the event loop is busy for part of it)',
+  buckets: [0.001, 0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+  registers: [registry],
+})
+
 export const routerDatasetHeight = new Gauge({
   name: 'block_archive_router_dataset_height',
   help: 'Height the router announces per dataset (-1 when empty)',

@@ -6,7 +6,7 @@ import { DatasetAssignment } from './assignment.js'
 import { DEFAULT_GROUP_CHUNKS } from './defaults.js'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
-import { routerRelists } from './metrics.js'
+import { routerRelistDuration, routerRelists } from './metrics.js'
 import { QueryRate } from './query-rate.js'
 import { mergeRanges, rangesContain, subtractRanges, unionRanges, type Range } from './ranges.js'
 import { sameRanges, type PingDelta } from './ping-session.js'
@@ -173,6 +173,7 @@ export class RouterState {
    * where they are thrown.
    */
   async relist(strict = false, only?: string): Promise<void> {
+    const timer = routerRelistDuration.startTimer()
     let infos
     try {
       infos = await this.storage.listDatasets()
@@ -246,6 +247,7 @@ export class RouterState {
     this.advanceHeights()
     for (const [ds, chunks] of fresh) this.announce(ds, chunks)
     routerRelists.inc()
+    timer()
   }
 
   /**
