@@ -330,7 +330,8 @@ describe('ingest says what to do when the node lacks a block or a method', { tim
   let runs = 0
   /**
    * One ingest that must fail: exit code 1, one line on stderr (warnings shown: no "asking again"
-   * retries before it), in a few seconds (most of them the CLI's start).
+   * retries before it), in a few seconds (most of them the CLI's start; the bound is loose, for a
+   * loaded machine: the one line is what shows that nothing was retried).
    */
   async function fails(args: string[]): Promise<string> {
     const t0 = performance.now()
@@ -339,7 +340,7 @@ describe('ingest says what to do when the node lacks a block or a method', { tim
     assert.equal(r.code, 1, r.stderr)
     const lines = r.stderr.trim().split('\n')
     assert.equal(lines.length, 1, `one line, no retry warnings or stack trace:\n${r.stderr}`)
-    assert.ok(secs < 15, `failed after ${secs.toFixed(1)} s`)
+    assert.ok(secs < 60, `failed after ${secs.toFixed(1)} s`)
     return lines[0]
   }
 
