@@ -171,13 +171,17 @@ describe('anvil end to end', () => {
       rpc: anvil.url, dataset: 'anvil', out: parityDir(), follow: true, confirmations: 2, chunkBlocks: 64, pollMs: 50, flushAfterMs: 500,
       traces: 'trace_block', stateDiffs: 'replay', batchSize: 8, concurrency: 2, progress: 'none', signal: ac.signal,
     })
-    ingest.catch(() => undefined)
+    let failed: unknown
+    ingest.catch((e) => (failed = e ?? new Error('the ingest failed')))
     const sent = await makeChain(ROUNDS)
     const head = parseInt(await anvil.rpc('eth_blockNumber'), 16)
     assert.ok(head >= 5 * ROUNDS, `head ${head}`)
     // stop once the ingest has reached head − 2
     const chunksUpTo = async () => (await listLocalChunks(parityDir()).catch(() => [])).at(-1)?.last ?? -1
-    while ((await chunksUpTo()) < head - 2) await new Promise((r) => setTimeout(r, 100))
+    while ((await chunksUpTo()) < head - 2) {
+      if (failed) throw failed // a failed ingest would never get there
+      await new Promise((r) => setTimeout(r, 100))
+    }
     ac.abort()
     followed = await ingest
     assert.equal(followed.last, head - 2)
