@@ -333,14 +333,14 @@ export function randomFields(r: Rng, selectors: [string, readonly string[]][], i
 
 /**
  * Blocks 0..`last` of the Substrate node at `rpcUrl` ingested through the CLI (`ingest --family
- * substrate --rpc`, chunks of `chunkBlocks`) into `root`/`dataset`, then served by `startServed`;
- * resolves once the router serves them all, with the archive client of the dataset.
+ * substrate --rpc`, chunks of `chunkBlocks`) into `root`/`dataset`, then served by `startServed`
+ * (with `opts`); resolves once the router serves them all, with the archive client of the dataset.
  */
-export async function ingestServed(rpcUrl: string, root: string, dataset: string, last: number, chunkBlocks: number): Promise<{ cluster: Cluster; gateway: string; client: ArchiveClient }> {
+export async function ingestServed(rpcUrl: string, root: string, dataset: string, last: number, chunkBlocks: number, opts: Omit<Partial<ClusterOptions>, 'storage'> = {}): Promise<{ cluster: Cluster; gateway: string; client: ArchiveClient }> {
   const out = path.join(root, dataset)
   const ingest = await runCli(['ingest', '--family', 'substrate', '--rpc', rpcUrl, '--dataset', dataset, '--out', out, '--from', '0', '--to', String(last), '--chunk-blocks', String(chunkBlocks), '--workers', '0'])
   assert.equal(ingest.code, 0, ingest.stderr)
-  const { cluster, heights } = await startServed(root, { [dataset]: last })
+  const { cluster, heights } = await startServed(root, { [dataset]: last }, opts)
   try {
     assert.equal(heights[dataset], last)
     const gateway = cluster.datasets.get(dataset)!
