@@ -11,7 +11,7 @@ import { tempDir } from './helpers/dataset.js'
 import { demoPing, VARA_SS58, varaChain } from './helpers/gear.js'
 import { connectApi, key, nodeNames } from './helpers/node-view.js'
 import { assertRan, runSubstrateProcessor, type Run } from './helpers/substrate-processor.js'
-import { ingestServed, walkRange } from './helpers/walk.js'
+import { STATIC_DATA_TIMERS, ingestServed, walkRange } from './helpers/walk.js'
 
 /*
  * Gear on a real Vara runtime: chopsticks runs the Vara mainnet genesis offline (runtime "vara" spec
@@ -144,7 +144,7 @@ describe('Gear on a real Vara runtime (chopsticks, Vara genesis): ingest, router
     ])
     lap('node view read')
 
-    ;({ cluster, gateway, client } = await ingestServed(node.url, path.join(tmp.dir, 'store'), DATASET, last, 2))
+    ;({ cluster, gateway, client } = await ingestServed(node.url, path.join(tmp.dir, 'store'), DATASET, last, 2, STATIC_DATA_TIMERS))
     lap('ingested through the CLI and served')
 
     processor = await runSubstrateProcessor(tmp.dir, 'gear', {

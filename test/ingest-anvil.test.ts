@@ -154,6 +154,13 @@ async function compareAll(dir: string, expected: NodeBlock[]): Promise<number> {
   return values
 }
 
+/**
+ * Rounds of transactions: every kind of the mix (creates, self-destructs, delegate and static calls,
+ * reverted sub-calls, legacy / access-list / 1559 transactions) comes back every 2 to 5 rounds, and
+ * each round adds 5 blocks, so the chain spans two chunks of 64 while the ingest follows it.
+ */
+const ROUNDS = 24
+
 describe('anvil end to end', () => {
   let followed: IngestResult
   const parityDir = () => path.join(tmp.dir, 'parity')
@@ -164,19 +171,23 @@ describe('anvil end to end', () => {
       rpc: anvil.url, dataset: 'anvil', out: parityDir(), follow: true, confirmations: 2, chunkBlocks: 64, pollMs: 50, flushAfterMs: 500,
       traces: 'trace_block', stateDiffs: 'replay', batchSize: 8, concurrency: 2, progress: 'none', signal: ac.signal,
     })
-    ingest.catch(() => undefined)
-    const sent = await makeChain(60)
+    let failed: unknown
+    ingest.catch((e) => (failed = e ?? new Error('the ingest failed')))
+    const sent = await makeChain(ROUNDS)
     const head = parseInt(await anvil.rpc('eth_blockNumber'), 16)
-    assert.ok(head >= 300, `head ${head}`)
+    assert.ok(head >= 5 * ROUNDS, `head ${head}`)
     // stop once the ingest has reached head − 2
     const chunksUpTo = async () => (await listLocalChunks(parityDir()).catch(() => [])).at(-1)?.last ?? -1
-    while ((await chunksUpTo()) < head - 2) await new Promise((r) => setTimeout(r, 100))
+    while ((await chunksUpTo()) < head - 2) {
+      if (failed) throw failed // a failed ingest would never get there
+      await new Promise((r) => setTimeout(r, 100))
+    }
     ac.abort()
     followed = await ingest
     assert.equal(followed.last, head - 2)
     const expected = await nodeAnswers(head - 2, 'trace_block', 'replay')
     const values = await compareAll(parityDir(), expected)
-    assert.ok(values > 50_000, `${values} values compared`)
+    assert.ok(values > 800 * ROUNDS, `${values} values compared`)
     assert.ok(followed.rows.transactions >= sent - 30, `${followed.rows.transactions} of ${sent} transactions`)
 
     // the mix really is there
@@ -189,8 +200,10 @@ describe('anvil end to end', () => {
     assert.ok(txs.some((t) => t.status === '0') && txs.some((t) => t.contract_address != null))
     const diffs = await readTable(parityDir(), 'statediffs')
     assert.ok(diffs.some((d) => String(d.key).startsWith('0x')) && diffs.some((d) => d.kind === '+') && diffs.some((d) => d.key === 'code'))
-    assert.ok((await readTable(parityDir(), 'logs')).length > 100)
+    const logs = (await readTable(parityDir(), 'logs')).length
+    assert.ok(logs > ROUNDS, `${logs} logs`) // a token transfer in every round, and more
     const chunks = await listLocalChunks(parityDir())
+    assert.ok(chunks.length >= 2, `${chunks.length} chunks`)
     for (const c of chunks) {
       const m = await readChunkMeta(parityDir(), c)
       assert.deepEqual(m.tables, ['blocks', 'transactions', 'logs', 'traces', 'statediffs'])
@@ -219,7 +232,7 @@ describe('anvil end to end', () => {
       rpc: anvil.url.replace(/^http/, 'ws'), dataset: 'anvil-ws', out: dir, to: followed.last, finality: 'latest', chunkBlocks: 100, batchSize: 10, progress: 'none',
     })
     assert.equal(r.last, followed.last)
-    assert.ok(r.rows.transactions > 100, `${r.rows.transactions} transactions`)
+    assert.ok(r.rows.transactions > 4 * ROUNDS, `${r.rows.transactions} transactions`)
     for (const t of ['blocks', 'transactions', 'logs']) {
       const rows = async (d: string) => (await readTable(d, t)).map((x) => JSON.stringify(x, (_k, v) => (typeof v === 'bigint' ? String(v) : v))).sort()
       assert.deepEqual(await rows(dir), await rows(parityDir()), t)

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
@@ -102,6 +102,46 @@ function cliArgs(words: string[]): string[] {
 
 const ethereum = loadRecordedChain('ethereum').filter((b) => b.block)
 
+/**
+ * The replay nodes after the README session, one per `replay-rpc` argument list, started once and
+ * shared by the tests below (each node is read-only); stopped with SIGTERM at the end of the file,
+ * where each must exit with 0.
+ */
+const replayNodes = new Map<string, ReturnType<typeof background>>()
+async function replayNode(args: string[]): Promise<ReturnType<typeof background>> {
+  const k = args.join(' ')
+  let node = replayNodes.get(k)
+  if (!node) replayNodes.set(k, (node = background(['replay-rpc', ...args, '--port', '0'], ['rpc', 'ingest'])))
+  await node.ready
+  return node
+}
+
+/** Stop a shared node that no later test needs (SIGTERM: it must exit with 0). */
+async function stopReplayNode(args: string[]): Promise<void> {
+  const k = args.join(' ')
+  const node = replayNodes.get(k)
+  if (!node) return
+  replayNodes.delete(k)
+  node.child.kill('SIGTERM')
+  assert.equal(await node.exited, 0, `replay-rpc ${k} stops cleanly on SIGTERM`)
+}
+
+/** Kill the children of a test but the shared replay nodes. */
+function killOwnChildren(): void {
+  const shared = new Set<ChildProcess>([...replayNodes.values()].map((n) => n.child))
+  for (const c of children) if (!shared.has(c)) c.kill('SIGKILL')
+}
+
+after(async () => {
+  const nodes = [...replayNodes.entries()]
+  for (const [, n] of nodes) n.child.kill('SIGTERM')
+  const hung = setTimeout(killChildren, 60_000)
+  const codes = await Promise.all(nodes.map(([, n]) => n.exited))
+  clearTimeout(hung)
+  killChildren()
+  assert.deepEqual(codes, nodes.map(() => 0), `replay-rpc ${nodes.map(([k]) => k).join(', ')} stop cleanly on SIGTERM`)
+})
+
 describe('the README session without a node, verbatim', { timeout: 600_000 }, () => {
   const home = process.cwd()
   let dir: string
@@ -203,28 +243,28 @@ describe('replay-rpc prints the ingest commands that fit what it serves', { time
     process.chdir(dir)
   })
   after(async () => {
-    killChildren()
+    killOwnChildren()
     process.chdir(home)
     await rm(dir, { recursive: true, force: true })
   })
 
   it('ethereum (the default): every recorded block, no traces; traces for the blocks they were recorded for', async () => {
-    const node = background(['replay-rpc', '--port', '0'], ['rpc', 'ingest'])
-    await node.ready
+    const node = await replayNode([])
     await until('the lines after the ingest command', async () => (node.lines.length >= 5 ? true : undefined))
     const url = node.value('rpc')!
     assert.equal(node.value('blocks'), '1000000,4369999,18000000,18500000 (only these: other numbers answer null, so ingest them with --blocks)')
     assert.equal(node.value('ingest'), `npx block-archive ingest --rpc ${url} --dataset ethereum --out data/replay/ethereum --blocks 1000000,4369999,18000000,18500000`)
     const commands = node.lines.map((l) => /(npx block-archive ingest .*)$/.exec(l)?.[1]).filter((c): c is string => c != null)
     assert.deepEqual(commands.slice(1).map((c) => / --blocks (\S+) (--traces \S+)/.exec(c)?.slice(1)), [['1000000,18500000', '--traces trace_block'], ['1000000', '--traces callTracer']])
+    // The first command is the README's ingest line, which the session above ran verbatim after
+    // checking that it is the line replay-rpc prints ("ingested 4 blocks"): only the trace commands run here.
     for (const [i, command] of commands.entries()) {
+      if (i === 0) continue
       const r = await runCli(cliArgs(shellWords(command).words))
       assert.equal(r.code, 0, `${command}\n${r.stderr}`)
       assert.match(r.stdout, new RegExp(`^ingested ${[4, 2, 1][i]} blocks `))
-      if (i > 0) assert.match(r.stdout, /, [1-9]\d* traces\)/)
+      assert.match(r.stdout, /, [1-9]\d* traces\)/)
     }
-    node.child.kill('SIGTERM')
-    assert.equal(await node.exited, 0)
   })
 
   it('repeat mode: a consecutive range, with the traces every repeated block has', async () => {
@@ -243,10 +283,11 @@ describe('replay-rpc prints the ingest commands that fit what it serves', { time
   })
 
   it('every other recorded chain: each printed command, run as printed, succeeds', async () => {
-    const chains = [...RECORDED_CHAINS, ...RECORDED_STARKNET_CHAINS, ...RECORDED_SUBSTRATE_CHAINS].filter((c) => c !== 'ethereum')
+    // rococo-contracts prints one command, the README's, which the session above ran verbatim
+    // after checking that it is the line replay-rpc prints.
+    const chains = [...RECORDED_CHAINS, ...RECORDED_STARKNET_CHAINS, ...RECORDED_SUBSTRATE_CHAINS].filter((c) => c !== 'ethereum' && c !== 'rococo-contracts')
     const runChain = async (chain: string) => {
-      const node = background(['replay-rpc', '--chain', chain, '--port', '0'], ['rpc', 'ingest'])
-      await node.ready
+      const node = await replayNode(['--chain', chain])
       await new Promise((r) => setTimeout(r, 300)) // the alternative commands come right after the ingest line
       const commands = node.lines.map((l) => /(npx block-archive ingest .*)$/.exec(l)?.[1]).filter((c): c is string => c != null)
       for (const command of commands) {
@@ -254,8 +295,8 @@ describe('replay-rpc prints the ingest commands that fit what it serves', { time
         assert.equal(r.code, 0, `${chain}: ${command}\n${r.stderr}`)
         assert.match(r.stdout, /ingested [1-9]\d* blocks/)
       }
-      node.child.kill('SIGTERM')
-      await node.exited
+      // polygon and stable serve the next tests too
+      if (chain !== 'polygon' && chain !== 'stable') await stopReplayNode(['--chain', chain])
       return commands
     }
     const all: string[][] = []
@@ -276,20 +317,21 @@ describe('ingest says what to do when the node lacks a block or a method', { tim
 
   before(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'ba-ingest-errors-'))
-    const nodes = [background(['replay-rpc', '--port', '0'], ['rpc']), background(['replay-rpc', '--chain', 'polygon', '--port', '0'], ['rpc']), background(['replay-rpc', '--chain', 'stable', '--port', '0'], ['rpc'])]
-    await Promise.all(nodes.map((n) => n.ready))
+    // the replay nodes of the tests above (started here if those did not run)
+    const nodes = await Promise.all([replayNode([]), replayNode(['--chain', 'polygon']), replayNode(['--chain', 'stable'])])
     ;[eth, polygon, stable] = nodes.map((n) => n.value('rpc')!)
   })
 
   after(async () => {
-    killChildren()
+    killOwnChildren()
     await rm(dir, { recursive: true, force: true })
   })
 
   let runs = 0
   /**
    * One ingest that must fail: exit code 1, one line on stderr (warnings shown: no "asking again"
-   * retries before it), in a few seconds (most of them the CLI's start).
+   * retries before it), in a few seconds (most of them the CLI's start; the bound is loose, for a
+   * loaded machine: the one line is what shows that nothing was retried).
    */
   async function fails(args: string[]): Promise<string> {
     const t0 = performance.now()
@@ -298,7 +340,7 @@ describe('ingest says what to do when the node lacks a block or a method', { tim
     assert.equal(r.code, 1, r.stderr)
     const lines = r.stderr.trim().split('\n')
     assert.equal(lines.length, 1, `one line, no retry warnings or stack trace:\n${r.stderr}`)
-    assert.ok(secs < 15, `failed after ${secs.toFixed(1)} s`)
+    assert.ok(secs < 60, `failed after ${secs.toFixed(1)} s`)
     return lines[0]
   }
 

@@ -24,7 +24,7 @@ describe('substrate finality on chopsticks', { timeout: 600_000 }, () => {
 
   before(async () => {
     tmp = await tempDir('ba-substrate-finality-')
-    node = await startChopsticks()
+    node = await startChopsticks({ timeoutMs: 180_000 }) // generous: a loaded machine starts the runtime slowly
     const head = await node.rpc('chain_getHeader', [])
     base = { number: parseInt(head.number, 16), hash: await node.rpc('chain_getBlockHash', [parseInt(head.number, 16)]) }
     await runScenario(node) // blocks 1 and 2 carry transfers

@@ -58,7 +58,7 @@ describe('@subsquid/substrate-processor on chopsticks (RPC) + our router (gatewa
 
   before(async () => {
     tmp = await tempDir('ba-substrate-processor-')
-    node = await startChopsticks()
+    node = await startChopsticks({ timeoutMs: 180_000 }) // generous: a loaded machine starts the runtime slowly
     lap('chopsticks started')
     scenario = await runScenario(node)
     last = scenario.blocks.at(-1)!.number

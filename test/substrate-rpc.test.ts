@@ -37,7 +37,7 @@ describe('substrate rpc source on chopsticks (offline Rococo Asset Hub genesis)'
   before(async () => {
     const t0 = Date.now()
     const lap = (what: string) => console.log(`${what}: ${Date.now() - t0} ms`)
-    node = await startChopsticks()
+    node = await startChopsticks({ timeoutMs: 180_000 }) // generous: a loaded machine starts the runtime slowly
     lap('chopsticks started')
     scenario = await runScenario(node)
     lap('scenario submitted')

@@ -11,7 +11,7 @@ import { tempDir } from './helpers/dataset.js'
 import { VARA_SS58, varaChain, varaTestnetRuntime } from './helpers/gear.js'
 import { callTree, connectApi, key } from './helpers/node-view.js'
 import { assertRan, runSubstrateProcessor, type Run } from './helpers/substrate-processor.js'
-import { ingestServed, walkRange } from './helpers/walk.js'
+import { STATIC_DATA_TIMERS, ingestServed, walkRange } from './helpers/walk.js'
 
 /*
  * A real runtime upgrade across an ingested range: chopsticks runs the Vara mainnet genesis offline
@@ -162,7 +162,7 @@ describe('Runtime upgrade on a real chain (chopsticks, Vara spec 100 → 1000): 
     }
     lap('node view read')
 
-    ;({ cluster, gateway, client } = await ingestServed(node.url, path.join(tmp.dir, 'store'), DATASET, last, 3))
+    ;({ cluster, gateway, client } = await ingestServed(node.url, path.join(tmp.dir, 'store'), DATASET, last, 3, STATIC_DATA_TIMERS))
     lap('ingested through the CLI and served')
 
     processor = await runSubstrateProcessor(tmp.dir, 'upgrade', {
