@@ -180,16 +180,18 @@ async function workerKilledMidAnswer(where: 'folder' | 's3'): Promise<void> {
   mark('ingest')
   // A router and two worker processes (consecutive chunks on alternate workers); clients reach
   // the first worker through a proxy that passes its answers on, and kills it once half of the
-  // armed answer is sent.
+  // armed answer is sent. A silent worker is dead after 3 s (pings every 500 ms, 6 missed). The
+  // workers read the Parquet files (no local forms: this test is about the client and the dead
+  // worker, and the serve tests above build forms at the defaults).
   const cluster: ChildProcess[] = []
-  const router = await startCli(['router', '--data', out, '--port', '0', '--heartbeat-ms', '200', '--missed-heartbeats', '15', '--replication', '1', '--group-chunks', '1'], ['router'], s3.env, 180_000)
+  const router = await startCli(['router', '--data', out, '--port', '0', '--heartbeat-ms', '500', '--missed-heartbeats', '6', '--replication', '1', '--group-chunks', '1'], ['router'], s3.env, 180_000)
   cluster.push(router.child)
   const routerUrl = router.lines.get('router')![0]
   const port = await freePort()
   const proxy = new FaultProxy(`http://127.0.0.1:${port}`)
   await proxy.start()
   const worker = async (i: number, extra: string[]) => {
-    const w = await startCli(['worker', '--router', routerUrl, '--cache', path.join(tmp.dir, `cache-kill-${where}-${i}`), '--id', `w${i}`, '--heartbeat-ms', '200', ...extra], ['worker'], s3.env, 180_000)
+    const w = await startCli(['worker', '--router', routerUrl, '--cache', path.join(tmp.dir, `cache-kill-${where}-${i}`), '--id', `w${i}`, '--heartbeat-ms', '500', '--local-forms', 'off', ...extra], ['worker'], s3.env, 180_000)
     cluster.push(w.child)
     return w.child
   }
