@@ -164,8 +164,11 @@ describe('compaction', { timeout: 600_000 }, () => {
     if (s3) await uploadDataset(path.join(data, 's'), 'archive', 's')
     const url = s3 ? 's3://archive/s' : path.join(data, 's')
     const HEARTBEAT = 100
-    // one chunk per assignment group: the eight parts are spread over both workers
-    const router = new RouterServer({ storage: new ArchiveStorage({ roots: [url] }), replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 30, relistMs: 100, groupChunks: 1 })
+    // one chunk per assignment group: the eight parts are spread over both workers. In object
+    // storage a relisting reads only keys after the last chunk listed, and the merged chunk
+    // (0-15) sorts before them: the router sees it at its next full listing, every second here
+    // (60 s by default), while the clients keep asking.
+    const router = new RouterServer({ storage: new ArchiveStorage({ roots: [url], fullListingMs: 1000 }), replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 30, relistMs: 100, groupChunks: 1 })
     await router.start('127.0.0.1', 0)
     const workers: WorkerServer[] = []
     let polling = true
@@ -225,7 +228,6 @@ describe('compaction', { timeout: 600_000 }, () => {
         assert.equal((await compact(3_600_000)).merged, 1)
         const merged = resolveChunks(await target.listComplete())
         assert.equal(merged.length, 1)
-        // (in object storage the router sees the merged chunk at its next full listing, within a minute)
         await until('the router routes to the merged chunk and each worker serves it or nothing', async () => {
           const s = await (await fetch(`${router.url}/status`)).json()
           if (s.datasets[0].chunks !== 1) return undefined

@@ -56,11 +56,11 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
   })
 
   /**
-   * One `compact` run; killed (SIGKILL) once `when` says so (polled every 5 ms), or, with `mergeK`,
+   * One `compact` run; killed (SIGKILL) once `when` says so (polled every `pollMs`, default 5), or, with `mergeK`,
    * as soon as the k-th merge temp folder of this run (named by its PID) appears in `watchDir` (inotify: a merge of
    * one-block chunks can take less than a poll interval on a fast machine).
    */
-  const run = (out: string, env: Record<string, string>, when?: () => Promise<boolean>, mergeK?: { dir: string; k: number }) =>
+  const run = (out: string, env: Record<string, string>, when?: () => Promise<boolean>, mergeK?: { dir: string; k: number }, pollMs = 5) =>
     new Promise<{ code: number | null; signal: string | null; stderr: string; stdout: string }>((resolve) => {
       const child = spawn(process.execPath, [CLI, 'compact', '--out', out, ...ARGS], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn', ...env } })
       children.add(child)
@@ -82,7 +82,7 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
         void (async () => {
           while (!exited) {
             if (await when().catch(() => false)) return void child.kill('SIGKILL')
-            await new Promise((r) => setTimeout(r, 5))
+            await new Promise((r) => setTimeout(r, pollMs))
           }
         })()
       }
@@ -170,7 +170,8 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
       let killed = 0
       let unfinished = 0
       for (let round = 0; round < 8 && killed < 4; round++) {
-        // kill once the bucket changed by a random number of objects (uploads of a merged chunk, deletions of superseded ones)
+        // kill once the bucket changed by a random number of objects (uploads of a merged chunk, deletions of superseded ones);
+        // a listing of the bucket costs s3rver (in this process) more than 5 ms, so it is polled every 25 ms
         const before = await keys()
         const changes = 1 + Math.floor(random() * 12)
         const r = await run(`s3://archive/${PREFIX}`, env, async () => {
@@ -179,7 +180,7 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
           for (const k of now) if (!before.has(k)) n++
           for (const k of before) if (!now.has(k)) n++
           return n >= changes
-        })
+        }, undefined, 25)
         if (r.signal !== 'SIGKILL') {
           assert.equal(r.code, 0, r.stderr)
           log.push(`round ${round}: finished`)

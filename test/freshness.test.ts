@@ -26,10 +26,20 @@ import { startS3, type S3Server } from './helpers/s3.js'
  * off, from the ingest's `--notify`. Last, a worker process killed (SIGKILL) in the middle of an
  * answer while our client follows the head: the client still gets every block once, with the
  * node's hashes.
+ *
+ * One dataset per place (folder, S3), written from block 0 by the first test and followed by the
+ * next ones: an ingest at the defaults stays up from one test to the next that follows the same
+ * dataset (stopped where a test needs it stopped), and a restarted one resumes after the last chunk.
+ * Watch windows are short (FRESHNESS_TEST_SECONDS sets the first ones, for longer runs): each spans
+ * several of the default router listings (5 s) and heartbeats (2 s).
  */
 
 const DATASET = 'fresh'
-const WATCH_SECONDS = Number(process.env.FRESHNESS_TEST_SECONDS ?? 30)
+const WATCH_SECONDS = Number(process.env.FRESHNESS_TEST_SECONDS ?? 12)
+/** The test's own polling of the node's head and the router's height (the lag it prints is that precise). */
+const POLL_MS = 100
+/** The two datasets every test follows. */
+const OUT = { folder: () => path.join(tmp.dir, 'fresh'), s3: () => 's3://fresh/fresh' }
 
 let anvil: Anvil
 let tmp: Awaited<ReturnType<typeof tempDir>>
@@ -58,6 +68,7 @@ before(async () => {
 after(async () => {
   clearInterval(sending)
   killChildren()
+  for (const c of procs) c.kill('SIGKILL')
   await anvil?.stop()
   await s3?.stop()
   await tmp?.cleanup()
@@ -91,6 +102,21 @@ async function startIngest(out: string, extra: string[] = [], env: Record<string
   return child
 }
 
+/** The ingest at the defaults following `out`, kept up from one test to the next (started, resuming, when none is). */
+const shared = new Map<string, ChildProcess>()
+async function sharedIngest(out: string): Promise<ChildProcess> {
+  const running = shared.get(out)
+  if (running && running.exitCode === null && running.signalCode === null) return running
+  const child = await startIngest(out, [], s3.env)
+  shared.set(out, child)
+  return child
+}
+async function stopSharedIngest(out: string): Promise<void> {
+  const child = shared.get(out)
+  shared.delete(out)
+  if (child) await stop(child)
+}
+
 async function readHead(out: string) {
   const text = out.startsWith('s3://') ? await getText('fresh', `${out.slice('s3://fresh/'.length)}/head.json`) : await readFile(path.join(out, 'head.json'), 'utf8').catch(() => undefined)
   return text === undefined ? undefined : parseDatasetHead(text)
@@ -117,52 +143,130 @@ async function lagMetrics(router: string): Promise<{ blocks?: number; seconds?: 
   return { blocks: value('block_archive_router_head_lag_blocks'), seconds: value('block_archive_router_head_lag_seconds') }
 }
 
-describe('freshness: ingest --follow and serve at their defaults', { timeout: 900_000 }, () => {
-  for (const where of ['folder', 's3'] as const) {
-    it(`every block the node mines is served through the router, with the node's hash (${where})`, async () => {
-      const out = where === 'folder' ? path.join(tmp.dir, 'defaults') : 's3://fresh/defaults'
-      const ingest = await startIngest(out, [], s3.env)
-      const serve = await startServe(out, [], s3.env)
-      try {
-        await until('a first height', async () => ((await heightOf(serve.url)) ?? -1) >= 0 ? true : undefined, 60_000)
-        const run = await measureFreshness({ anvil, head: () => finalizedHead(anvil), router: serve.url, dataset: DATASET, seconds: WATCH_SECONDS, drainMs: 120_000, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
-        console.log(describeFreshness(`defaults, ${where}`, run))
-        assert.deepEqual(run.mismatches, [])
-        assert.deepEqual(run.unanswered, [])
-        assert.ok(run.blocks.length >= WATCH_SECONDS / 3, `only ${run.blocks.length} blocks mined in ${WATCH_SECONDS} s`)
+/** Every block the node mines while we watch is served through `serve` at its defaults, with the node's hash; the lag is on /metrics, /status and the status page. */
+async function atTheDefaults(where: 'folder' | 's3'): Promise<void> {
+  const out = OUT[where]()
+  await sharedIngest(out)
+  const serve = await startServe(out, [], s3.env)
+  try {
+    await until('a first height', async () => ((await heightOf(serve.url)) ?? -1) >= 0 ? true : undefined, 60_000)
+    const run = await measureFreshness({ anvil, head: () => finalizedHead(anvil), router: serve.url, dataset: DATASET, seconds: WATCH_SECONDS, drainMs: 120_000, pollMs: POLL_MS, storageLast: async () => (await readHead(out))?.last, storagePollMs: out.startsWith('s3://') ? 250 : 50 })
+    console.log(describeFreshness(`defaults, ${where}`, run))
+    assert.deepEqual(run.mismatches, [])
+    assert.deepEqual(run.unanswered, [])
+    assert.ok(run.blocks.length >= WATCH_SECONDS / 3, `only ${run.blocks.length} blocks mined in ${WATCH_SECONDS} s`)
 
-        // Operators see the lag: from the head file, in blocks and seconds, on /metrics, /status and the status page.
-        const lag = await lagMetrics(serve.url)
-        assert.ok(lag.blocks !== undefined && lag.blocks >= 0, `lag in blocks on /metrics: ${JSON.stringify(lag)}`)
-        assert.ok(lag.seconds !== undefined && lag.seconds >= 0, `lag in seconds on /metrics: ${JSON.stringify(lag)}`)
-        const status = await (await fetch(`${serve.url}/status`)).json()
-        const ds = status.datasets.find((d: any) => d.name === DATASET)
-        assert.ok(ds.lag && ds.lag.nodeHead >= run.blocks.at(-1)!.block, `/status lag: ${JSON.stringify(ds.lag)}`)
-        const page = await (await fetch(`${serve.url}/`, { headers: { accept: 'text/html' } })).text()
-        assert.match(page, /class="lag[^"]*"[^>]*data-lag-blocks="\d+"/)
-      } finally {
-        await stop(serve.child)
-        await stop(ingest)
-      }
-      // Every value of every row, as the node has it: chunks spooled while catching up and chunks
-      // normalised in JS near the head alike.
-      if (where === 'folder') {
-        const last = (await readHead(out))!.last
-        const want: Record<string, any[]> = {}
-        for (let n = 0; n <= last; n++) {
-          const q = '0x' + n.toString(16)
-          const node: NodeBlock = { block: await anvil.rpc('eth_getBlockByNumber', [q, true]), receipts: await anvil.rpc('eth_getBlockReceipts', [q]) }
-          for (const [t, rows] of Object.entries(expectTables(node))) (want[t] ??= []).push(...rows)
-        }
-        assert.ok(want.logs.length > 3, `${want.logs.length} logs`)
-        for (const t of ['blocks', 'transactions', 'logs']) compareRows(t, want[t] ?? [], await readTable(out, t))
-      }
-    })
+    // Operators see the lag: from the head file, in blocks and seconds, on /metrics, /status and the status page.
+    const lag = await lagMetrics(serve.url)
+    assert.ok(lag.blocks !== undefined && lag.blocks >= 0, `lag in blocks on /metrics: ${JSON.stringify(lag)}`)
+    assert.ok(lag.seconds !== undefined && lag.seconds >= 0, `lag in seconds on /metrics: ${JSON.stringify(lag)}`)
+    const status = await (await fetch(`${serve.url}/status`)).json()
+    const ds = status.datasets.find((d: any) => d.name === DATASET)
+    assert.ok(ds.lag && ds.lag.nodeHead >= run.blocks.at(-1)!.block, `/status lag: ${JSON.stringify(ds.lag)}`)
+    const page = await (await fetch(`${serve.url}/`, { headers: { accept: 'text/html' } })).text()
+    assert.match(page, /class="lag[^"]*"[^>]*data-lag-blocks="\d+"/)
+  } finally {
+    await stop(serve.child)
   }
+}
+
+/** A worker process killed in the middle of an answer while our client follows the head of the dataset at `where`. */
+async function workerKilledMidAnswer(where: 'folder' | 's3'): Promise<void> {
+  const out = OUT[where]()
+  const t0 = performance.now()
+  const marks: string[] = []
+  const mark = (what: string) => marks.push(`${what} ${((performance.now() - t0) / 1000).toFixed(1)} s`)
+  await sharedIngest(out)
+  mark('ingest')
+  // A router and two worker processes (consecutive chunks on alternate workers); clients reach
+  // the first worker through a proxy that passes its answers on, and kills it once half of the
+  // armed answer is sent. A silent worker is dead after 3 s (pings every 500 ms, 6 missed). The
+  // workers read the Parquet files (no local forms: this test is about the client and the dead
+  // worker, and the serve tests above build forms at the defaults).
+  const cluster: ChildProcess[] = []
+  const router = await startCli(['router', '--data', out, '--port', '0', '--heartbeat-ms', '500', '--missed-heartbeats', '6', '--replication', '1', '--group-chunks', '1'], ['router'], s3.env, 180_000)
+  cluster.push(router.child)
+  const routerUrl = router.lines.get('router')![0]
+  const port = await freePort()
+  const proxy = new FaultProxy(`http://127.0.0.1:${port}`)
+  await proxy.start()
+  const worker = async (i: number, extra: string[]) => {
+    const w = await startCli(['worker', '--router', routerUrl, '--cache', path.join(tmp.dir, `cache-kill-${where}-${i}`), '--id', `w${i}`, '--heartbeat-ms', '500', '--local-forms', 'off', ...extra], ['worker'], s3.env, 180_000)
+    cluster.push(w.child)
+    return w.child
+  }
+  const stopFollowing = new AbortController()
+  const got: { number: number; hash: string }[] = []
+  try {
+    const [victim] = await Promise.all([worker(0, ['--port', String(port), '--public-url', proxy.url]), worker(1, ['--port', '0'])])
+    mark('workers')
+    const base = `${routerUrl}/datasets/${DATASET}`
+    await until('a first height', async () => ((await heightOf(routerUrl)) ?? -1) >= 0 ? true : undefined, 60_000)
+    mark('height')
+    const client = new ArchiveClient(base)
+    const following = (async () => {
+      try {
+        for await (const b of client.blocks({ includeAllBlocks: true, fields: { block: { number: true, hash: true } } }, { fromBlock: 0, follow: true, pollMs: 200, signal: stopFollowing.signal })) {
+          got.push({ number: b.header.number, hash: b.header.hash as string })
+        }
+      } catch (e) {
+        if (!stopFollowing.signal.aborted) throw e
+      }
+    })()
+    // The client is at the head; then the next answer the first worker gives is cut half-way by its death.
+    const caughtUp = Number(await (await fetch(`${base}/height`)).text())
+    await until(`the client at block ${caughtUp}`, async () => ((got.at(-1)?.number ?? -1) >= caughtUp ? true : undefined), 120_000)
+    mark('caught up')
+    let killedAt = -1
+    proxy.setRules([{ name: 'killed', method: 'POST', path: /\/query/, fault: 'cut', times: 1, then: () => {
+      killedAt = got.at(-1)!.number
+      victim.kill('SIGKILL')
+    } }])
+    await until('the first worker killed mid-answer', async () => (proxy.hitCount('killed') ? true : undefined), 120_000)
+    mark('killed')
+    // Blocks mined after the kill reach the client too (served by the other worker alone).
+    const target = (await finalizedHead(anvil)) + 3
+    await until(`the client at block ${target}`, async () => ((got.at(-1)?.number ?? -1) >= target ? true : undefined), 120_000)
+    mark('followed on')
+    stopFollowing.abort()
+    await following
+
+    assert.equal(victim.signalCode, 'SIGKILL')
+    const numbers = got.map((b) => b.number)
+    assert.deepEqual(numbers, [...Array(numbers.length).keys()], 'every block from 0 once, in order')
+    for (const b of got) assert.equal(b.hash, (await anvil.rpc('eth_getBlockByNumber', ['0x' + b.number.toString(16), false])).hash, `hash of block ${b.number}`)
+    assert.ok(killedAt >= caughtUp && numbers.at(-1)! > killedAt, `killed at block ${killedAt}, followed to ${numbers.at(-1)}`)
+    console.log(`worker killed mid-answer (${where}): the client had block ${killedAt}, followed on to ${numbers.at(-1)} (${marks.join(', ')})`)
+  } finally {
+    stopFollowing.abort()
+    await proxy.close()
+    await Promise.all(cluster.map(stop))
+  }
+}
+
+// Tests that follow the same dataset with the shared ingest come one after the other, so that it is
+// stopped once (the row comparison and the --notify test need it stopped).
+describe('freshness: ingest --follow and serve at their defaults', { timeout: 900_000 }, () => {
+  it("every block the node mines is served through the router, with the node's hash (folder)", async () => {
+    await atTheDefaults('folder')
+    const out = OUT.folder()
+    await stopSharedIngest(out)
+    // Every value of every row, as the node has it: chunks spooled while catching up and chunks
+    // normalised in JS near the head alike.
+    const last = (await readHead(out))!.last
+    const want: Record<string, any[]> = {}
+    for (let n = 0; n <= last; n++) {
+      const q = '0x' + n.toString(16)
+      const node: NodeBlock = { block: await anvil.rpc('eth_getBlockByNumber', [q, true]), receipts: await anvil.rpc('eth_getBlockReceipts', [q]) }
+      for (const [t, rows] of Object.entries(expectTables(node))) (want[t] ??= []).push(...rows)
+    }
+    assert.ok(want.logs.length > 3, `${want.logs.length} logs`)
+    for (const t of ['blocks', 'transactions', 'logs']) compareRows(t, want[t] ?? [], await readTable(out, t))
+  })
 
   it('a new chunk reaches the router without its periodic listing and the worker without its heartbeat', async () => {
-    const out = path.join(tmp.dir, 'no-periodic')
-    const ingest = await startIngest(out)
+    const out = OUT.folder()
+    await sharedIngest(out)
     // Listing and heartbeats once an hour (a worker stays alive that long): only the head file and the nudges can move the height.
     const serve = await startServe(out, ['--relist-ms', '3600000', '--heartbeat-ms', '3600000', '--missed-heartbeats', '1', '--workers', '1', '--replication', '1'])
     try {
@@ -170,28 +274,33 @@ describe('freshness: ingest --follow and serve at their defaults', { timeout: 90
         const h = (await heightOf(serve.url)) ?? -1
         return h >= 0 ? h : undefined
       }, 60_000)
-      const run = await measureFreshness({ anvil, head: () => finalizedHead(anvil), router: serve.url, dataset: DATASET, seconds: 10, drainMs: 120_000 })
+      const run = await measureFreshness({ anvil, head: () => finalizedHead(anvil), router: serve.url, dataset: DATASET, seconds: 6, drainMs: 120_000, pollMs: POLL_MS })
       console.log(describeFreshness('relist and heartbeat at 1 h', run))
       assert.deepEqual(run.mismatches, [])
       assert.deepEqual(run.unanswered, [])
       assert.ok(run.blocks.length >= 3 && run.blocks[0].block > first, `blocks after ${first}: ${run.blocks.map((b) => b.block)}`)
     } finally {
       await stop(serve.child)
-      await stop(ingest)
     }
   })
 
-  it('with the head file watch off, the ingest\'s --notify tells the router', async () => {
-    const out = path.join(tmp.dir, 'notify')
-    // The router needs the dataset folder to exist: a first ingest run up to the current head.
-    const { runCli } = await import('./helpers/cli.js')
-    const r = await runCli(['ingest', '--rpc', anvil.url, '--dataset', DATASET, '--out', out, '--progress', 'none'])
-    assert.equal(r.code, 0, r.stderr)
+  it("a worker killed in the middle of an answer: a client following the head gets every block once, with the node's hashes (folder)", async () => {
+    try {
+      await workerKilledMidAnswer('folder')
+    } finally {
+      await stopSharedIngest(OUT.folder())
+    }
+  })
+
+  it("with the head file watch off, the ingest's --notify tells the router", async () => {
+    const out = OUT.folder()
+    await stopSharedIngest(out)
+    // The router needs the dataset folder to exist: the tests before wrote it.
     const serve = await startServe(out, ['--relist-ms', '3600000', '--head-poll-ms', '0'])
     const ingest = await startIngest(out, ['--notify', serve.url])
     try {
       const first = (await heightOf(serve.url)) ?? -1
-      const run = await measureFreshness({ anvil, head: () => finalizedHead(anvil), router: serve.url, dataset: DATASET, seconds: 8, drainMs: 120_000 })
+      const run = await measureFreshness({ anvil, head: () => finalizedHead(anvil), router: serve.url, dataset: DATASET, seconds: 6, drainMs: 120_000, pollMs: POLL_MS })
       console.log(describeFreshness('--notify, no head watch', run))
       assert.deepEqual(run.mismatches, [])
       assert.deepEqual(run.unanswered, [])
@@ -202,76 +311,13 @@ describe('freshness: ingest --follow and serve at their defaults', { timeout: 90
     }
   })
 
-  for (const where of ['folder', 's3'] as const) {
-    it(`a worker killed in the middle of an answer: a client following the head gets every block once, with the node's hashes (${where})`, async () => {
-      const out = where === 'folder' ? path.join(tmp.dir, 'worker-kill') : 's3://fresh/worker-kill'
-      const t0 = performance.now()
-      const marks: string[] = []
-      const mark = (what: string) => marks.push(`${what} ${((performance.now() - t0) / 1000).toFixed(1)} s`)
-      const ingest = await startIngest(out, [], s3.env)
-      mark('ingest')
-      // A router and two worker processes (consecutive chunks on alternate workers); clients reach
-      // the first worker through a proxy that passes its answers on, and kills it once half of the
-      // armed answer is sent.
-      const router = await startCli(['router', '--data', out, '--port', '0', '--heartbeat-ms', '200', '--missed-heartbeats', '15', '--replication', '1', '--group-chunks', '1'], ['router'], s3.env, 180_000)
-      procs.push(router.child)
-      const routerUrl = router.lines.get('router')![0]
-      const port = await freePort()
-      const proxy = new FaultProxy(`http://127.0.0.1:${port}`)
-      await proxy.start()
-      const worker = async (i: number, extra: string[]) => {
-        const w = await startCli(['worker', '--router', routerUrl, '--cache', path.join(tmp.dir, `cache-kill-${where}-${i}`), '--id', `w${i}`, '--heartbeat-ms', '200', ...extra], ['worker'], s3.env, 180_000)
-        procs.push(w.child)
-        return w.child
-      }
-      const [victim] = await Promise.all([worker(0, ['--port', String(port), '--public-url', proxy.url]), worker(1, ['--port', '0'])])
-      mark('workers')
-      const stopFollowing = new AbortController()
-      const got: { number: number; hash: string }[] = []
-      try {
-        const base = `${routerUrl}/datasets/${DATASET}`
-        await until('a first height', async () => ((await heightOf(routerUrl)) ?? -1) >= 0 ? true : undefined, 60_000)
-        mark('height')
-        const client = new ArchiveClient(base)
-        const following = (async () => {
-          try {
-            for await (const b of client.blocks({ includeAllBlocks: true, fields: { block: { number: true, hash: true } } }, { fromBlock: 0, follow: true, pollMs: 200, signal: stopFollowing.signal })) {
-              got.push({ number: b.header.number, hash: b.header.hash as string })
-            }
-          } catch (e) {
-            if (!stopFollowing.signal.aborted) throw e
-          }
-        })()
-        // The client is at the head; then the next answer the first worker gives is cut half-way by its death.
-        const caughtUp = Number(await (await fetch(`${base}/height`)).text())
-        await until(`the client at block ${caughtUp}`, async () => ((got.at(-1)?.number ?? -1) >= caughtUp ? true : undefined), 120_000)
-        mark('caught up')
-        let killedAt = -1
-        proxy.setRules([{ name: 'killed', method: 'POST', path: /\/query/, fault: 'cut', times: 1, then: () => {
-          killedAt = got.at(-1)!.number
-          victim.kill('SIGKILL')
-        } }])
-        await until('the first worker killed mid-answer', async () => (proxy.hitCount('killed') ? true : undefined), 120_000)
-        mark('killed')
-        // Blocks mined after the kill reach the client too (served by the other worker alone).
-        const target = (await finalizedHead(anvil)) + 3
-        await until(`the client at block ${target}`, async () => ((got.at(-1)?.number ?? -1) >= target ? true : undefined), 120_000)
-        mark('followed on')
-        stopFollowing.abort()
-        await following
+  it("every block the node mines is served through the router, with the node's hash (s3)", () => atTheDefaults('s3'))
 
-        assert.equal(victim.signalCode, 'SIGKILL')
-        const numbers = got.map((b) => b.number)
-        assert.deepEqual(numbers, [...Array(numbers.length).keys()], 'every block from 0 once, in order')
-        for (const b of got) assert.equal(b.hash, (await anvil.rpc('eth_getBlockByNumber', ['0x' + b.number.toString(16), false])).hash, `hash of block ${b.number}`)
-        assert.ok(killedAt >= caughtUp && numbers.at(-1)! > killedAt, `killed at block ${killedAt}, followed to ${numbers.at(-1)}`)
-        console.log(`worker killed mid-answer (${where}): the client had block ${killedAt}, followed on to ${numbers.at(-1)} (${marks.join(', ')})`)
-      } finally {
-        stopFollowing.abort()
-        await proxy.close()
-        await Promise.all(procs.splice(-4).map(stop))
-        await stop(ingest)
-      }
-    })
-  }
+  it("a worker killed in the middle of an answer: a client following the head gets every block once, with the node's hashes (s3)", async () => {
+    try {
+      await workerKilledMidAnswer('s3')
+    } finally {
+      await stopSharedIngest(OUT.s3())
+    }
+  })
 })

@@ -98,12 +98,12 @@ describe('ingest --follow with compaction', { timeout: 600_000 }, () => {
     const out = path.join(tmp.dir, 'killed')
     const args = ['ingest', '--rpc', anvil.url, '--dataset', 'k', '--out', out, '--follow', '--finality', 'latest', '--max-reorg-depth', '0', '--chunk-blocks', '40', '--flush-after-ms', '0', '--poll-ms', '20',
       '--workers', '0', '--progress', 'none', '--compact-fanout', '3', '--compact-grace-ms', '0']
-    // the chain grows all along
+    // the chain grows all along (ten blocks a second: a chunk each, a merge every three)
     let mining = true
     const miner = (async () => {
       while (mining) {
         await anvil.rpc('evm_mine').catch(() => undefined)
-        await new Promise((r) => setTimeout(r, 40))
+        await new Promise((r) => setTimeout(r, 100))
       }
     })()
     const merging = async (pid: number | undefined) => (await readdir(out).catch(() => [] as string[])).some((n) => n.startsWith(`.tmp-${pid}-merge-`))

@@ -72,6 +72,8 @@ export interface ArchiveStorageOptions {
   datasets?: { name: string; url: string }[]
   /** Where a worker keeps chunks of datasets in object storage. */
   cache?: ChunkCache
+  /** How often a listing reads a whole dataset again, to notice chunks that replace or fill in listed ones (default 60 s; `DatasetStoreOptions`). */
+  fullListingMs?: number
 }
 
 export class DuplicateDataset extends Error {}
@@ -111,7 +113,7 @@ export class ArchiveStorage implements ChunkStorage {
       }
       byName.set(d.name, d)
       this.families.set(d.name, d.family)
-      if (this.stores.get(d.name)?.url !== d.url) this.stores.set(d.name, openDatasetStore(d.url))
+      if (this.stores.get(d.name)?.url !== d.url) this.stores.set(d.name, openDatasetStore(d.url, { fullListingMs: this.opts.fullListingMs }))
     }
     return [...byName.values()].sort((a, b) => a.name.localeCompare(b.name))
   }
