@@ -143,9 +143,9 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
   before(async () => {
     tmp = await tempDir('ba-plans-')
     const evm = path.join(tmp.dir, 'evm')
-    // 32 blocks in 4 chunks of 8: the contract deployments of blocks 1–7, then the chain's 3-block
+    // 32 blocks in 2 chunks of 16: the contract deployments of blocks 1–7, then the chain's 3-block
     // cycle of transfers (blocks above 32 repeat it); every block is bigger than a 4 KiB slice.
-    await writeDataset(evm, 'evm', (await anvilRecords()).slice(0, 32), 8)
+    await writeDataset(evm, 'evm', (await anvilRecords()).slice(0, 32), 16)
     const starknet = path.join(tmp.dir, 'starknet')
     await ingestRecordedStarknet(starknet, 'starknet')
     const moonbeam = path.join(tmp.dir, 'moonbeam')
