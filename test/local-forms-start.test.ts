@@ -23,7 +23,7 @@ describe('local forms of a worker started before its router', { timeout: 600_000
   it('are built once the router answers', async () => {
     tmp = await tempDir('ba-forms-start-')
     const data = path.join(tmp.dir, 'data')
-    await writeDataset(path.join(data, 'anvil'), 'anvil', (await anvilRecords()).slice(0, 32), 16)
+    await writeDataset(path.join(data, 'anvil'), 'anvil', (await anvilRecords()).slice(0, 16), 8)
     const port = await freePort()
     const w = await startCli(['worker', '--router', `http://127.0.0.1:${port}`, '--data', data, '--cache', path.join(tmp.dir, 'forms'),
       '--local-forms', 'duckdb', '--id', 'w0', '--port', '0', '--heartbeat-ms', '200'], ['worker'])

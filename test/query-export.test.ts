@@ -114,11 +114,12 @@ describe('query --out, --format, --resume and progress', { timeout: 600_000 }, (
     assert.equal(stdout.stdout, reference)
     assert.ok(reference.length > 10 * 30_000, `${reference.length} bytes: the 30 kB budget makes more than 10 steps`)
     assert.ok(blocks.some((b) => b.transactions.length > 0) && blocks.some((b) => b.logs.length > 0))
-    // The format follows the extension: .jsonl is NDJSON too; an unknown extension is NDJSON.
+    // The format follows the extension: .jsonl is NDJSON too; an unknown extension is NDJSON. (Blocks
+    // 0..40, still many range steps: what a format changes shows in any range.)
     for (const ext of ['jsonl', 'txt']) {
       const out = file(ext)
-      assert.equal((await query('-q', '--out', out)).code, 0)
-      assert.equal(await readFile(out, 'utf8'), reference)
+      assert.equal((await query('-q', '--out', out, '--to', '40')).code, 0)
+      assert.equal(await readFile(out, 'utf8'), lines(reference).slice(0, 41).join('\n') + '\n')
     }
   })
 
@@ -180,10 +181,10 @@ describe('query --out, --format, --resume and progress', { timeout: 600_000 }, (
 
   it('leaves no temporary files behind, and --format overrides the extension', async () => {
     const out = file('data')
-    const r = await query('-q', '--out', out, '--format', 'parquet')
+    const r = await query('-q', '--out', out, '--format', 'parquet', '--to', '40')
     assert.equal(r.code, 0, r.stderr)
-    const [c] = await sql(`SELECT count(*) AS n FROM read_parquet(${lit(out)})`)
-    assert.equal(Number(c.n), 128)
+    const [c] = await sql(`SELECT count(*) AS n, max(number) AS top FROM read_parquet(${lit(out)})`)
+    assert.deepEqual([Number(c.n), Number(c.top)], [41, 40])
     const names = await readdir(path.join(tmp.dir, 'out'))
     assert.deepEqual(names.filter((f) => f.includes('.part-')), [])
   })
@@ -214,28 +215,30 @@ describe('query --out, --format, --resume and progress', { timeout: 600_000 }, (
   it('--resume drops a last line cut in half; starts anew on a file without a complete line or a missing file', async () => {
     const offsets = [0]
     for (const l of lines(reference)) offsets.push(offsets[offsets.length - 1] + Buffer.byteLength(l) + 1)
-    const cases: [string, number][] = [
-      ['half of line 50', offsets[50] + Math.floor((offsets[51] - offsets[50]) / 2)],
-      ['exactly 77 lines', offsets[77]],
-      ['half of the first line', Math.floor(offsets[1] / 2)],
-      ['empty', 0],
+    // Files that start anew are exports of blocks 0..40 (`--to 40`): starting anew does not depend on the range.
+    const upTo40 = lines(reference).slice(0, 41).join('\n') + '\n'
+    const cases: [string, number, string[]][] = [
+      ['half of line 50', offsets[50] + Math.floor((offsets[51] - offsets[50]) / 2), []],
+      ['exactly 77 lines', offsets[77], []],
+      ['half of the first line', Math.floor(offsets[1] / 2), ['--to', '40']],
+      ['empty', 0, ['--to', '40']],
     ]
-    for (const [what, size] of cases) {
+    for (const [what, size, range] of cases) {
       const out = file('ndjson')
       await writeFile(out, reference)
       await truncate(out, size)
-      const r = await query('--out', out, '--resume')
+      const r = await query('--out', out, '--resume', ...range)
       assert.equal(r.code, 0, `${what}: ${r.stderr}`)
       if (what === 'half of line 50') assert.match(r.stderr, /resuming .* after block 49 \(dropped a partial last line of \d+ bytes\)/)
       if (what === 'exactly 77 lines') assert.match(r.stderr, /resuming .* after block 76\n/)
       if (what === 'half of the first line') assert.match(r.stderr, /holds no complete block \(dropped .*\); starting at block 0/)
-      assert.equal(await readFile(out, 'utf8'), reference, what)
+      assert.equal(await readFile(out, 'utf8'), range.length ? upTo40 : reference, what)
       assert.match(r.stderr, /done: \d+ blocks/)
     }
     const missing = file('ndjson')
-    const r = await query('-q', '--out', missing, '--resume')
+    const r = await query('-q', '--out', missing, '--resume', '--to', '40')
     assert.equal(r.code, 0, r.stderr)
-    assert.equal(await readFile(missing, 'utf8'), reference)
+    assert.equal(await readFile(missing, 'utf8'), upTo40)
   })
 
   it('--resume of a complete file says so and exits 0 without touching it (also for a narrower --to)', async () => {
@@ -294,15 +297,16 @@ describe('query --out, --format, --resume and progress', { timeout: 600_000 }, (
   })
 
   it('stderr not a terminal: progress lines; a terminal: a bar with blocks, blocks/s, items/s and ETA; -q: nothing', async () => {
-    const r = await query('--out', file('ndjson'))
+    // Blocks 0..40 (many range steps): what is displayed does not depend on the range.
+    const r = await query('--out', file('ndjson'), '--to', '40')
     assert.equal(r.code, 0, r.stderr)
     assert.doesNotMatch(r.stderr, /\[[█░]+\]/)
-    assert.match(r.stderr, /done: 128 blocks, \d+ items/)
-    const q = await query('-q', '--out', file('ndjson'))
+    assert.match(r.stderr, /done: 41 blocks, \d+ items/)
+    const q = await query('-q', '--out', file('ndjson'), '--to', '40')
     assert.equal(q.stderr, '')
     if (spawnSync('script', ['--version']).status !== 0) return // no `script` (util-linux) for a terminal
     const underTerminal = async (extra: string) => {
-      const cmd = [process.execPath, CLI, 'query', base, '--query', queryFile, '--out', file('ndjson'), extra].filter(Boolean).join(' ')
+      const cmd = [process.execPath, CLI, 'query', base, '--query', queryFile, '--out', file('ndjson'), '--to', '40', extra].filter(Boolean).join(' ')
       const env = { ...process.env }
       delete env.CI
       // Not spawnSync: the cluster runs in this process.
@@ -319,9 +323,9 @@ describe('query --out, --format, --resume and progress', { timeout: 600_000 }, (
       return output
     }
     const tty = await underTerminal('')
-    assert.match(tty, /query \[[█░]+\] \d+% eta \S+ \| \d+\/128 blocks \| [\d.]+ blocks\/s \| \d+ items\/s/)
+    assert.match(tty, /query \[[█░]+\] \d+% eta \S+ \| \d+\/41 blocks \| [\d.]+ blocks\/s \| \d+ items\/s/)
     assert.doesNotMatch(tty, /progress: up to block/)
-    assert.match(tty, /done: 128 blocks/)
+    assert.match(tty, /done: 41 blocks/)
     assert.equal((await underTerminal('-q')).trim(), '')
   })
 })

@@ -28,7 +28,7 @@ import { fetchRange, newStats, readLayout, waitForHeight, type ChunkInfo, type S
  *   the reference tests: 400 where the reference says invalid / no blocks / table missing), the
  *   exact status and body of an equivalent canonical query, or a given status, code and path.
  *
- * Datasets: EVM = the recorded anvil dev chain (128 blocks, traces and state diffs, chunks of 16);
+ * Datasets: EVM = the recorded anvil dev chain (128 blocks or the first of them, traces and state diffs, chunks of 16);
  * Starknet = the recorded mainnet blocks (traces, state updates in some chunks only); Substrate =
  * the recorded Sidecar blocks of kusama (nested calls) and moonbeam (EVM logs, Ethereum.transact).
  */
@@ -43,9 +43,12 @@ export const FUZZ_DATASETS: { name: string; family: Family }[] = [
 /** The worker's body limit in the fuzz cluster (the default, 8 MiB): bigger bodies must get 413. */
 export const FUZZ_BODY_LIMIT = 8 * 1024 * 1024
 
-/** Write the datasets of FUZZ_DATASETS under `root` (a few seconds). */
-export async function buildFuzzDatasets(root: string): Promise<void> {
-  await writeDataset(path.join(root, 'evm'), 'evm', await anvilRecords(), 16)
+/**
+ * Write the datasets of FUZZ_DATASETS under `root` (a few seconds). `evmBlocks`: the first that many
+ * blocks of the anvil chain only (all 128 by default).
+ */
+export async function buildFuzzDatasets(root: string, opts: { evmBlocks?: number } = {}): Promise<void> {
+  await writeDataset(path.join(root, 'evm'), 'evm', (await anvilRecords()).slice(0, opts.evmBlocks), 16)
   await ingestRecordedStarknet(path.join(root, 'starknet'), 'starknet')
   for (const chain of ['kusama', 'moonbeam'] as const) await ingestRecordedSidecar(path.join(root, chain), chain, chain, { workers: 0 })
 }
