@@ -243,37 +243,32 @@ async function metricsOf(router: Proc): Promise<Samples> {
   return out
 }
 
+/** Sum of the samples whose key matches, or its change from `before` to `after`. */
+const total = (samples: Samples, match: (key: string) => boolean) => [...samples].reduce((sum, [k, v]) => (match(k) ? sum + v : sum), 0)
+const change = (before: Samples, after: Samples, match: (key: string) => boolean) => total(after, match) - total(before, match)
+
 function routerSide(before: Samples, after: Samples): RouterSide {
-  const delta = (name: string, labels = '') => {
-    const key = [...after.keys()].find((k) => k.startsWith(name + (labels ? '{' : '')) && k.includes(labels))
-    return key === undefined ? 0 : after.get(key)! - (before.get(key) ?? 0)
-  }
-  const route = 'route="/datasets/:name/:block/worker"'
-  const bucket = (le: string) => {
-    const key = [...after.keys()].find((k) => k.startsWith('block_archive_http_request_duration_seconds_bucket{') && k.includes(route) && k.includes(`le="${le}"`))
-    return key === undefined ? 0 : after.get(key)! - (before.get(key) ?? 0)
-  }
-  const total = bucket('+Inf')
-  const relists = delta('block_archive_router_relist_duration_seconds_count')
+  const workerBucket = (le: string) => change(before, after, (k) =>
+    k.startsWith('block_archive_http_request_duration_seconds_bucket{') && k.includes('route="/datasets/:name/:block/worker"') && k.includes(`le="${le}"`))
+  const answered = workerBucket('+Inf')
+  const relists = change(before, after, (k) => k === 'block_archive_router_relist_duration_seconds_count')
+  const relistSeconds = change(before, after, (k) => k === 'block_archive_router_relist_duration_seconds_sum')
   return {
-    within1ms: total ? bucket('0.001') / total : NaN,
-    within5ms: total ? bucket('0.005') / total : NaN,
+    within1ms: answered ? workerBucket('0.001') / answered : NaN,
+    within5ms: answered ? workerBucket('0.005') / answered : NaN,
     loopP99Ms: (after.get('nodejs_eventloop_lag_p99_seconds') ?? NaN) * 1000,
     loopMaxMs: (after.get('nodejs_eventloop_lag_max_seconds') ?? NaN) * 1000,
     relists,
-    relistMeanMs: relists ? (delta('block_archive_router_relist_duration_seconds_sum') / relists) * 1000 : NaN,
+    relistMeanMs: relists ? (relistSeconds / relists) * 1000 : NaN,
   }
 }
 
 async function counters(router: Proc): Promise<{ requests: number; relists: number }> {
-  const text = await (await fetch(`${router.url}/metrics`)).text()
-  let requests = 0
-  let relists = 0
-  for (const line of text.split('\n')) {
-    if (line.startsWith('block_archive_storage_requests_total{')) requests += Number(line.split(' ').at(-1))
-    if (line.startsWith('block_archive_router_relists_total ')) relists = Number(line.split(' ').at(-1))
+  const m = await metricsOf(router)
+  return {
+    requests: total(m, (k) => k.startsWith('block_archive_storage_requests_total{')),
+    relists: total(m, (k) => k === 'block_archive_router_relists_total'),
   }
-  return { requests, relists }
 }
 
 /**
