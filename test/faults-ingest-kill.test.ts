@@ -9,7 +9,7 @@ import { ReplayServer } from '../src/ingest/replay.js'
 import { getText, listObjects, putText } from '../src/storage/s3.js'
 import { CLI, children, killChildren } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
-import { prng } from './helpers/fault-proxy.js'
+import { chunkFile, FaultProxy, prng } from './helpers/fault-proxy.js'
 import { assertNoPartialChunk, assertSameDataset, chunkFolders, downloadDataset } from './helpers/faults.js'
 import { startS3, type S3Server } from './helpers/s3.js'
 
@@ -21,9 +21,11 @@ import { startS3, type S3Server } from './helpers/s3.js'
  * dataset is object for object the one a one-shot ingest writes: every block exactly once. The
  * local staging folders the killed runs leave are deleted by the next run.
  *
- * One kill lands at a random time, the others once the run uploaded a random number of chunk files
- * (between two uploads of a chunk, or right after one). The moments come from a seeded generator (the seed is printed; BLOCK_ARCHIVE_TEST_SEED
- * repeats a run). A killed ingest leaves its lease, valid for 60 s; the test marks it expired, as
+ * One kill lands at a random time; one in the middle of a chunk's upload, for certain: that run
+ * talks to S3 through a fault proxy that holds one blocks.parquet upload (the chunk's last object)
+ * unanswered, and the run is killed while it waits; the others once the run uploaded a random
+ * number of chunk files (between two uploads of a chunk, or right after one). The moments come from
+ * a seeded generator (the seed is printed; BLOCK_ARCHIVE_TEST_SEED repeats a run). A killed ingest leaves its lease, valid for 60 s; the test marks it expired, as
  * that much waiting would (taking over an expired lease is tested in ingest-s3.test.ts). The same
  * for a folder (`--out <folder>`) is ingest-resume.test.ts ("killed at arbitrary moments").
  */
@@ -35,6 +37,7 @@ const PREFIX = 'killed'
 
 describe('ingest into s3:// killed at random moments', { timeout: 600_000 }, () => {
   let s3: S3Server
+  let proxy: FaultProxy
   let node: ReplayServer
   let tmp: Awaited<ReturnType<typeof tempDir>>
   /** The ingests' temp folder (their staging folders), apart from the system one other tests look at. */
@@ -42,6 +45,8 @@ describe('ingest into s3:// killed at random moments', { timeout: 600_000 }, () 
 
   before(async () => {
     s3 = await startS3(['archive'])
+    proxy = new FaultProxy(s3.endpoint)
+    await proxy.start()
     tmp = await tempDir('ba-faults-kill-')
     tmpdir = path.join(tmp.dir, 'tmp')
     await mkdir(tmpdir)
@@ -52,6 +57,7 @@ describe('ingest into s3:// killed at random moments', { timeout: 600_000 }, () 
   after(async () => {
     killChildren()
     await node?.close()
+    await proxy?.close()
     await s3?.stop()
     await tmp?.cleanup()
   })
@@ -63,12 +69,15 @@ describe('ingest into s3:// killed at random moments', { timeout: 600_000 }, () 
   const chunkKeys = async () => (await listObjects('archive', `${PREFIX}/`)).map((o) => o.key).filter((k) => /\/\d{10}-\d{10}-\w+\//.test(k))
 
   /**
-   * One run of the CLI; with `kill`, killed (SIGKILL) after `ms` milliseconds, or once it has uploaded
-   * `objects` chunk files (the kill then lands between two uploads of a chunk, or right after one).
+   * One run of the CLI; with `kill`, killed (SIGKILL) after `ms` milliseconds, once it has uploaded
+   * `objects` chunk files (the kill then lands between two uploads of a chunk, or right after one),
+   * or, with `midUpload`, through the proxy once it waits on the (midUpload)th blocks.parquet upload,
+   * which the proxy holds: the chunk's other files are uploaded, blocks.parquet is not.
    */
-  const run = (kill?: { ms?: number; objects?: number }) => new Promise<{ code: number | null; signal: string | null; stderr: string; ms: number }>((resolve) => {
+  const run = (kill?: { ms?: number; objects?: number; midUpload?: number }) => new Promise<{ code: number | null; signal: string | null; stderr: string; ms: number }>((resolve) => {
     const t0 = performance.now()
-    const child = spawn(process.execPath, [CLI, ...args()], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...s3.env, LOG_LEVEL: 'warn', TMPDIR: tmpdir } })
+    const viaProxy = kill?.midUpload != null ? { AWS_ENDPOINT_URL: proxy.url } : {}
+    const child = spawn(process.execPath, [CLI, ...args()], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...s3.env, ...viaProxy, LOG_LEVEL: 'warn', TMPDIR: tmpdir } })
     children.add(child)
     let stderr = ''
     let exited = false
@@ -79,6 +88,23 @@ describe('ingest into s3:// killed at random moments', { timeout: 600_000 }, () 
         const start = new Set(await chunkKeys())
         while (!exited) {
           if ((await chunkKeys()).filter((k) => !start.has(k)).length >= kill.objects!) {
+            child.kill('SIGKILL')
+            return
+          }
+          await new Promise((r) => setTimeout(r, 5))
+        }
+      })()
+    }
+    if (kill?.midUpload != null) {
+      const blocksPut = { method: 'PUT', path: chunkFile('blocks.parquet') }
+      proxy.setRules([
+        // Forwarded unchanged: the chunks before the one killed mid-upload.
+        ...(kill.midUpload > 1 ? [{ ...blocksPut, name: 'passed', fault: 'replace' as const, rewrite: (b: Buffer) => b, times: kill.midUpload - 1 }] : []),
+        { ...blocksPut, name: 'held', fault: 'stall' as const, times: 1 },
+      ])
+      void (async () => {
+        while (!exited) {
+          if (proxy.hitCount('held') > 0) {
             child.kill('SIGKILL')
             return
           }
@@ -108,9 +134,9 @@ describe('ingest into s3:// killed at random moments', { timeout: 600_000 }, () 
     let staged = 0
     for (let round = 0; round < 6 && killed < 4; round++) {
       // Round 0 is killed at a random time (start-up, the lease, fetching, the first uploads: ≈ 2.5–4 s
-      // pass before chunks are uploaded); round 1 in the middle of a chunk's upload (a chunk is 4
-      // objects, blocks.parquet last); the others once it uploaded 1–10 chunk files.
-      const kill = round === 0 ? { ms: Math.round(500 + random() * 3500) } : { objects: round === 1 ? 2 + Math.floor(random() * 2) : 1 + Math.floor(random() * 10) }
+      // pass before chunks are uploaded); round 1 in the middle of the upload of its 1st–3rd chunk
+      // (a chunk is 4 objects, blocks.parquet last); the others once it uploaded 1–10 chunk files.
+      const kill = round === 0 ? { ms: Math.round(500 + random() * 3500) } : round === 1 ? { midUpload: 1 + Math.floor(random() * 3) } : { objects: 1 + Math.floor(random() * 10) }
       const r = await run(kill)
       if (r.signal !== 'SIGKILL') {
         assert.equal(r.code, 0, r.stderr)
@@ -126,14 +152,15 @@ describe('ingest into s3:// killed at random moments', { timeout: 600_000 }, () 
       ranges.forEach(([first], i) => assert.equal(first, i === 0 ? 0 : ranges[i - 1][1] + 1, `gap or overlap before ${visible[i]}`))
       assert.deepEqual(visible.slice(0, before.length), before, 'the dataset never shrinks, chunks are never replaced')
       before = visible
-      log.push(`round ${round}: killed ${kill.ms ? `after ${kill.ms} ms` : `after uploading ${kill.objects} chunk files`} with ${visible.length} chunks visible, ${invisible} unfinished`)
+      const when = kill.ms ? `after ${kill.ms} ms` : kill.midUpload ? `uploading blocks.parquet of its chunk ${kill.midUpload}` : `after uploading ${kill.objects} chunk files`
+      log.push(`round ${round}: killed ${when} with ${visible.length} chunks visible, ${invisible} unfinished`)
       // The killed ingest's lease would block the next one for up to 60 s: let it expire.
       const lease = await getText('archive', `${PREFIX}/.ingest-lease.json`)
       if (lease) await putText('archive', `${PREFIX}/.ingest-lease.json`, JSON.stringify({ ...JSON.parse(lease), expiresAt: new Date(Date.now() - 1000).toISOString() }))
     }
     t.diagnostic(log.join('; '))
     assert.ok(killed >= 3, `killed ${killed} times`)
-    assert.ok(unfinished >= 1, 'some kill landed in the middle of a chunk upload')
+    assert.ok(unfinished >= 1, 'the kill held in the middle of a chunk upload left an unfinished chunk folder')
     const last = await run()
     assert.equal(last.code, 0, last.stderr)
     await assertNoPartialChunk('archive', PREFIX)
