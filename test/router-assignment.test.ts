@@ -97,7 +97,7 @@ describe('chunk assignment', { timeout: 600_000 }, () => {
     const before = fleet.holders('sim', storage.listed)
 
     const restarted = await router(storage)
-    const again = new FakeFleet([restarted], OPTS.heartbeatMs, fleet.now)
+    const again = new FakeFleet([restarted], OPTS.heartbeatMs, { start: fleet.now })
     // The workers come back one by one within a heartbeat: nobody is told to fetch what it does not hold meanwhile.
     for (const [id, h] of held) {
       again.now += Math.floor(OPTS.heartbeatMs / held.size)

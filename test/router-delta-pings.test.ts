@@ -48,8 +48,8 @@ describe('delta pings', { timeout: 600_000 }, () => {
 
   it('converge to the same routing as full pings, with pings and answers of a few bytes once settled', async () => {
     const storage = new MemoryStorage('sim', 3000)
-    const full = new FakeFleet([await router(storage)], OPTS.heartbeatMs)
-    const delta = new FakeFleet([await router(storage)], OPTS.heartbeatMs, undefined, true)
+    const full = new FakeFleet([await router(storage)], OPTS.heartbeatMs, { countBytes: true })
+    const delta = new FakeFleet([await router(storage)], OPTS.heartbeatMs, { deltas: true, countBytes: true })
     for (const f of [full, delta]) {
       for (let i = 0; i < 20; i++) f.add(`w${i}`)
       f.settle()
@@ -85,8 +85,8 @@ describe('delta pings', { timeout: 600_000 }, () => {
 
   it('after a router restart, delta pings are asked for the full state once and converge to the same routing', async () => {
     const storage = new MemoryStorage('sim', 2000)
-    const full = new FakeFleet([await router(storage)], OPTS.heartbeatMs)
-    const delta = new FakeFleet([await router(storage)], OPTS.heartbeatMs, undefined, true)
+    const full = new FakeFleet([await router(storage)], OPTS.heartbeatMs, { countBytes: true })
+    const delta = new FakeFleet([await router(storage)], OPTS.heartbeatMs, { deltas: true, countBytes: true })
     for (const f of [full, delta]) {
       for (let i = 0; i < 12; i++) f.add(`w${i}`)
       f.settle()

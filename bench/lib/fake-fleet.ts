@@ -24,17 +24,25 @@ export class FakeFleet {
   /** The last desired state of each live worker, as the first router answered. */
   desired = new Map<string, DesiredState>()
 
-  /** Bytes of the pings sent and the answers received (as JSON), for comparing full pings with deltas. */
+  /** With `countBytes`: bytes of the pings sent and the answers received (as JSON), for comparing full pings with deltas. */
   bytes = { pings: 0, answers: 0 }
+  /** Pings whose answer differed from the worker's previous desired state. */
+  private changes = 0
+  readonly deltas: boolean
+  private readonly countBytes: boolean
 
-  /** With `deltas`, workers ping as a real worker does (src/server/ping-session.ts): only what changed. */
+  /**
+   * With `deltas`, workers ping as a real worker does (src/server/ping-session.ts): only what
+   * changed. `countBytes` adds up `bytes` (each ping and answer serialised: costly with many workers).
+   */
   constructor(
     readonly routers: RouterState[],
     readonly heartbeatMs: number,
-    start?: number,
-    readonly deltas = false,
+    opts: { start?: number; deltas?: boolean; countBytes?: boolean } = {},
   ) {
-    this.now = start ?? 1_000_000
+    this.now = opts.start ?? 1_000_000
+    this.deltas = opts.deltas ?? false
+    this.countBytes = opts.countBytes ?? false
   }
 
   add(id: string, held: Record<string, Range[]> = {}): void {
@@ -64,6 +72,8 @@ export class FakeFleet {
       const desired = this.deltas ? this.pingWithSession(r, w, (w.sessions[i] ??= new PingSession())) : this.send(r, { worker_id: w.id, worker_url: `http://${w.id}.invalid`, state: w.held }).desired!
       first ??= desired
     })
+    const before = this.desired.get(w.id)
+    if (!before || !sameDesired(before, first!)) this.changes++
     this.desired.set(w.id, first!)
     if (download) w.held = first!
     return first!
@@ -79,8 +89,10 @@ export class FakeFleet {
 
   private send(r: RouterState, msg: Parameters<RouterState['ping']>[0]): ReturnType<RouterState['ping']> {
     const answer = r.ping(msg, this.now)
-    this.bytes.pings += JSON.stringify(msg).length
-    this.bytes.answers += JSON.stringify(answer).length
+    if (this.countBytes) {
+      this.bytes.pings += JSON.stringify(msg).length
+      this.bytes.answers += JSON.stringify(answer).length
+    }
     return answer
   }
 
@@ -91,9 +103,9 @@ export class FakeFleet {
   settle(max = 20, min = 3): number {
     for (let i = 0; i < min; i++) this.round()
     for (let i = 1; i <= max; i++) {
-      const before = JSON.stringify([...this.desired])
+      const before = this.changes
       this.round()
-      if (JSON.stringify([...this.desired]) === before) return i
+      if (this.changes === before) return i
     }
     throw new Error(`desired states still changing after ${max} rounds`)
   }
@@ -109,6 +121,16 @@ export class FakeFleet {
     for (const ids of out) ids.sort()
     return out
   }
+}
+
+function sameDesired(a: DesiredState, b: DesiredState): boolean {
+  const names = Object.keys(a)
+  if (names.length !== Object.keys(b).length) return false
+  return names.every((n) => {
+    const x = a[n]
+    const y = b[n]
+    return y !== undefined && x.length === y.length && x.every(([f, l], i) => f === y[i][0] && l === y[i][1])
+  })
 }
 
 /** Chunks whose holders differ between two `holders` results. */

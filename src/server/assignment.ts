@@ -45,9 +45,14 @@ export class DatasetAssignment {
   /** Chunk index → its group. */
   private groupAt: Group[] = []
   private live = new Map<string, number>()
-  /** Worker → its chunks, ascending; built when asked, dropped when anything changes. */
-  private perWorker?: Map<string, ChunkRef[]>
-  private perWorkerRanges = new Map<string, Range[]>()
+  /** Worker → the groups it is picked for, kept up to date as picks change. */
+  private groupsOf = new Map<string, Set<Group>>()
+  /**
+   * Worker → its chunks (ascending) and their ranges, built when asked and dropped only for the
+   * workers a change touches: with many workers, one joining must not rebuild every list.
+   */
+  private chunkLists = new Map<string, ChunkRef[]>()
+  private rangeLists = new Map<string, Range[]>()
 
   constructor(
     private readonly dataset: string,
@@ -58,16 +63,18 @@ export class DatasetAssignment {
   setChunks(chunks: ChunkRef[]): void {
     const old = this.chunks
     const grew = old.length > 0 && chunks.length >= old.length && chunks[old.length - 1].path === old[old.length - 1].path && chunks[0].path === old[0].path
+    this.chunks = chunks
     if (grew) {
       for (let i = old.length; i < chunks.length; i++) this.place(chunks, i)
     } else {
       const known = new Map(this.groups.map((g) => [g.key, g.picks]))
       this.groups = []
       this.groupAt = []
+      this.groupsOf.clear()
+      this.chunkLists.clear()
+      this.rangeLists.clear()
       for (let i = 0; i < chunks.length; i++) this.place(chunks, i, known)
     }
-    this.chunks = chunks
-    this.changed()
   }
 
   /** Put chunk `i` into the last group or start a group with it. */
@@ -79,9 +86,11 @@ export class DatasetAssignment {
       const g: Group = { key, hash, start: i, end: i + 1, picks: known?.get(key) ?? this.pickAll(hash) }
       this.groups.push(g)
       this.groupAt.push(g)
+      for (const p of g.picks) this.addHolder(p.id, g)
     } else {
       last.end = i + 1
       this.groupAt.push(last)
+      for (const p of last.picks) this.touch(p.id)
     }
   }
 
@@ -94,14 +103,55 @@ export class DatasetAssignment {
     if (!joined.length && !left.size) return
     this.live = next
     const want = Math.min(this.opts.replication, next.size)
+    const joinedHashes = joined.map((id) => next.get(id)!)
     for (const g of this.groups) {
       if (g.picks.length > want || (left.size && g.picks.some((p) => left.has(p.id)))) {
-        g.picks = this.pickAll(g.hash)
+        this.repick(g)
         continue
       }
-      for (const id of joined) insertPick(g.picks, { id, score: score(g.hash, next.get(id)!) }, want)
+      // The hot loop when many workers join one by one: no allocation unless the joiner gets in.
+      for (let j = 0; j < joined.length; j++) {
+        const s = score(g.hash, joinedHashes[j])
+        const last = g.picks.at(-1)
+        if (g.picks.length >= want && last && !better(s, joined[j], last)) continue
+        const out = insertPick(g.picks, { id: joined[j], score: s }, want)
+        if (out === undefined) continue
+        this.addHolder(joined[j], g)
+        if (out) this.dropHolder(out.id, g)
+      }
     }
-    this.changed()
+    for (const id of left) {
+      this.groupsOf.delete(id)
+      this.touch(id)
+    }
+  }
+
+  /** Pick the group's workers again from scratch. */
+  private repick(g: Group): void {
+    const picks = this.pickAll(g.hash)
+    for (const p of g.picks) if (!picks.some((q) => q.id === p.id)) this.dropHolder(p.id, g)
+    for (const p of picks) if (!g.picks.some((q) => q.id === p.id)) this.addHolder(p.id, g)
+    g.picks = picks
+  }
+
+  private addHolder(id: string, g: Group): void {
+    let set = this.groupsOf.get(id)
+    if (!set) this.groupsOf.set(id, (set = new Set()))
+    set.add(g)
+    this.touch(id)
+  }
+
+  private dropHolder(id: string, g: Group): void {
+    const set = this.groupsOf.get(id)
+    set?.delete(g)
+    if (set?.size === 0) this.groupsOf.delete(id)
+    this.touch(id)
+  }
+
+  /** The worker's lists are out of date. */
+  private touch(id: string): void {
+    this.chunkLists.delete(id)
+    this.rangeLists.delete(id)
   }
 
   private pickAll(groupHash: number): Pick[] {
@@ -124,29 +174,21 @@ export class DatasetAssignment {
 
   /** The chunks assigned to `worker`, ascending. */
   chunksOf(worker: string): readonly ChunkRef[] {
-    if (!this.perWorker) {
-      this.perWorker = new Map()
-      for (const g of this.groups) {
-        for (const p of g.picks) {
-          let list = this.perWorker.get(p.id)
-          if (!list) this.perWorker.set(p.id, (list = []))
-          for (let i = g.start; i < g.end; i++) list.push(this.chunks[i])
-        }
-      }
+    let list = this.chunkLists.get(worker)
+    if (!list) {
+      list = []
+      const groups = [...(this.groupsOf.get(worker) ?? [])].sort((a, b) => a.start - b.start)
+      for (const g of groups) for (let i = g.start; i < g.end; i++) list.push(this.chunks[i])
+      this.chunkLists.set(worker, list)
     }
-    return this.perWorker.get(worker) ?? []
+    return list
   }
 
   /** The chunks assigned to `worker` as merged ranges. */
   rangesOf(worker: string): Range[] {
-    let r = this.perWorkerRanges.get(worker)
-    if (!r) this.perWorkerRanges.set(worker, (r = mergeRanges(this.chunksOf(worker))))
+    let r = this.rangeLists.get(worker)
+    if (!r) this.rangeLists.set(worker, (r = mergeRanges(this.chunksOf(worker))))
     return r
-  }
-
-  private changed(): void {
-    this.perWorker = undefined
-    this.perWorkerRanges.clear()
   }
 
   get groupCount(): number {
@@ -154,17 +196,21 @@ export class DatasetAssignment {
   }
 }
 
-/** Keep `picks` the `want` highest scores, highest first (ties: the smaller id). */
-function insertPick(picks: Pick[], p: Pick, want: number): void {
+/**
+ * Keep `picks` the `want` highest scores, highest first (ties: the smaller id). Returns undefined
+ * when `p` did not get in, else the pick it pushed out (null: none).
+ */
+function insertPick(picks: Pick[], p: Pick, want: number): Pick | null | undefined {
   let i = picks.length
-  while (i > 0 && better(p, picks[i - 1])) i--
-  if (i >= want) return
+  while (i > 0 && better(p.score, p.id, picks[i - 1])) i--
+  if (i >= want) return undefined
   picks.splice(i, 0, p)
-  if (picks.length > want) picks.pop()
+  return picks.length > want ? picks.pop()! : null
 }
 
-function better(a: Pick, b: Pick): boolean {
-  return a.score !== b.score ? a.score > b.score : a.id < b.id
+/** Whether a pick of `score` and `id` ranks above `b`. */
+function better(score: number, id: string, b: Pick): boolean {
+  return score !== b.score ? score > b.score : id < b.id
 }
 
 /** A worker's score for a group: the two hashes mixed (murmur3's finaliser), as an unsigned 32-bit number. */
