@@ -10,7 +10,7 @@ import { getText, listObjects, putText } from '../src/storage/s3.js'
 import { CLI, children, killChildren } from './helpers/cli.js'
 import { answers, writeSmallChunks } from './helpers/compaction.js'
 import { anvilRecords, startStandaloneWorker, tempDir, type AnvilRecord } from './helpers/dataset.js'
-import { prng } from './helpers/fault-proxy.js'
+import { FaultProxy, prng } from './helpers/fault-proxy.js'
 import { assertNoPartialChunk, downloadDataset } from './helpers/faults.js'
 import { startS3, uploadDataset, type S3Server } from './helpers/s3.js'
 
@@ -56,11 +56,11 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
   })
 
   /**
-   * One `compact` run; killed (SIGKILL) once `when` says so (polled every `pollMs`, default 5), or, with `mergeK`,
+   * One `compact` run; killed (SIGKILL) once `when` says so (polled every 5 ms), or, with `mergeK`,
    * as soon as the k-th merge temp folder of this run (named by its PID) appears in `watchDir` (inotify: a merge of
    * one-block chunks can take less than a poll interval on a fast machine).
    */
-  const run = (out: string, env: Record<string, string>, when?: () => Promise<boolean>, mergeK?: { dir: string; k: number }, pollMs = 5) =>
+  const run = (out: string, env: Record<string, string>, when?: () => Promise<boolean>, mergeK?: { dir: string; k: number }) =>
     new Promise<{ code: number | null; signal: string | null; stderr: string; stdout: string }>((resolve) => {
       const child = spawn(process.execPath, [CLI, 'compact', '--out', out, ...ARGS], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn', ...env } })
       children.add(child)
@@ -82,7 +82,7 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
         void (async () => {
           while (!exited) {
             if (await when().catch(() => false)) return void child.kill('SIGKILL')
-            await new Promise((r) => setTimeout(r, pollMs))
+            await new Promise((r) => setTimeout(r, 5))
           }
         })()
       }
@@ -149,10 +149,14 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
 
   describe('in s3rver', () => {
     let s3: S3Server
+    let proxy: FaultProxy
     before(async () => {
       s3 = await startS3(['archive'])
+      proxy = new FaultProxy(s3.endpoint)
+      await proxy.start()
     })
     after(async () => {
+      await proxy?.close()
       await s3?.stop()
     })
 
@@ -164,23 +168,19 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
       await uploadDataset(small, 'archive', PREFIX)
       const tmpdir = path.join(tmp.dir, 'tmp')
       await mkdir(tmpdir)
-      const env = { ...s3.env, TMPDIR: tmpdir }
-      const keys = async () => new Set((await listObjects('archive', `${PREFIX}/`)).map((o) => o.key))
+      // The runs talk to S3 through the proxy, which counts the requests that change the bucket
+      // (listing it to find out would cost s3rver, in this process, far more than the compaction).
+      const env = { ...s3.env, AWS_ENDPOINT_URL: proxy.url, TMPDIR: tmpdir }
+      const changesSince = (from: number) =>
+        proxy.log.slice(from).filter((e) => e.status !== undefined && e.status < 300 && (e.method === 'DELETE' || (e.method === 'PUT' && !/[?&]partNumber=/.test(e.path)) || (e.method === 'POST' && /[?&](uploadId=|delete)/.test(e.path)))).length
       const log: string[] = []
       let killed = 0
       let unfinished = 0
       for (let round = 0; round < 8 && killed < 4; round++) {
-        // kill once the bucket changed by a random number of objects (uploads of a merged chunk, deletions of superseded ones);
-        // a listing of the bucket costs s3rver (in this process) more than 5 ms, so it is polled every 25 ms
-        const before = await keys()
+        // kill once the run made a random number of changes to the bucket (uploads of a merged chunk, deletions of superseded ones)
+        const from = proxy.log.length
         const changes = 1 + Math.floor(random() * 12)
-        const r = await run(`s3://archive/${PREFIX}`, env, async () => {
-          const now = await keys()
-          let n = 0
-          for (const k of now) if (!before.has(k)) n++
-          for (const k of before) if (!now.has(k)) n++
-          return n >= changes
-        }, undefined, 25)
+        const r = await run(`s3://archive/${PREFIX}`, env, async () => changesSince(from) >= changes)
         if (r.signal !== 'SIGKILL') {
           assert.equal(r.code, 0, r.stderr)
           log.push(`round ${round}: finished`)

@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test'
 import { runIngest } from '../src/ingest/loop.js'
 import { loadRecordedChain } from '../src/ingest/recorded.js'
 import { ReplayServer } from '../src/ingest/replay.js'
-import { getText, listObjects, putText } from '../src/storage/s3.js'
+import { getText, putText } from '../src/storage/s3.js'
 import { CLI, children, killChildren } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
 import { chunkFile, FaultProxy, prng } from './helpers/fault-proxy.js'
@@ -21,10 +21,11 @@ import { startS3, type S3Server } from './helpers/s3.js'
  * dataset is object for object the one a one-shot ingest writes: every block exactly once. The
  * local staging folders the killed runs leave are deleted by the next run.
  *
- * One kill lands at a random time; one in the middle of a chunk's upload, for certain: that run
- * talks to S3 through a fault proxy that holds one blocks.parquet upload (the chunk's last object)
- * unanswered, and the run is killed while it waits; the others once the run uploaded a random
- * number of chunk files (between two uploads of a chunk, or right after one). The moments come from
+ * The runs talk to S3 through a fault proxy, which sees each upload without listing the bucket.
+ * One kill lands at a random time; one in the middle of a chunk's upload, for certain: the proxy
+ * holds one blocks.parquet upload (the chunk's last object) unanswered, and the run is killed while
+ * it waits; the others once the run uploaded a random number of chunk files (between two uploads
+ * of a chunk, or right after one). The moments come from
  * a seeded generator (the seed is printed; BLOCK_ARCHIVE_TEST_SEED repeats a run). A killed ingest leaves its lease, valid for 60 s; the test marks it expired, as
  * that much waiting would (taking over an expired lease is tested in ingest-s3.test.ts). The same
  * for a folder (`--out <folder>`) is ingest-resume.test.ts ("killed at arbitrary moments").
@@ -65,29 +66,31 @@ describe('ingest into s3:// killed at random moments', { timeout: 600_000 }, () 
   const args = () => ['ingest', '--rpc', node.url, '--dataset', 'eth', '--out', `s3://archive/${PREFIX}`, '--to', String(LAST),
     '--chunk-blocks', '5', '--batch-size', '5', '--concurrency', '2', '--workers', '0', '--progress', 'none']
 
-  /** Keys of the chunk files under the prefix. */
-  const chunkKeys = async () => (await listObjects('archive', `${PREFIX}/`)).map((o) => o.key).filter((k) => /\/\d{10}-\d{10}-\w+\//.test(k))
+  /** Chunk files whose upload S3 confirmed through the proxy, from log entry `from` on (a PUT, or a multipart upload's completion). */
+  const uploadedSince = (from: number) =>
+    proxy.log.slice(from).filter((e) => /\/\d{10}-\d{10}-\w+\//.test(e.path) && e.status !== undefined && e.status < 300 && ((e.method === 'PUT' && !/[?&]partNumber=/.test(e.path)) || (e.method === 'POST' && /[?&]uploadId=/.test(e.path)))).length
 
   /**
-   * One run of the CLI; with `kill`, killed (SIGKILL) after `ms` milliseconds, once it has uploaded
-   * `objects` chunk files (the kill then lands between two uploads of a chunk, or right after one),
-   * or, with `midUpload`, through the proxy once it waits on the (midUpload)th blocks.parquet upload,
-   * which the proxy holds: the chunk's other files are uploaded, blocks.parquet is not.
+   * One run of the CLI, talking to S3 through the proxy; with `kill`, killed (SIGKILL) after `ms`
+   * milliseconds, once it has uploaded `objects` chunk files (the kill then lands between two
+   * uploads of a chunk, or right after one), or, with `midUpload`, once it waits on the
+   * (midUpload)th blocks.parquet upload, which the proxy holds: the chunk's other files are
+   * uploaded, blocks.parquet is not.
    */
   const run = (kill?: { ms?: number; objects?: number; midUpload?: number }) => new Promise<{ code: number | null; signal: string | null; stderr: string; ms: number }>((resolve) => {
     const t0 = performance.now()
-    const viaProxy = kill?.midUpload != null ? { AWS_ENDPOINT_URL: proxy.url } : {}
-    const child = spawn(process.execPath, [CLI, ...args()], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...s3.env, ...viaProxy, LOG_LEVEL: 'warn', TMPDIR: tmpdir } })
+    proxy.clear()
+    const child = spawn(process.execPath, [CLI, ...args()], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...s3.env, AWS_ENDPOINT_URL: proxy.url, LOG_LEVEL: 'warn', TMPDIR: tmpdir } })
     children.add(child)
     let stderr = ''
     let exited = false
     child.stderr!.on('data', (d) => (stderr += d))
     const t = kill?.ms == null ? undefined : setTimeout(() => child.kill('SIGKILL'), kill.ms)
     if (kill?.objects != null) {
+      const from = proxy.log.length
       void (async () => {
-        const start = new Set(await chunkKeys())
         while (!exited) {
-          if ((await chunkKeys()).filter((k) => !start.has(k)).length >= kill.objects!) {
+          if (uploadedSince(from) >= kill.objects!) {
             child.kill('SIGKILL')
             return
           }

@@ -4,17 +4,17 @@ import { configureDb } from '../db.js'
 import { log } from '../log.js'
 import type { QueryBudgets } from '../query/types.js'
 import { loadTicketSecret, randomSecret } from '../server/auth.js'
-import { startCluster } from '../server/cluster.js'
 import { RouterServer, type RouterAccessOptions } from '../server/router-http.js'
 import { ArchiveStorage } from '../server/storage.js'
-import { WorkerServer } from '../server/worker-http.js'
-import { ChunkCache, spillFolder } from '../storage/chunk-cache.js'
+import type { ChunkCache } from '../storage/chunk-cache.js'
 import { onSignal } from './serving-thread.js'
 import { defaultCacheFolder, FORMS_DB_MEMORY, gb, workerDbThreads, type AccessFlags, type StorageFlags, type WorkerFlags } from './serve.js'
 
 /*
  * What `serve`, `router` and `worker` do once their flags are read (src/commands/serve.ts declares
  * the flags); loaded only when one of them runs, so `--help` and `query` start without the servers.
+ * The worker's modules (the query engine, DuckDB, the chunk cache) are loaded by the commands that
+ * run workers: a `router` starts without them.
  */
 
 /** `--data` roots and `--dataset name=URL` entries; at least one is needed. */
@@ -55,7 +55,7 @@ function accessSettings(o: AccessFlags, mayGenerateSecret: boolean): RouterAcces
 }
 
 /** DuckDB's resources for the workers of this process, from the flags and where they keep their cache. */
-function workerSettings(o: WorkerFlags, workers = 1) {
+function workerSettings(o: WorkerFlags, spillFolder: (cache: string) => string, workers = 1) {
   configureDb({
     threads: o.dbThreads ?? workerDbThreads(o.concurrency * workers),
     memoryLimit: o.dbMemory ?? (o.cache && o.localForms === 'duckdb' ? FORMS_DB_MEMORY : undefined),
@@ -104,6 +104,7 @@ function routerSettings(o: Flags) {
 }
 
 export async function runServe(o: Flags): Promise<void> {
+  const [{ startCluster }, { ChunkCache, spillFolder }] = await Promise.all([import('../server/cluster.js'), import('../storage/chunk-cache.js')])
   const cache = (o.cache ??= defaultCacheFolder(o))
   const storage = storageOptions(o)
   const access = accessSettings(o, true)
@@ -114,7 +115,7 @@ export async function runServe(o: Flags): Promise<void> {
     port: o.port,
     workers: o.workers,
     ...routerSettings(o),
-    ...workerSettings(o, o.workers),
+    ...workerSettings(o, spillFolder, o.workers),
     access,
   })
   console.log(`router: ${cluster.router.url}`)
@@ -137,6 +138,7 @@ export async function runRouter(o: Flags): Promise<void> {
 }
 
 export async function runWorker(o: Flags): Promise<void> {
+  const [{ WorkerServer }, { ChunkCache, spillFolder }] = await Promise.all([import('../server/worker-http.js'), import('../storage/chunk-cache.js')])
   const server = new WorkerServer({
     storage: new ArchiveStorage({ roots: o.data, cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker', localForms: o.localForms === 'duckdb' }) : undefined }),
     routerUrl: o.router.replace(/\/+$/, ''),
@@ -144,7 +146,7 @@ export async function runWorker(o: Flags): Promise<void> {
     publicUrl: o.publicUrl,
     heartbeatMs: o.heartbeatMs,
     dropGraceMs: o.heartbeatMs * 2,
-    ...workerSettings(o),
+    ...workerSettings(o, spillFolder),
     ticketSecret: ticketSecret(o),
   })
   await server.start(o.host, o.port)
