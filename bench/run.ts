@@ -91,6 +91,7 @@ program
   .description('the router over 1 k – 100 k chunks (folder and s3rver), and throughput with 1, 2, 4 worker processes under the same load')
   .option('--part <which...>', 'router (chunks listed, routable, RSS, requests per relist, /height and /worker p99), workers (throughput per worker count), no-match (a worker\'s first pass of a no-match query over many chunks, with and without written chunk summaries)', ['router', 'workers'])
   .option('--copies <n>', 'no-match part: datasets of 64 one-block chunks passed over', int, 16)
+  .option('--warm-passes <n>', 'no-match part: passes after the first (the median is reported)', int, 5)
   .option('--chunks <n...>', 'router part: folder datasets of this many sparse synthetic chunks', intList)
   .option('--s3-chunks <n...>', 'router part: s3rver datasets of this many chunks', intList)
   .option('--pingers <n>', 'router part: light HTTP pingers standing in for workers', int, 100)
@@ -108,7 +109,7 @@ program
       })
     }
     if (o.part.includes('workers')) await (await import('./scaling.js')).runScaling({ ...o, workers: o.workers ?? [1, 2, 4] })
-    if (o.part.includes('no-match')) await (await import('./no-match-scan.js')).runNoMatchScan({ copies: o.copies })
+    if (o.part.includes('no-match')) await (await import('./no-match-scan.js')).runNoMatchScan({ copies: o.copies, warmPasses: o.warmPasses })
   })
 
 program
