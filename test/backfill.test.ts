@@ -191,6 +191,29 @@ describe('backfill in parallel', { timeout: 600_000 }, () => {
     assert.equal(meta40.previousLast, 39, 'a range declares the block before it')
   })
 
+  it('a range with chunks of other runs in it is written hole by hole in one run, under one claim', async () => {
+    const server = chain!
+    const dir = folder()
+    await ingest({ rpc: server.url, out: dir, from: 10, to: 19 })
+    await ingest({ rpc: server.url, out: dir, from: 30, to: 39 })
+    const claimsSeen: string[][] = []
+    const all = await ingest({
+      rpc: server.url, out: dir, from: 0, to: 59,
+      onChunk: () => void readClaims(new FolderClaims(dir)).then((cs) => claimsSeen.push(cs.map((c) => `${c.from}-${c.to}${c.stoppedAt ? ' stopped' : ''}`))),
+    })
+    assert.deepEqual(ranges(all.chunks), [[0, 9], [20, 29], [40, 49], [50, 59]], 'the three holes, in one run')
+    assert.equal(all.blocks, 40)
+    assert.equal(all.last, 59)
+    const a = await listLocalChunks(whole)
+    const b = await listLocalChunks(dir)
+    assert.deepEqual(ranges(b), ranges(a))
+    for (let i = 0; i < a.length; i++) assert.deepEqual(contents(await readChunkMeta(dir, b[i])), contents(await readChunkMeta(whole, a[i])), a[i].path)
+    await checkChain(dir, 0, 59)
+    assert.deepEqual(await readClaims(new FolderClaims(dir)), [], 'complete: the claim is gone')
+    await until('the claims read while writing', async () => claimsSeen.length === all.chunks.length || undefined)
+    assert.ok(claimsSeen.every((cs) => cs.length === 1 && cs[0] === '0-59'), `one running claim of the range throughout: ${JSON.stringify(claimsSeen)}`)
+  })
+
   it('a range that ends below a range written before checks the join: a block that is not the parent of the next range\'s first block stops it, naming both', async () => {
     const server = await serve()
     const dir = folder()

@@ -193,6 +193,56 @@ const MiB = 1024 * 1024
 
 export async function runIngest(o: IngestOptions): Promise<IngestResult> {
   const started = performance.now()
+  // One owner for the range claim of every pass: a later pass goes on under the claim of the first.
+  const claimOwner = randomBytes(8).toString('hex')
+  let pass = await ingestPass(o, claimOwner)
+  let result = pass.result
+  // A range [from, to] with chunks of other runs in it has several holes; each pass writes one, up
+  // to the next chunk already there, and the command goes on until none is left.
+  while (pass.goesOn) {
+    log.info({ from: o.from, to: o.to, next: pass.missing!.from, nextTo: pass.missing!.to }, 'the range has chunks of another run in it; going on with the next blocks it lacks')
+    pass = await ingestPass(o, claimOwner)
+    result = addResults(result, pass.result)
+  }
+  const missing = pass.missing
+  if (missing) log.warn({ from: o.from, to: o.to, missingFrom: missing.from, missingTo: missing.to }, 'blocks of the range are still missing: run the same ingest again to write them')
+  result.elapsedMs = performance.now() - started
+  return result
+}
+
+/** Two passes of one ingest as one result. */
+function addResults(a: IngestResult, b: IngestResult): IngestResult {
+  /** Field by field (every field a number). */
+  const sum = <T extends object>(x: T, y: T): T => {
+    const [p, q] = [x as Record<string, number>, y as Record<string, number>]
+    return Object.fromEntries([...new Set([...Object.keys(p), ...Object.keys(q)])].map((k) => [k, (p[k] ?? 0) + (q[k] ?? 0)])) as T
+  }
+  return {
+    ...b,
+    blocks: a.blocks + b.blocks,
+    rows: sum(a.rows, b.rows),
+    chunks: [...a.chunks, ...b.chunks],
+    rpc: sum(a.rpc, b.rpc),
+    stages: sum(a.stages, b.stages),
+    ...(a.upload && b.upload ? { upload: sum(a.upload, b.upload) } : {}),
+    reorgs: [...a.reorgs, ...b.reorgs],
+  }
+}
+
+interface Pass {
+  result: IngestResult
+  /** In a range: the next blocks of it still lacking (a chunk of another run lies above this pass's last block). */
+  missing?: { from: number; to: number }
+  /** Another pass follows (it writes `missing`): this one left its claim running. */
+  goesOn: boolean
+}
+
+/**
+ * One pass: from where the dataset (or, bounded, the range) resumes to its end, or, in a range, up
+ * to the next chunk already written in it.
+ */
+async function ingestPass(o: IngestOptions, claimOwner: string): Promise<Pass> {
+  const started = performance.now()
   if (o.finality != null && o.confirmations != null) throw new Error('give --finality or --confirmations (the same thing as a number), not both')
   const maxReorgDepth = Math.max(0, o.maxReorgDepth ?? DEFAULT_MAX_REORG_DEPTH)
   const chunkBlocks = o.chunkBlocks ?? DEFAULT_CHUNK_BLOCKS
@@ -218,6 +268,8 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
     : undefined
   const closes = Math.max(1, o.closes ?? (spool ? defaultCloses() : 1))
   let compactor: Compactor | undefined
+  let missing: Pass['missing']
+  let goesOn = false
   try {
     if (spool) {
       await mkdir(spool.dir, { recursive: true })
@@ -239,7 +291,7 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       written = listed.filter((c) => (o.from == null || c.first >= from) && c.last < start)
       lastChunk = listed.find((c) => c.last === start - 1)
       // claimed even when complete already: a stopped claim of it (a run killed before deleting it) goes at the end
-      if (from <= o.to!) await target.claim({ from, to: o.to! })
+      if (from <= o.to!) await target.claim({ from, to: o.to! }, claimOwner)
       if (start > from && start <= o.to!) log.info({ from, to: o.to, resumeAt: start, stopAt: stop }, 'resuming the range after its last complete chunk')
       if (stop! < o.to!) log.info({ from, to: o.to, stopAt: stop, next: stop! + 1 }, 'the range already has chunks from block ' + (stop! + 1) + '; this run ends below them')
     } else {
@@ -481,17 +533,19 @@ export async function runIngest(o: IngestOptions): Promise<IngestResult> {
       }
       const left = rangeResume(now, o.from ?? datasetLast + 1, o.to!)
       if (left.resumeAt > o.to!) await target.releaseClaim(true)
-      else log.warn({ from: o.from, to: o.to, missingFrom: left.resumeAt, missingTo: left.stopAt }, 'blocks of the range are still missing (chunks of another run lie in it): run the same ingest again to write them')
+      else missing = { from: left.resumeAt, to: left.stopAt }
     }
     result.elapsedMs = performance.now() - started
     const cpu = process.cpuUsage(cpu0)
     stages.cpuMs = (cpu.user + cpu.system) / 1000
     log.info({ blocks: result.blocks, elapsedMs: Math.round(result.elapsedMs), parseMs: Math.round(transfer.parseMs), ...Object.fromEntries(Object.entries(stages).map(([k, v]) => [k, Math.round(v)])) }, 'ingest stages')
-    return result
+    // only a range given with --from has holes (without it the range starts after the dataset's last chunk)
+    goesOn = missing !== undefined && o.from != null && !o.signal?.aborted && result.blocks > 0
+    return { result, missing, goesOn }
   } finally {
     await compactor?.stop()
     await spool?.remove()
-    await target.close()
+    await target.close({ keepClaim: goesOn })
   }
 }
 

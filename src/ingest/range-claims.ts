@@ -220,6 +220,14 @@ export class RangeClaim {
     }
   }
 
+  /** Stop renewing and leave the claim as it is (live until it expires): a pass of the same ingest follows and takes it on. */
+  async handOver(): Promise<void> {
+    clearInterval(this.timer)
+    this.timer = undefined
+    await this.renewing
+    this.held = false
+  }
+
   private refusal(c: ClaimRecord): DatasetLocked {
     return new DatasetLocked(
       `another ingest is writing ${this.store.where}: ${describeClaim(c)} until ${c.expiresAt}, which overlaps blocks ${this.range.from}–${this.range.to ?? 'head'}; ` +

@@ -8,7 +8,7 @@ import { mapLimit } from '../semaphore.js'
 import { S3Lease, type LeaseOptions } from './s3-lease.js'
 import { alive } from '../pid.js'
 import { readBlockHashes } from './reorg.js'
-import { ClaimHolder, type IngestTarget, type UploadStats } from './target.js'
+import { ClaimHolder, type CloseOptions, type IngestTarget, type UploadStats } from './target.js'
 import { S3Claims, overlaps, type ClaimOptions, type ClaimRange, type ClaimRecord } from './range-claims.js'
 import { CHUNK_INDEX_FILE, chunkIndexLine } from '../chunks/chunk-index.js'
 
@@ -82,8 +82,8 @@ export class S3IngestTarget implements IngestTarget {
   }
 
   /** The claim of an ingest up to the head has the owner id of its lease (one name in messages). */
-  claim(range: ClaimRange): Promise<void> {
-    return this.claimHolder.claim(range, this.leased ? this.lease.owner : undefined)
+  claim(range: ClaimRange, owner?: string): Promise<void> {
+    return this.claimHolder.claim(range, this.leased ? this.lease.owner : owner)
   }
 
   releaseClaim(complete: boolean): Promise<void> {
@@ -184,9 +184,9 @@ export class S3IngestTarget implements IngestTarget {
     this.indexUnwritten -= n
   }
 
-  async close(): Promise<void> {
+  async close(o: CloseOptions = {}): Promise<void> {
     await this.writeIndex().catch((e) => log.warn({ err: e instanceof Error ? e.message : String(e), dataset: this.where }, 'could not write the chunk index; routers read the meta.json of the chunks it lacks'))
-    await this.claimHolder.release(false)
+    await (o.keepClaim ? this.claimHolder.handOver() : this.claimHolder.release(false))
     if (this.leased) await this.lease.release()
     this.leased = false
     if (this.buildRoot) await rm(this.buildRoot, { recursive: true, force: true })

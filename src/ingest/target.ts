@@ -39,8 +39,11 @@ export interface IngestTarget {
    * left (never what a running one, writing another range, is building).
    */
   open(meta: DatasetMeta, o?: { bounded?: boolean }): Promise<void>
-  /** Claim the blocks this ingest writes (range-claims.ts); refused (DatasetLocked) when a live ingest claims some of them. */
-  claim(range: ClaimRange): Promise<void>
+  /**
+   * Claim the blocks this ingest writes (range-claims.ts); refused (DatasetLocked) when a live ingest
+   * claims some of them. `owner`: the claim's owner id (the passes of one ingest share one).
+   */
+  claim(range: ClaimRange, owner?: string): Promise<void>
   /** Give the claim up: deleted when the range is `complete`, else kept, marked stopped. Also done (not complete) by `close`. */
   releaseClaim(complete: boolean): Promise<void>
   /** The range claims of every ingest of the dataset, this one's included. */
@@ -60,8 +63,8 @@ export interface IngestTarget {
   deleteChunk(ref: ChunkRef): Promise<void>
   /** Number → hash (lower case) of a chunk's blocks. */
   blockHashes(ref: ChunkRef): Promise<Map<number, string>>
-  /** Unlock (after `open` succeeded). */
-  close(): Promise<void>
+  /** Unlock (after `open` succeeded) and give the range claim up (see `CloseOptions`). */
+  close(o?: CloseOptions): Promise<void>
   /** Compaction (src/compact/): every complete chunk, superseded ones included, ascending. */
   listComplete(): Promise<ChunkRef[]>
   /** Compaction: a local folder holding the chunk's files, for reading; `done` when read. */
@@ -75,6 +78,11 @@ export interface TargetOptions {
   lease?: LeaseOptions
   /** Range claim timing. */
   claim?: ClaimOptions
+}
+
+export interface CloseOptions {
+  /** Leave the range claim running (not marked stopped): another pass of this ingest follows at once. */
+  keepClaim?: boolean
 }
 
 /** The target for `--out`: `s3://bucket/prefix` or a folder. */
@@ -108,6 +116,13 @@ export class ClaimHolder {
     await c?.release(complete)
   }
 
+  /** Stop renewing the claim and leave it as it is: the next pass of the same ingest takes it on. */
+  async handOver(): Promise<void> {
+    const c = this.held
+    this.held = undefined
+    await c?.handOver()
+  }
+
   claims(): Promise<ClaimRecord[]> {
     return readClaims(this.store)
   }
@@ -131,8 +146,8 @@ export class FolderTarget implements IngestTarget {
     return this.claimHolder.owner
   }
 
-  claim(range: ClaimRange): Promise<void> {
-    return this.claimHolder.claim(range)
+  claim(range: ClaimRange, owner?: string): Promise<void> {
+    return this.claimHolder.claim(range, owner)
   }
 
   releaseClaim(complete: boolean): Promise<void> {
@@ -188,8 +203,8 @@ export class FolderTarget implements IngestTarget {
     return readBlockHashes(path.join(this.where, ref.path, 'blocks.parquet'))
   }
 
-  async close(): Promise<void> {
-    await this.claimHolder.release(false)
+  async close(o: CloseOptions = {}): Promise<void> {
+    await (o.keepClaim ? this.claimHolder.handOver() : this.claimHolder.release(false))
     await this.unlock?.()
     this.unlock = undefined
   }
