@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
+import { CHUNK_INDEX_FILE, parseChunkIndex } from '../src/chunks/chunk-index.js'
 import { listLocalChunks, readChunkMeta, type ChunkMeta, type ChunkRef } from '../src/chunks/layout.js'
 import { DatasetLocked, rangeResume, runIngest, type IngestOptions } from '../src/ingest/loop.js'
 import { FolderClaims, RangeClaim, readClaims } from '../src/ingest/range-claims.js'
@@ -143,6 +144,9 @@ describe('backfill in parallel', { timeout: 600_000 }, () => {
     assert.deepEqual(await metas('par'), one)
     const rest = (await listObjects(BUCKET, 'par/')).map((o) => o.key).filter((k) => k.split('/')[1].startsWith('.'))
     assert.deepEqual(rest, [], 'no lease or claim left')
+    // Both ingests rewrote the one chunk index object: neither dropped the other's lines.
+    const chunkPaths = (await listObjects(BUCKET, 'par/')).map((o) => o.key).filter((k) => k.endsWith('/meta.json')).map((k) => k.split('/').slice(1, 3).join('/')).sort()
+    assert.deepEqual([...parseChunkIndex((await getText(BUCKET, `par/${CHUNK_INDEX_FILE}`))!).keys()].sort(), chunkPaths, 'the chunk index names every chunk')
   })
 
   it('a range overlapping a running ingest\'s is refused with a message naming that ingest\'s range (in process and through the CLI); an ingest up to the head starting inside it too', async () => {

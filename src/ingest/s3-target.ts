@@ -9,6 +9,7 @@ import { S3Lease, type LeaseOptions } from './s3-lease.js'
 import { alive } from '../pid.js'
 import { readBlockHashes } from './reorg.js'
 import { ClaimHolder, type CloseOptions, type IngestTarget, type UploadStats } from './target.js'
+import { sleep } from '../retry.js'
 import { S3Claims, overlaps, type ClaimOptions, type ClaimRange, type ClaimRecord } from './range-claims.js'
 import { CHUNK_INDEX_FILE, chunkIndexLine } from '../chunks/chunk-index.js'
 
@@ -44,8 +45,9 @@ export class S3IngestTarget implements IngestTarget {
   private readonly claimHolder: ClaimHolder
   /** Holds the dataset's lease (an ingest up to the head), not only a range claim. */
   private leased = false
-  /** The dataset's chunk index (src/chunks/chunk-index.ts) as read at `open` plus the chunks published since. */
-  private index = ''
+  /** Lines of the dataset's chunk index (src/chunks/chunk-index.ts) this run added: the chunks it published. */
+  private indexMine: string[] = []
+  /** Lines of the index object when last read or written, plus this run's added since. */
   private indexLines = 0
   /** Lines added since the index object was last written. */
   private indexUnwritten = 0
@@ -67,8 +69,7 @@ export class S3IngestTarget implements IngestTarget {
     try {
       await this.removeLeftovers(await this.claimHolder.others())
       await removeStaleStaging()
-      this.index = (await getText(this.loc.bucket, this.key(CHUNK_INDEX_FILE))) ?? ''
-      this.indexLines = this.index.split('\n').length - 1
+      this.indexLines = ((await getText(this.loc.bucket, this.key(CHUNK_INDEX_FILE))) ?? '').split('\n').length - 1
       this.buildRoot = await mkdtemp(path.join(tmpdir(), `ba-ingest-s3-${process.pid}-`))
     } catch (e) {
       if (this.leased) await this.lease.release()
@@ -170,17 +171,39 @@ export class S3IngestTarget implements IngestTarget {
    * `close`. Chunks published after the last write are read from their meta.json by routers.
    */
   private async addToIndex(line: string): Promise<void> {
-    this.index += line
+    this.indexMine.push(line)
     this.indexLines++
     this.indexUnwritten++
     // the chunk is published whatever happens here: an index not written now is written with a later chunk
     if (this.indexUnwritten * 64 >= this.indexLines) await this.writeIndex().catch((e) => log.warn({ err: e instanceof Error ? e.message : String(e), dataset: this.where }, 'could not write the chunk index; routers read the meta.json of the chunks it lacks'))
   }
 
+  /**
+   * Ingests of other ranges (backfills in parallel) write the same index: each write adds this
+   * run's lines to the object as it is now, and reads it back to see that they stayed (another
+   * ingest may have written between the read and the write); if not, it writes again, a few times.
+   */
   private async writeIndex(): Promise<void> {
     if (!this.indexUnwritten) return
     const n = this.indexUnwritten
-    await putText(this.loc.bucket, this.key(CHUNK_INDEX_FILE), this.index)
+    const key = this.key(CHUNK_INDEX_FILE)
+    const lacking = (text: string) => {
+      const have = new Set(text.split('\n'))
+      return this.indexMine.filter((l) => !have.has(l.slice(0, -1)))
+    }
+    for (let attempt = 1; ; attempt++) {
+      let text = (await getText(this.loc.bucket, key)) ?? ''
+      if (text && !text.endsWith('\n')) text += '\n' // a line cut short stays unparsable on its own
+      const add = lacking(text)
+      if (add.length) {
+        text += add.join('')
+        await putText(this.loc.bucket, key, text)
+      }
+      this.indexLines = text.split('\n').length - 1
+      if (!add.length || !lacking((await getText(this.loc.bucket, key)) ?? '').length) break
+      if (attempt === 4) throw new Error('another ingest kept rewriting the chunk index at the same time')
+      await sleep(50 + Math.random() * 200 * attempt)
+    }
     this.indexUnwritten -= n
   }
 
