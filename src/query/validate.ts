@@ -127,6 +127,14 @@ function describe(e: ErrorObject): ApiError {
 
 const compiled = new WeakMap<FamilyDecl, ValidateFunction>()
 
+/**
+ * Compile the family's query schema now (100–200 ms of CPU, once per family and process), so that
+ * the first query of a worker's dataset does not wait for it.
+ */
+export function prepareQueryValidator(family: FamilyDecl): void {
+  validator(family)
+}
+
 function validator(family: FamilyDecl): ValidateFunction {
   let v = compiled.get(family)
   if (!v) {

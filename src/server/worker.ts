@@ -5,6 +5,7 @@ import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
 import { mapLimit } from '../semaphore.js'
 import type { DatasetView, HeldChunk } from '../query/types.js'
+import { prepareQueryValidator } from '../query/validate.js'
 import type { LocalTables } from '../storage/local-forms.js'
 import type { Readiness } from './http.js'
 import { workerChunksHeld } from './metrics.js'
@@ -377,6 +378,7 @@ export class WorkerNode {
     if (!ds) {
       ds = { name, family, listing: [], held: new Map(), desired: [], epoch: 0, leases: new Map() }
       this.datasets.set(name, ds)
+      setImmediate(() => prepareQueryValidator(family))
     }
     return ds
   }
