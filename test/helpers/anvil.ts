@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import path from 'node:path'
+import { createRequire } from 'node:module'
 import { createInterface } from 'node:readline'
-import solc from 'solc'
 import { REPO_ROOT } from './dataset.js'
 
 /*
@@ -81,6 +81,9 @@ export function compile(source: string, evmVersion = 'cancun'): Record<string, C
     sources: { 'test.sol': { content: source } },
     settings: { evmVersion, optimizer: { enabled: true, runs: 200 }, outputSelection: { '*': { '*': ['evm.bytecode.object', 'evm.methodIdentifiers'] } } },
   }
+  // solc-js is loaded at the first compile: loading it costs more than a second of CPU, which the
+  // tests that import this module only for anvil need not pay.
+  const solc = createRequire(import.meta.url)('solc') as { compile(input: string): string }
   const out = JSON.parse(solc.compile(JSON.stringify(input)))
   const errors = (out.errors ?? []).filter((e: any) => e.severity === 'error')
   if (errors.length) throw new Error(errors.map((e: any) => e.formattedMessage).join('\n'))
