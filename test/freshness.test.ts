@@ -167,9 +167,9 @@ async function atTheDefaults(where: 'folder' | 's3'): Promise<void> {
   const serve = await startServe(out, where === 's3' ? ['--local-forms', 'off'] : [], s3.env)
   try {
     await until('a first height', async () => ((await heightOf(serve.url)) ?? -1) >= 0 ? true : undefined, 60_000, PROBE_MS)
-    // The stage "in storage" (head.json read every 50 ms) is timed in the folder only: reading it
-    // from s3rver, which runs in this process, four times a second cost more than a CPU second
-    // (bench/freshness.ts times that stage in object storage).
+    // The stage "in storage" (head.json read every 50 ms) is timed in the folder only: in object
+    // storage each read is a GET that s3rver, in this process, answers, for a figure the test only
+    // prints (bench/freshness.ts times that stage in object storage).
     const storageLast = where === 'folder' ? async () => (await readHead(out))?.last : undefined
     const run = await measureFreshness({ anvil, head: () => finalizedHead(anvil), router: serve.url, dataset: DATASET, seconds: WATCH_SECONDS, drainMs: 120_000, pollMs: POLL_MS, storageLast, storagePollMs: 50 })
     console.log(describeFreshness(where === 's3' ? 'defaults (local forms off), s3' : 'defaults, folder', run))
