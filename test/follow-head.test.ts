@@ -12,16 +12,26 @@ import { CLI, until } from './helpers/cli.js'
 import { stallTolerant, tempDir } from './helpers/dataset.js'
 import { RUNNER } from './helpers/processor-expect.js'
 
+/** The merged chunks in the dataset folder `dir`: their path, last block and the chunks they replace (meta.json). */
+function mergedChunks(dir: string): { path: string; last: number; replaces: string[] }[] {
+  return readdirSync(dir).filter((d) => /^\d{10}$/.test(d)).flatMap((top) =>
+    readdirSync(path.join(dir, top)).flatMap((c) => {
+      const meta = path.join(dir, top, c, 'meta.json')
+      const replaces = existsSync(meta) ? JSON.parse(readFileSync(meta, 'utf8')).replaces : undefined
+      return Array.isArray(replaces) ? [{ path: `${top}/${c}`, last: Number(c.split('-')[1]), replaces }] : []
+    }))
+}
+
 /*
  * Clients following the head of a live chain: anvil mines a block a second; `ingest --follow`
  * writes a chunk per block and compacts them in the background (fanout 2, chunks more than 4 blocks
  * below the head, a short grace, so merged chunks are swapped in and their parts deleted during the
- * run); the ingest is killed with SIGKILL and started again halfway. Our client (`blocks()` with `follow`) and the real
- * `@subsquid/evm-processor` (no `to`: it follows the archive's height) must each receive every block
- * exactly once, in order, with the node's hashes.
+ * run); the ingest is killed with SIGKILL and started again once a merged chunk has replaced its
+ * parts under the following clients, and the run goes on until the restarted ingest has done so too.
+ * Our client (`blocks()` with `follow`) and the real `@subsquid/evm-processor` (no `to`: it follows
+ * the archive's height) must each receive every block exactly once, in order, with the node's
+ * hashes.
  */
-
-const FOLLOW_SECONDS = 40
 
 describe('following the head across compactions and an ingest restart', { timeout: 600_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
@@ -90,16 +100,25 @@ describe('following the head across compactions and an ingest restart', { timeou
     processor.once('exit', (code, signal) => (processorEnd = `the processor exited (${code ?? signal}): ${processorErr.slice(-2000)}`))
     const processed = () => (existsSync(out) ? readFileSync(out, 'utf8').split('\n').filter(Boolean).flatMap((l) => JSON.parse(l).blocks) : [])
 
-    // halfway, the ingest dies without warning and is started again
-    await new Promise((r) => setTimeout(r, (FOLLOW_SECONDS / 2) * 1000))
+    // Once a merged chunk has replaced its parts (they are deleted) and both clients have followed
+    // past it, the ingest dies without warning and is started again; then the same for a merged
+    // chunk of the restarted ingest.
+    const live = path.join(data(), 'live')
+    const where = () => `our client at ${got.at(-1)?.number}, the processor at ${processed().at(-1)?.header.height}; ingest: ${ingestErr.slice(-1000)}; processor: ${processorErr.slice(-1000)}`
+    const mergeSettled = (before: Set<string>) => until('a merged chunk in place of its deleted parts, both clients past it', async () => {
+      if (clientEnd || processorEnd) return true // reported below
+      const followed = Math.min(got.at(-1)?.number ?? -1, processed().at(-1)?.header.height ?? -1)
+      return mergedChunks(live).some((m) => !before.has(m.path) && m.last <= followed && m.replaces.every((p) => !existsSync(path.join(live, p)))) ? true : undefined
+    }, 180_000, 250).catch((e) => assert.fail(`${e.message}: ${where()}`))
+    await mergeSettled(new Set())
     ingest.kill('SIGKILL')
     await new Promise((r) => ingest!.once('exit', r))
+    const beforeRestart = new Set(mergedChunks(live).map((m) => m.path))
     ingest = startIngest()
-    await new Promise((r) => setTimeout(r, (FOLLOW_SECONDS / 2) * 1000))
+    await mergeSettled(beforeRestart)
 
     const target = Number(BigInt(await anvil.rpc('eth_blockNumber')))
     // a client that stopped or failed is reported as such, not as a time-out
-    const where = () => `our client at ${got.at(-1)?.number}, the processor at ${processed().at(-1)?.header.height}; ingest: ${ingestErr.slice(-1000)}; processor: ${processorErr.slice(-1000)}`
     await until(`our client at block ${target}`, async () => (clientEnd || got.at(-1)!.number >= target ? true : undefined), 120_000).catch((e) => assert.fail(`${e.message}: ${where()}`))
     assert.equal(clientEnd, undefined)
     await until(`the processor at block ${target}`, async () => (processorEnd || processed().some((b: any) => b.header.height >= target) ? true : undefined), 120_000).catch((e) => assert.fail(`${e.message}: ${where()}`))
@@ -122,11 +141,7 @@ describe('following the head across compactions and an ingest restart', { timeou
     check('evm-processor', processed().map((b: any) => ({ number: b.header.height, hash: b.header.hash })))
 
     // compaction ran during the run: merged chunks (meta.json names the chunks they replace) were served
-    const merged = readdirSync(path.join(data(), 'live')).filter((d) => /^\d{10}$/.test(d)).flatMap((top) =>
-      readdirSync(path.join(data(), 'live', top)).filter((c) => {
-        const meta = path.join(data(), 'live', top, c, 'meta.json')
-        return existsSync(meta) && Array.isArray(JSON.parse(readFileSync(meta, 'utf8')).replaces)
-      }))
+    const merged = mergedChunks(live)
     assert.ok(merged.length > 0, `expected merged chunks; processor stderr: ${processorErr.slice(-500)}`)
     console.log(`followed ${target + 1} blocks; ${merged.length} merged chunks in storage`)
   })

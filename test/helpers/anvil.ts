@@ -1,8 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { existsSync } from 'node:fs'
+import { createHash } from 'node:crypto'
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
+import { createRequire } from 'node:module'
 import { createInterface } from 'node:readline'
-import solc from 'solc'
 import { REPO_ROOT } from './dataset.js'
 
 /*
@@ -75,19 +77,36 @@ export interface Compiled {
   methods: Record<string, string>
 }
 
+/**
+ * Compile with solc-js; the result is kept in a folder under the system's temp folder, keyed by the
+ * solc version and the whole input, so that a source compiles once per machine (solc's output for
+ * the same version and input is the same).
+ */
 export function compile(source: string, evmVersion = 'cancun'): Record<string, Compiled> {
-  const input = {
+  const input = JSON.stringify({
     language: 'Solidity',
     sources: { 'test.sol': { content: source } },
     settings: { evmVersion, optimizer: { enabled: true, runs: 200 }, outputSelection: { '*': { '*': ['evm.bytecode.object', 'evm.methodIdentifiers'] } } },
-  }
-  const out = JSON.parse(solc.compile(JSON.stringify(input)))
+  })
+  const require = createRequire(import.meta.url)
+  const version = (require('solc/package.json') as { version: string }).version
+  const cached = path.join(os.tmpdir(), 'block-archive-solc', `${createHash('sha256').update(`${version}\n${input}`).digest('hex')}.json`)
+  if (existsSync(cached)) return JSON.parse(readFileSync(cached, 'utf8'))
+  // solc-js is loaded at the first compile: loading it costs more than a second of CPU, which the
+  // tests that import this module only for anvil need not pay.
+  const solc = require('solc') as { compile(input: string): string }
+  const out = JSON.parse(solc.compile(input))
   const errors = (out.errors ?? []).filter((e: any) => e.severity === 'error')
   if (errors.length) throw new Error(errors.map((e: any) => e.formattedMessage).join('\n'))
   const result: Record<string, Compiled> = {}
   for (const [name, c] of Object.entries<any>(out.contracts['test.sol'])) {
     result[name] = { bytecode: '0x' + c.evm.bytecode.object, methods: c.evm.methodIdentifiers }
   }
+  // written whole under another name, then renamed: a reader never sees half of it
+  mkdirSync(path.dirname(cached), { recursive: true })
+  const temp = `${cached}.${process.pid}.tmp`
+  writeFileSync(temp, JSON.stringify(result))
+  renameSync(temp, cached)
   return result
 }
 

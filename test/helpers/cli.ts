@@ -48,13 +48,14 @@ export function runCli(args: string[], stdin?: string, env: Record<string, strin
   })
 }
 
-export async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
+/** Poll `probe` every `intervalMs` until it gives a value. */
+export async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60_000, intervalMs = 50): Promise<T> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const v = await probe().catch(() => undefined)
     if (v !== undefined) return v
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 50))
+    await new Promise((r) => setTimeout(r, intervalMs))
   }
 }
 
