@@ -106,11 +106,12 @@ const stagingFolders = async () => (await readdir(os.tmpdir())).filter((x) => x.
 
 describe('ingest into object storage (s3rver)', { timeout: 600_000 }, () => {
   it('an ingest into s3://archive/eth writes the same chunks as into a local folder; meta.json lists each uploaded file with its size and SHA-256', async (t) => {
-    const server = await serve(traced, { repeat: { times: 12, seed: 'same' } })
+    const server = await serve(traced, { repeat: { times: 6, seed: 'same' } })
     const local = folder()
     const staging0 = await stagingFolders()
     try {
-      const opts = { rpc: server.url, dataset: 'eth', from: 0, to: 11, chunkBlocks: 4, traces: 'trace_block' as const }
+      // three chunks of two traced blocks (157 transactions, 876 traces each)
+      const opts = { rpc: server.url, dataset: 'eth', from: 0, to: 5, chunkBlocks: 2, traces: 'trace_block' as const }
       const a = await ingest({ ...opts, out: local })
       const b = await ingest({ ...opts, out: `s3://${BUCKET}/eth` })
       assert.deepEqual(b.chunks.map((c) => c.path), a.chunks.map((c) => c.path))
@@ -122,11 +123,15 @@ describe('ingest into object storage (s3rver)', { timeout: 600_000 }, () => {
       const keys = await download('eth', copy)
       // the same files (the lease is released, nothing is left of the NDJSON temp files), byte for byte
       assert.deepEqual(keys, await localFiles(local))
-      assert.ok(keys.includes('0000000000/0000000000-0000000003-' + a.chunks[0].hash + '/traces.parquet'))
+      assert.ok(keys.includes('0000000000/0000000000-0000000001-' + a.chunks[0].hash + '/traces.parquet'))
       assert.deepEqual(keys.filter((k) => !/^(dataset\.json|chunk-index\.ndjson|\d{10}\/\d{10}-\d{10}-\w{8}\/(blocks|transactions|logs|traces)\.parquet|\d{10}\/\d{10}-\d{10}-\w{8}\/meta\.json)$/.test(k)), [])
-      for (const k of keys) assert.equal((await hashFile(path.join(copy, k))).sha256, (await hashFile(path.join(local, k))).sha256, k)
-      for (const table of ['blocks', 'transactions', 'logs', 'traces']) assert.deepEqual(await readTable(copy, table), await readTable(local, table), table)
-      await checkChain(copy, 0, 11)
+      // (so every table holds the same rows as the folder ingest's)
+      const copyHashes = new Map<string, { size: number; sha256: string }>()
+      for (const k of keys) {
+        copyHashes.set(k, await hashFile(path.join(copy, k)))
+        assert.equal(copyHashes.get(k)!.sha256, (await hashFile(path.join(local, k))).sha256, k)
+      }
+      await checkChain(copy, 0, 5)
       // the chunk index names every chunk with its meta's links (the same bytes as the folder ingest's: compared above)
       const index = parseChunkIndex(await readFile(path.join(copy, CHUNK_INDEX_FILE), 'utf8'))
       for (const c of b.chunks) assert.deepEqual(index.get(c.path), linksOf(await readChunkMeta(local, c)), c.path)
@@ -141,8 +146,8 @@ describe('ingest into object storage (s3rver)', { timeout: 600_000 }, () => {
         assert.deepEqual(meta, await readChunkMeta(local, c))
         for (const [name, info] of Object.entries(meta.files!)) {
           assert.equal(objects.get(`eth/${c.path}/${name}`), info.size, name)
-          const r = await downloadObject(BUCKET, `eth/${c.path}/${name}`, path.join(copy, 'check'))
-          assert.deepEqual({ size: r.bytes, sha256: r.sha256 }, info, `${c.path}/${name}`)
+          // the object as downloaded above (download() checked its size against the listing)
+          assert.deepEqual(copyHashes.get(`${c.path}/${name}`), info, `${c.path}/${name}`)
         }
       }
       assert.equal(await getText(BUCKET, 'eth/.ingest-lease.json'), undefined, 'lease released')
