@@ -125,7 +125,7 @@ describe('ingest into object storage (s3rver)', { timeout: 600_000 }, () => {
       assert.deepEqual(keys, await localFiles(local))
       assert.ok(keys.includes('0000000000/0000000000-0000000001-' + a.chunks[0].hash + '/traces.parquet'))
       assert.deepEqual(keys.filter((k) => !/^(dataset\.json|chunk-index\.ndjson|\d{10}\/\d{10}-\d{10}-\w{8}\/(blocks|transactions|logs|traces)\.parquet|\d{10}\/\d{10}-\d{10}-\w{8}\/meta\.json)$/.test(k)), [])
-      // (so every table holds the same rows as the folder ingest's)
+      // byte for byte, so every table holds the same rows as the folder ingest's
       const copyHashes = new Map<string, { size: number; sha256: string }>()
       for (const k of keys) {
         copyHashes.set(k, await hashFile(path.join(copy, k)))
