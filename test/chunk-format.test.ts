@@ -24,7 +24,11 @@ import { fullQuery } from './helpers/reference-evm.js'
  * byte for byte; and from a worker's local form of the new chunk.
  */
 
-const BLOCKS = 32
+/**
+ * Blocks of the fixture: 16 fill more than one row group in the traces and statediffs files (row 10,240
+ * of the traces is in block 12: the range 5–13 below reads across that border).
+ */
+const BLOCKS = 16
 
 describe('chunk format: the new writer settings answer byte for byte as the old', { timeout: 300_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
@@ -71,7 +75,7 @@ describe('chunk format: the new writer settings answer byte for byte as the old'
     const con = await connect()
     let filled = 0
     try {
-      for (const table of ['transactions', 'logs']) {
+      for (const table of ['transactions', 'logs', 'traces', 'statediffs']) {
         const file = (k: keyof typeof roots) => path.join(roots[k], chunks[k][0].path, `${table}.parquet`)
         const layout = async (k: keyof typeof roots) =>
           (await con.runAndReadAll(`SELECT count(DISTINCT row_group_id), max(row_group_num_rows) FROM parquet_metadata(${lit(file(k))})`)).getRows()[0].map(Number)
@@ -96,7 +100,7 @@ describe('chunk format: the new writer settings answer byte for byte as the old'
   const queries = () => [
     ...SHAPES.map((s) => ({ name: s.name, query: s.query(0, BLOCKS - 1) })),
     { name: 'everything, whole range', query: fullQuery(0, BLOCKS - 1) },
-    { name: 'everything, blocks 5–17', query: fullQuery(5, 17) },
+    { name: 'everything, blocks 5–13', query: fullQuery(5, 13) },
   ]
 
   /** The old format's answers, computed once: both tests compare with them. */

@@ -163,12 +163,18 @@ describe('compaction', { timeout: 600_000 }, () => {
     const s3 = kind === 's3' ? await startS3(['archive']) : undefined
     if (s3) await uploadDataset(path.join(data, 's'), 'archive', 's')
     const url = s3 ? 's3://archive/s' : path.join(data, 's')
-    const HEARTBEAT = 100
+    // Pings every 250 ms (each one has a worker check its held chunks' files; dead after 30 s of
+    // silence), listings every 500 ms: the swap takes some pings and listings either way.
+    const HEARTBEAT = 250
     // one chunk per assignment group: the eight parts are spread over both workers. In object
     // storage a relisting reads only keys after the last chunk listed, and the merged chunk
     // (0-15) sorts before them: the router sees it at its next full listing, every second here
-    // (60 s by default), while the clients keep asking.
-    const router = new RouterServer({ storage: new ArchiveStorage({ roots: [url], fullListingMs: 1000 }), replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 30, relistMs: 100, groupChunks: 1 })
+    // (60 s by default), while the clients keep asking. No head files here: they are checked
+    // every second only (each check of one in s3rver costs this process a request).
+    const router = new RouterServer({
+      storage: new ArchiveStorage({ roots: [url], fullListingMs: 1000 }), replication: 1, heartbeatMs: HEARTBEAT, missedHeartbeats: 120, relistMs: 500, groupChunks: 1,
+      headWatch: { folderMs: 1000, s3Ms: 1000 },
+    })
     await router.start('127.0.0.1', 0)
     const workers: WorkerServer[] = []
     let polling = true

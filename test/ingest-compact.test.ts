@@ -39,20 +39,28 @@ describe('ingest --follow with compaction', { timeout: 600_000 }, () => {
     const out = path.join(tmp.dir, 'follow')
     const bounds = { fanout: 3, chunkBlocks: 40 }
     const ac = new AbortController()
+    // the last block in a chunk the ingest wrote, as the ingest tells it (not by listing the folder every 10 ms)
+    let upTo = -1
     const ingest = runIngest({
       rpc: anvil.url, dataset: 'a', out, follow: true, finality: 'latest', maxReorgDepth: 0, chunkBlocks: bounds.chunkBlocks, pollMs: 20, flushAfterMs: 0, workers: 0, progress: 'none', signal: ac.signal,
       compact: { fanout: bounds.fanout, graceMs: 0, intervalMs: 50 },
+      onChunk: (c) => (upTo = Math.max(upTo, c.last)),
     })
     ingest.catch(() => undefined)
     const [from, to] = await anvil.rpc('eth_accounts')
-    const upTo = async () => (await listLocalChunks(out).catch(() => [])).at(-1)?.last ?? -1
     // each transfer is a block; the next one is sent once it is in a chunk, so every block gets its own
+    // (the block its receipt names: eth_blockNumber read right after the send can still answer the one before)
+    let head = -1
     for (let i = 0; i < 60; i++) {
-      await anvil.rpc('eth_sendTransaction', [{ from, to, value: '0x' + (1000 + i).toString(16) }])
-      const block = parseInt(await anvil.rpc('eth_blockNumber'), 16)
-      while ((await upTo()) < block) await new Promise((r) => setTimeout(r, 10))
+      const tx = await anvil.rpc('eth_sendTransaction', [{ from, to, value: '0x' + (1000 + i).toString(16) }])
+      let receipt = await anvil.rpc('eth_getTransactionReceipt', [tx])
+      while (!receipt) {
+        await new Promise((r) => setTimeout(r, 10))
+        receipt = await anvil.rpc('eth_getTransactionReceipt', [tx])
+      }
+      head = parseInt(receipt.blockNumber, 16)
+      while (upTo < head) await new Promise((r) => setTimeout(r, 10))
     }
-    const head = parseInt(await anvil.rpc('eth_blockNumber'), 16)
     // let the compactor catch up with the last chunks, then stop
     const merges = async () => Number((await registry.getSingleMetricAsString('block_archive_compaction_merges_total')).match(/ (\d+)$/m)?.[1] ?? 0)
     let settled = -1

@@ -100,16 +100,21 @@ export interface FuzzCase {
 
 // ------------------------------------------------------------------------------------ rendering
 
-const HEX = '0123456789abcdef'
+/** `n` random hex digits, eight from each 32-bit draw (a huge list renders 10,000–20,000 values). */
+function hexOf(r: Rng, n: number): string {
+  let out = ''
+  while (out.length < n) out += Math.floor(r.next() * 2 ** 32).toString(16).padStart(8, '0')
+  return out.slice(0, n)
+}
 
 function randomValue(r: Rng, values: Values): unknown {
   switch (values) {
     case 'hex':
-      return '0x' + Array.from({ length: 40 }, () => HEX[r.int(16)]).join('')
+      return '0x' + hexOf(r, 40)
     case 'felt':
-      return '0x' + Array.from({ length: 1 + r.int(64) }, () => HEX[r.int(16)]).join('')
+      return '0x' + hexOf(r, 1 + r.int(64))
     case 'lower':
-      return '0x' + Array.from({ length: 64 }, () => HEX[r.int(16)]).join('')
+      return '0x' + hexOf(r, 64)
     case 'exact':
       return `v${r.int(1e9).toString(36)}`
     case 'int':
@@ -173,6 +178,24 @@ function setAt(q: Obj, segs: Seg[], value: unknown): Obj {
 
 const hexDigits = (min: number, max: number) => fc.string({ unit: fc.constantFrom(...'0123456789abcdefABCDEF'), minLength: min, maxLength: max })
 
+/*
+ * Arbitraries used inside `chain` are made once, not at each generated value: fast-check builds a
+ * lookup table of every character of a string arbitrary's unit (all of Unicode for 'grapheme' and
+ * 'binary') for each new instance, which cost most of the time of drawing a case. The values drawn
+ * from a seed are the same.
+ */
+const RANDOM_LOWER = fc.oneof(hexDigits(64, 64).map((d) => '0x' + d), fc.string({ maxLength: 8 }))
+const RANDOM_EXACT = fc.oneof(fc.string({ maxLength: 12 }), fc.string({ unit: 'grapheme', maxLength: 6 }))
+
+/** `make(key)`, made once per key (keys are the model's objects, which live as long as their model). */
+function once<K extends object, V>(make: (key: K) => V): (key: K) => V {
+  const made = new WeakMap<K, V>()
+  return (key) => {
+    if (!made.has(key)) made.set(key, make(key))
+    return made.get(key)!
+  }
+}
+
 /** The same hex value written another way: upper-case digits, `0X`, mixed case (felts: leading zeros too). */
 function respell(v: string, how: number, felt: boolean): string {
   const body = v.slice(2)
@@ -207,14 +230,14 @@ function valueArb(f: FilterModel): fc.Arbitrary<unknown> {
       spelled = (v) => fc.nat(5).map((how) => respell(v as string, how, true))
       break
     case 'lower':
-      random = fc.oneof(hexDigits(64, 64).map((d) => '0x' + d), fc.string({ maxLength: 8 }))
+      random = RANDOM_LOWER
       spelled = (v) => fc.constantFrom(v, (v as string).toUpperCase())
       break
     case 'int':
       random = fc.oneof(fc.integer({ min: 0, max: 300 }), fc.constant(Number.MAX_SAFE_INTEGER))
       break
     default:
-      random = fc.oneof(fc.string({ maxLength: 12 }), fc.string({ unit: 'grapheme', maxLength: 6 }))
+      random = RANDOM_EXACT
       // Exact strings in another case match nothing.
       spelled = (v) => fc.constantFrom(v, v, v, String(v).toLowerCase(), String(v).toUpperCase())
   }
@@ -226,7 +249,10 @@ function valueArb(f: FilterModel): fc.Arbitrary<unknown> {
 const hugeList = (f: FilterModel, size = 10_000) =>
   fc.record({ seed: fc.integer(), include: fc.subarray(f.seen.slice(0, 20), { maxLength: Math.min(5, f.seen.slice(0, 20).length) }) }).map(({ seed, include }) => token({ list: size, values: f.values!, include, seed }))
 
-function filterValueArb(f: FilterModel, huge: boolean): fc.Arbitrary<unknown> {
+const filterValueArbs = [once((f: FilterModel) => makeFilterValueArb(f, false)), once((f: FilterModel) => makeFilterValueArb(f, true))]
+const filterValueArb = (f: FilterModel, huge: boolean) => filterValueArbs[huge ? 1 : 0](f)
+
+function makeFilterValueArb(f: FilterModel, huge: boolean): fc.Arbitrary<unknown> {
   switch (f.kind) {
     case 'in':
       return fc.oneof(
@@ -246,7 +272,10 @@ function filterValueArb(f: FilterModel, huge: boolean): fc.Arbitrary<unknown> {
   }
 }
 
-function requestArb(l: ListModel, huge: boolean): fc.Arbitrary<Obj> {
+const requestArbs = [once((l: ListModel) => makeRequestArb(l, false)), once((l: ListModel) => makeRequestArb(l, true))]
+const requestArb = (l: ListModel, huge: boolean) => requestArbs[huge ? 1 : 0](l)
+
+function makeRequestArb(l: ListModel, huge: boolean): fc.Arbitrary<Obj> {
   const filters = fc.subarray(l.filters, { maxLength: Math.min(3, l.filters.length) }).chain((fs) =>
     fc.tuple(...fs.map((f) => filterValueArb(f, huge))).map((vals) => Object.fromEntries(fs.map((f, i) => [f.key, vals[i]]))),
   )
@@ -541,6 +570,8 @@ const KEY_POOL = [
   'address', 'a.b', 'a[0]', '$ref', 'é', '🙂', 'key with space', '\u0000', 'fromBlock ', 'x'.repeat(300),
 ]
 
+const UNKNOWN_KEY = fc.oneof(fc.constantFrom(...KEY_POOL), fc.string({ minLength: 1, maxLength: 12 }), fc.string({ unit: 'binary', minLength: 1, maxLength: 6 }))
+
 /** A key the query does not know (typos, other families' keys, prototype names, random strings), somewhere. */
 const unknownKeyCase = (m: FamilyModel) =>
   validQuery(m).chain((q) => {
@@ -548,7 +579,7 @@ const unknownKeyCase = (m: FamilyModel) =>
     return fc
       .record({
         at: fc.constantFrom(...objs),
-        key: fc.oneof(fc.constantFrom(...KEY_POOL), fc.string({ minLength: 1, maxLength: 12 }), fc.string({ unit: 'binary', minLength: 1, maxLength: 6 })),
+        key: UNKNOWN_KEY,
         typo: fc.nat(),
         value: fc.constantFrom<unknown>(1, 'x', true, null, [], {}, { a: 1 }, [1, 2]),
       })
