@@ -120,14 +120,14 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
       for (const [key, f] of Object.entries(FILTERS[kind])) {
         if (f.kind !== 'in') continue
         const top = byFrequency(items.map(f.get)).slice(0, 2)
-        const values: unknown[] = f.values === 'int' ? [...top, 999] : [...top, f.values === 'exact' ? 'no-such-value' : miss]
-        const cases: unknown[][] = [values]
-        if (f.values === 'hex' || f.values === 'lower') cases.push(values.map((v) => mixedCase(v as string)))
-        for (const list of cases) {
-          const q = { fromBlock, toBlock, [REQUEST_KEY[kind]]: [{ [key]: list }], fields: ALL_FIELDS }
-          const got = await check(ds, q, `${REQUEST_KEY[kind]}.${key}`)
-          if (itemCount(got) > 0) matched++
-        }
+        // Hex values: the most frequent as stored, the second (or the first again) in mixed case, in
+        // one list: each spelling must select its items, which the reference checks item by item.
+        const hex = f.values === 'hex' || f.values === 'lower'
+        const list: unknown[] =
+          f.values === 'int' ? [...top, 999] : hex ? [...top.slice(0, 1), ...top.slice(0, 2).slice(-1).map((v) => mixedCase(v as string)), miss] : [...top, f.values === 'exact' ? 'no-such-value' : miss]
+        const q = { fromBlock, toBlock, [REQUEST_KEY[kind]]: [{ [key]: list }], fields: ALL_FIELDS }
+        const got = await check(ds, q, `${REQUEST_KEY[kind]}.${key}`)
+        if (itemCount(got) > 0) matched++
       }
     }
     assert.ok(matched >= 10, `only ${matched} filter queries matched anything`)
@@ -160,15 +160,18 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
       trace: { callTo: true, callSighash: true, subtraces: true },
       stateDiff: { next: true },
     }
-    // Source requests: the 3 most frequent values of one filter key per kind (each a strict subset).
+    // Source requests: one of the 3 most frequent values of one filter key per kind (each a strict
+    // subset), the value taking turns across the flags. Every flag of every kind still runs from a
+    // partial match, and each of the values still seeds some flag; the same flag from the other
+    // values only repeats the same relation.
     const seeds: Record<Kind, string> = { transaction: 'to', log: 'topic0', trace: 'callTo', stateDiff: 'address' }
     let related = 0
     for (const kind of KINDS) {
       const key = seeds[kind]
       const f = FILTERS[kind][key] as { get: (i: Obj) => unknown }
       const values = byFrequency(itemsOf(inRange, kind).map((x) => f.get(x.item))).slice(0, 3)
-      for (const value of values) {
-        for (const flag of Object.keys(RELATIONS[kind])) {
+      for (const [fi, flag] of Object.keys(RELATIONS[kind]).entries()) {
+        for (const value of values.length ? [values[fi % values.length]] : []) {
           const q = { fromBlock, toBlock, [REQUEST_KEY[kind]]: [{ [key]: [value], [flag]: true }], fields }
           const got = await check(ds, q, `${REQUEST_KEY[kind]}[{${key}: ${value}, ${flag}}]`)
           const target = RELATIONS[kind][flag].target
