@@ -92,7 +92,11 @@ function fakeAddresses(n: number, salt: string): string[] {
 const mixedCase = (v: string) => (v.startsWith('0x') ? '0x' + [...v.slice(2)].map((c, i) => (i % 2 ? c.toUpperCase() : c)).join('') : v)
 
 /** The tests shared by both datasets. */
-function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
+/**
+ * `largeInList`: whether the 20,000-address list runs here; it runs on the anvil chain only (four
+ * chunks: the list meets chunk borders), the sparse dataset's blocks add nothing to what it tests.
+ */
+function semantics(getDs: () => Dataset, opts: { minFixtureItems: number; largeInList: boolean }) {
   const fixtures = loadQueries(FIXTURES)
 
   it('re-based real queries (fixtures/queries/ethereum) give the reference answer', async () => {
@@ -254,7 +258,7 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
     assert.ok(got.length > 0 && 'number' in got[0].header && 'logIndex' in got.find((b) => b.logs.length > 0)!.logs[0])
   })
 
-  it('a 20,000-address IN list with a few real addresses, in mixed case', async () => {
+  if (opts.largeInList) it('a 20,000-address IN list with a few real addresses, in mixed case', async () => {
     const ds = getDs()
     const { fromBlock, toBlock } = ds.range
     const logAddresses = byFrequency(itemsOf(ds.data, 'log').map((x) => x.item.address as string))
@@ -311,7 +315,7 @@ describe('query semantics over the recorded anvil chain', { timeout: 600_000 }, 
     assert.deepEqual(part, ds.data.filter((b) => b.header.number >= 17 && b.header.number <= 40))
   })
 
-  semantics(() => ds, { minFixtureItems: 25 })
+  semantics(() => ds, { minFixtureItems: 25, largeInList: true })
 
   it('logs_from_transaction_and_request_uppercase selects what the lower-case query selects', async () => {
     const fixture = loadQueries(FIXTURES).find((f) => f.name === 'logs_from_transaction_and_request_uppercase')!.query
@@ -355,7 +359,7 @@ describe('query semantics over recorded mainnet blocks (sparse dataset)', { time
     assert.ok(ds.data[1].traces.length > 100)
   })
 
-  semantics(() => ds, { minFixtureItems: 20 })
+  semantics(() => ds, { minFixtureItems: 20, largeInList: false })
 
   it('ranges that start or end in a gap answer from the existing blocks in them', async () => {
     const fields = { block: { timestamp: true }, log: { address: true } }
