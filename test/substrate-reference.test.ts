@@ -314,7 +314,10 @@ function generateQueries(data: FullBlock[], seed: number, part: number): GenQuer
     const seeds: Obj[] = [{}, ...(list === 'calls' ? values : [...values.slice(0, 3), ...values.slice(-2)]).map((v) => ({ [key!]: [v] }))]
     const flags = Object.keys(decl.relations)
     for (const [si, base] of [...new Set(seeds.map((s) => JSON.stringify(s)))].map((s) => JSON.parse(s)).entries()) {
-      for (const flag of si === 0 ? [...flags, '*'] : [flags[(si - 1) % flags.length], '*']) {
+      // Calls (one seed per call name): a flag alone from every other name, the flags still taking
+      // turns (5 flags, odd step), every flag at once from every name.
+      const alone = list === 'calls' && si % 2 === 0 ? [] : [flags[(si - 1) % flags.length]]
+      for (const flag of si === 0 ? [...flags, '*'] : [...alone, '*']) {
         const req = flag === '*' ? { ...base, ...Object.fromEntries(flags.map((f) => [f, true])) } : { ...base, [flag]: true }
         const where = list !== 'calls' ? [r.chance(0.5) ? ranges[0] : r.pick(ranges.slice(1))] : flag === '*' ? [si % 2 ? ranges[0] : r.pick(ranges.slice(1))] : [ranges[0]]
         for (const range of where) add(`${list}[${JSON.stringify(req).slice(0, 120)}]`, range, { [list]: [req], fields: randomFields(r) })
@@ -564,10 +567,11 @@ describe('Substrate queries against the reference evaluation (recorded Sidecar b
       // Every real query on the whole range and on one single block, the block taking turns across
       // the queries: each query still runs on every dataset twice (re-based onto the values of the
       // range), and each block of a dataset still meets several queries; the same query on every
-      // other block only repeats the same filters and relations.
+      // other block only repeats the same filters and relations. A dataset of one block (moonbeam)
+      // has the same values and the same answer on both: the whole range only.
       const blocks = s.data.map((b) => ({ fromBlock: b.header.number, toBlock: b.header.number }))
       for (const [fi, { name: qn, query }] of fixtures.entries()) {
-        for (const range of [{ fromBlock: 0, toBlock: s.height }, blocks[fi % blocks.length]]) {
+        for (const range of [{ fromBlock: 0, toBlock: s.height }, ...(blocks.length > 1 ? [blocks[fi % blocks.length]] : [])]) {
           const q = rebase(query, s.data, range)
           // The shape stays: same keys, same number of requests, same flags, same selection.
           assert.deepEqual(Object.keys(q).sort(), Object.keys(query).sort(), qn)
