@@ -92,7 +92,11 @@ function fakeAddresses(n: number, salt: string): string[] {
 const mixedCase = (v: string) => (v.startsWith('0x') ? '0x' + [...v.slice(2)].map((c, i) => (i % 2 ? c.toUpperCase() : c)).join('') : v)
 
 /** The tests shared by both datasets. */
-function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
+/**
+ * `largeInList`: whether the 20,000-address list runs here; it runs on the anvil chain only (four
+ * chunks: the list meets chunk borders), the sparse dataset's blocks add nothing to what it tests.
+ */
+function semantics(getDs: () => Dataset, opts: { minFixtureItems: number; largeInList: boolean }) {
   const fixtures = loadQueries(FIXTURES)
 
   it('re-based real queries (fixtures/queries/ethereum) give the reference answer', async () => {
@@ -120,14 +124,14 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
       for (const [key, f] of Object.entries(FILTERS[kind])) {
         if (f.kind !== 'in') continue
         const top = byFrequency(items.map(f.get)).slice(0, 2)
-        const values: unknown[] = f.values === 'int' ? [...top, 999] : [...top, f.values === 'exact' ? 'no-such-value' : miss]
-        const cases: unknown[][] = [values]
-        if (f.values === 'hex' || f.values === 'lower') cases.push(values.map((v) => mixedCase(v as string)))
-        for (const list of cases) {
-          const q = { fromBlock, toBlock, [REQUEST_KEY[kind]]: [{ [key]: list }], fields: ALL_FIELDS }
-          const got = await check(ds, q, `${REQUEST_KEY[kind]}.${key}`)
-          if (itemCount(got) > 0) matched++
-        }
+        // Hex values: the most frequent as stored, the second (or the first again) in mixed case, in
+        // one list: each spelling must select its items, which the reference checks item by item.
+        const hex = f.values === 'hex' || f.values === 'lower'
+        const list: unknown[] =
+          f.values === 'int' ? [...top, 999] : hex ? [...top.slice(0, 1), ...top.slice(0, 2).slice(-1).map((v) => mixedCase(v as string)), miss] : [...top, f.values === 'exact' ? 'no-such-value' : miss]
+        const q = { fromBlock, toBlock, [REQUEST_KEY[kind]]: [{ [key]: list }], fields: ALL_FIELDS }
+        const got = await check(ds, q, `${REQUEST_KEY[kind]}.${key}`)
+        if (itemCount(got) > 0) matched++
       }
     }
     assert.ok(matched >= 10, `only ${matched} filter queries matched anything`)
@@ -160,15 +164,18 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
       trace: { callTo: true, callSighash: true, subtraces: true },
       stateDiff: { next: true },
     }
-    // Source requests: the 3 most frequent values of one filter key per kind (each a strict subset).
+    // Source requests: one of the 3 most frequent values of one filter key per kind (each a strict
+    // subset), the value taking turns across the flags. Every flag of every kind still runs from a
+    // partial match, and each of the values still seeds some flag; the same flag from the other
+    // values only repeats the same relation.
     const seeds: Record<Kind, string> = { transaction: 'to', log: 'topic0', trace: 'callTo', stateDiff: 'address' }
     let related = 0
     for (const kind of KINDS) {
       const key = seeds[kind]
       const f = FILTERS[kind][key] as { get: (i: Obj) => unknown }
       const values = byFrequency(itemsOf(inRange, kind).map((x) => f.get(x.item))).slice(0, 3)
-      for (const value of values) {
-        for (const flag of Object.keys(RELATIONS[kind])) {
+      for (const [fi, flag] of Object.keys(RELATIONS[kind]).entries()) {
+        for (const value of values.length ? [values[fi % values.length]] : []) {
           const q = { fromBlock, toBlock, [REQUEST_KEY[kind]]: [{ [key]: [value], [flag]: true }], fields }
           const got = await check(ds, q, `${REQUEST_KEY[kind]}[{${key}: ${value}, ${flag}}]`)
           const target = RELATIONS[kind][flag].target
@@ -251,7 +258,7 @@ function semantics(getDs: () => Dataset, opts: { minFixtureItems: number }) {
     assert.ok(got.length > 0 && 'number' in got[0].header && 'logIndex' in got.find((b) => b.logs.length > 0)!.logs[0])
   })
 
-  it('a 20,000-address IN list with a few real addresses, in mixed case', async () => {
+  if (opts.largeInList) it('a 20,000-address IN list with a few real addresses, in mixed case', async () => {
     const ds = getDs()
     const { fromBlock, toBlock } = ds.range
     const logAddresses = byFrequency(itemsOf(ds.data, 'log').map((x) => x.item.address as string))
@@ -289,7 +296,9 @@ describe('query semantics over the recorded anvil chain', { timeout: 600_000 }, 
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', records, 16)
     worker = await startStandaloneWorker(tmp.dir)
     const url = `${worker.url}/datasets/anvil/query`
-    ds = { url, data: await fetchFull(url, 0), range: { fromBlock: 3, toBlock: 60 }, availableFrom: {} }
+    // Queries over blocks 3–40: three chunks, both ends inside a chunk, the deployments and the
+    // transfer cycle (the blocks above only repeat the cycle).
+    ds = { url, data: await fetchFull(url, 0), range: { fromBlock: 3, toBlock: 40 }, availableFrom: {} }
   })
 
   after(async () => {
@@ -308,7 +317,7 @@ describe('query semantics over the recorded anvil chain', { timeout: 600_000 }, 
     assert.deepEqual(part, ds.data.filter((b) => b.header.number >= 17 && b.header.number <= 40))
   })
 
-  semantics(() => ds, { minFixtureItems: 25 })
+  semantics(() => ds, { minFixtureItems: 25, largeInList: true })
 
   it('logs_from_transaction_and_request_uppercase selects what the lower-case query selects', async () => {
     const fixture = loadQueries(FIXTURES).find((f) => f.name === 'logs_from_transaction_and_request_uppercase')!.query
@@ -352,7 +361,7 @@ describe('query semantics over recorded mainnet blocks (sparse dataset)', { time
     assert.ok(ds.data[1].traces.length > 100)
   })
 
-  semantics(() => ds, { minFixtureItems: 20 })
+  semantics(() => ds, { minFixtureItems: 20, largeInList: false })
 
   it('ranges that start or end in a gap answer from the existing blocks in them', async () => {
     const fields = { block: { timestamp: true }, log: { address: true } }
