@@ -2,7 +2,7 @@ import { createWriteStream, type WriteStream } from 'node:fs'
 import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
-import { INTEGER, LIST, VARCHAR, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api'
+import type { DuckDBAppender, DuckDBConnection, DuckDBListType } from '@duckdb/node-api'
 import { connect, ident, lit } from '../db.js'
 import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
@@ -426,7 +426,9 @@ function compareStrings(a: string, b: string): number {
 
 // ---------------------------------------------------------------- appending
 
-const LIST_TYPES = { 'VARCHAR[]': LIST(VARCHAR), 'INTEGER[]': LIST(INTEGER) } as const
+/** DuckDB's list types, from its library: loaded when the first rows are appended (an ingest that fails at its first fetch never loads it). */
+let listTypes: Promise<Record<'VARCHAR[]' | 'INTEGER[]', DuckDBListType>> | undefined
+const loadListTypes = () => (listTypes ??= import('@duckdb/node-api').then(({ INTEGER, LIST, VARCHAR }) => ({ 'VARCHAR[]': LIST(VARCHAR), 'INTEGER[]': LIST(INTEGER) })))
 const HEX = /^0x[0-9a-fA-F]*$/
 
 /** Text of a value that is not of its column's JS type, as DuckDB's JSON reader would see it (DuckDB casts it). */
@@ -437,6 +439,7 @@ const asText = (v: unknown) => (typeof v === 'object' ? JSON.stringify(v) : Stri
  * decimal strings into UBIGINT, …). Yields to the event loop now and then, so that fetching goes on.
  */
 async function appendRows(ap: DuckDBAppender, columns: ColumnDecl[], rows: Row[]): Promise<void> {
+  const LIST_TYPES = await loadListTypes()
   const names = columns.map((c) => c.name)
   const types = columns.map((c) => c.type)
   const width = columns.length

@@ -3,7 +3,7 @@ import { readDatasetMeta, type DatasetMeta } from '../chunks/layout.js'
 import { DEFAULT_COMPACT_FANOUT, DEFAULT_COMPACT_GRACE_MS } from '../compact/defaults.js'
 import { DEFAULT_CHUNK_BLOCKS } from '../ingest/defaults.js'
 import { log } from '../log.js'
-import { getText, isS3Url, joinKey, parseS3Url } from '../storage/s3.js'
+import { isS3Url, joinKey, parseS3Url } from '../storage/s3-url.js'
 import { int, opt } from './options.js'
 
 /*
@@ -27,6 +27,7 @@ export const metricsPortOption = () => opt('--metrics-port <port>', 'serve GET /
 async function datasetMetaAt(out: string): Promise<DatasetMeta | undefined> {
   if (!isS3Url(out)) return readDatasetMeta(out)
   const loc = parseS3Url(out)
+  const { getText } = await import('../storage/s3.js')
   const text = await getText(loc.bucket, joinKey(loc.prefix, 'dataset.json'))
   return text == null ? undefined : JSON.parse(text)
 }

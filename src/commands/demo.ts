@@ -19,11 +19,17 @@ const STARKNET_TRANSFER = '0x99cd8bde557814842a3121e8ddfd433a539b8c9f14bf31ebf10
 
 const sidecar = () => import('../ingest/substrate/sidecar/recorded.js')
 
+/**
+ * The recorded datasets are a few blocks each: the ingest fetches them in its own thread (`ingest
+ * --workers 0`) rather than starting a fetch worker thread per dataset, at every start.
+ */
+const BUILD = { workers: 0 }
+
 /** Datasets of the demo: name → how to build it from the fixtures (their code loaded when the command runs). */
 const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<unknown>; example: object; from: number }> = {
   'ethereum-mainnet': {
     // Ethereum mainnet blocks 1000000, 4369999, 18000000, 18500000 with receipts (a sparse dataset).
-    build: async (dir, name) => (await import('../ingest/recorded.js')).ingestRecorded(dir, name),
+    build: async (dir, name) => (await import('../ingest/recorded.js')).ingestRecorded(dir, name, BUILD),
     from: 18000000,
     example: {
       fromBlock: 18000000,
@@ -34,7 +40,7 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
   },
   'starknet-mainnet': {
     // Starknet mainnet blocks 25 (with traces), 6500, 65000, 550000 (with state updates), 588763, 623436.
-    build: async (dir, name) => (await import('../ingest/recorded.js')).ingestRecordedStarknet(dir, name),
+    build: async (dir, name) => (await import('../ingest/recorded.js')).ingestRecordedStarknet(dir, name, undefined, BUILD),
     from: 623436,
     example: {
       type: 'starknet',
@@ -50,8 +56,8 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
     // 11728459 from the Sidecar recording, then 16083402 (48 Ethereum.transact, 51 EVM.Log) from the
     // polkadot-api recording: a second ingest run into the same folder, resuming after the first chunk.
     build: async (dir, name) => {
-      await (await sidecar()).ingestRecordedSidecar(dir, name, 'moonbeam')
-      return (await import('../ingest/substrate/papi/recorded.js')).ingestRecordedPapi(dir, name)
+      await (await sidecar()).ingestRecordedSidecar(dir, name, 'moonbeam', BUILD)
+      return (await import('../ingest/substrate/papi/recorded.js')).ingestRecordedPapi(dir, name, BUILD)
     },
     from: 11728459,
     example: {
@@ -63,7 +69,7 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
     },
   },
   kusama: {
-    build: async (dir, name) => (await sidecar()).ingestRecordedSidecar(dir, name, 'kusama'),
+    build: async (dir, name) => (await sidecar()).ingestRecordedSidecar(dir, name, 'kusama', BUILD),
     from: 13556605,
     example: {
       type: 'substrate',
@@ -74,7 +80,7 @@ const DATASETS: Record<string, { build: (dir: string, name: string) => Promise<u
     },
   },
   polkadot: {
-    build: async (dir, name) => (await sidecar()).ingestRecordedSidecar(dir, name, 'polkadot'),
+    build: async (dir, name) => (await sidecar()).ingestRecordedSidecar(dir, name, 'polkadot', BUILD),
     from: 8891183,
     example: {
       type: 'substrate',

@@ -6,7 +6,7 @@ import type { IngestOptions } from '../ingest/loop.js'
 import { familyFlags, sourceSpec } from '../ingest/sources.js'
 import { DEFAULT_FAMILY, FAMILY_NAMES } from '../families/index.js'
 import { log } from '../log.js'
-import { isS3Url } from '../storage/s3.js'
+import { isS3Url } from '../storage/s3-url.js'
 import { choice, int, numberList, opt } from './options.js'
 import { compactFanoutOption, compactGraceOption, metricsPortOption } from './compact.js'
 

@@ -3,10 +3,10 @@ import { InvalidArgumentError, type OptionValues } from 'commander'
 import { configureDb } from '../db.js'
 import { log } from '../log.js'
 import type { QueryBudgets } from '../query/types.js'
-import { loadTicketSecret, randomSecret } from '../server/auth.js'
-import { RouterServer, type RouterAccessOptions } from '../server/router-http.js'
-import { ArchiveStorage } from '../server/storage.js'
+import type { RouterAccessOptions } from '../server/router-http.js'
+import type { ArchiveStorage } from '../server/storage.js'
 import type { ChunkCache } from '../storage/chunk-cache.js'
+import { checkDataFolders } from '../storage/data-folders.js'
 import { onSignal } from './serving-thread.js'
 import { defaultCacheFolder, FORMS_DB_MEMORY, gb, workerDbThreads, type AccessFlags, type StorageFlags, type WorkerFlags } from './serve.js'
 
@@ -14,29 +14,43 @@ import { defaultCacheFolder, FORMS_DB_MEMORY, gb, workerDbThreads, type AccessFl
  * What `serve`, `router` and `worker` do once their flags are read (src/commands/serve.ts declares
  * the flags); loaded only when one of them runs, so `--help` and `query` start without the servers.
  * The worker's modules (the query engine, DuckDB, the chunk cache) are loaded by the commands that
- * run workers: a `router` starts without them.
+ * run workers: a `router` starts without them. `serve` and `router` check their flags and that their
+ * `--data` folders exist before they load the servers (fastify, DuckDB, the query engine), so a
+ * mistyped folder is said at once.
  */
 
 /** `--data` roots and `--dataset name=URL` entries; at least one is needed. */
-function storageOptions(o: StorageFlags, cache?: ChunkCache): ArchiveStorage {
+function storageLocations(o: StorageFlags) {
   const datasets = (o.dataset ?? []).map((entry) => {
     const eq = entry.indexOf('=')
     if (eq <= 0 || eq === entry.length - 1) throw new InvalidArgumentError(`--dataset expects NAME=URL, got "${entry}"`)
     return { name: entry.slice(0, eq), url: entry.slice(eq + 1) }
   })
   if (!o.data?.length && !datasets.length) throw new InvalidArgumentError('give where the datasets are: --data <folder|s3://bucket/prefix> and/or --dataset NAME=URL')
-  return new ArchiveStorage({ roots: o.data, datasets, cache })
+  return { roots: o.data, datasets }
+}
+
+/** The storage modules, loaded once the flags are checked. */
+async function storageOf(o: StorageFlags): Promise<(cache?: ChunkCache) => ArchiveStorage> {
+  const locations = storageLocations(o)
+  await checkDataFolders(o.data ?? [])
+  const { ArchiveStorage } = await import('../server/storage.js')
+  return (cache) => new ArchiveStorage({ ...locations, cache })
 }
 
 /** The secret from --ticket-secret-file, else BLOCK_ARCHIVE_TICKET_SECRET. */
-const ticketSecret = (o: { ticketSecretFile?: string }) => loadTicketSecret({ file: o.ticketSecretFile, value: process.env.BLOCK_ARCHIVE_TICKET_SECRET })
+async function ticketSecret(o: { ticketSecretFile?: string }): Promise<Buffer | undefined> {
+  const { loadTicketSecret } = await import('../server/auth.js')
+  return loadTicketSecret({ file: o.ticketSecretFile, value: process.env.BLOCK_ARCHIVE_TICKET_SECRET })
+}
 
 /**
  * `serve` may make up the secret (its router and workers share the process); a separate router may
  * not: its workers must have the same one.
  */
-function accessSettings(o: AccessFlags, mayGenerateSecret: boolean): RouterAccessOptions {
-  let secret = ticketSecret(o)
+async function accessSettings(o: AccessFlags, mayGenerateSecret: boolean): Promise<RouterAccessOptions> {
+  const { randomSecret } = await import('../server/auth.js')
+  let secret = await ticketSecret(o)
   if (!secret && o.keysFile && mayGenerateSecret) {
     secret = randomSecret()
     log.info('access: the workers of this process share a random ticket secret (workers started elsewhere cannot serve this router: give --ticket-secret-file)')
@@ -104,13 +118,14 @@ function routerSettings(o: Flags) {
 }
 
 export async function runServe(o: Flags): Promise<void> {
+  const storageAt = await storageOf(o)
+  const access = await accessSettings(o, true)
   const [{ startCluster }, { ChunkCache, spillFolder }] = await Promise.all([import('../server/cluster.js'), import('../storage/chunk-cache.js')])
   const cache = (o.cache ??= defaultCacheFolder(o))
-  const storage = storageOptions(o)
-  const access = accessSettings(o, true)
+  const storage = storageAt()
   const cluster = await startCluster({
     storage,
-    workerStorage: (i) => storageOptions(o, new ChunkCache({ root: path.join(cache, `worker-${i}`), limitBytes: gb(o.cacheGb), label: `worker-${i}`, localForms: o.localForms === 'duckdb' })),
+    workerStorage: (i) => storageAt(new ChunkCache({ root: path.join(cache, `worker-${i}`), limitBytes: gb(o.cacheGb), label: `worker-${i}`, localForms: o.localForms === 'duckdb' })),
     host: o.host,
     port: o.port,
     workers: o.workers,
@@ -126,10 +141,13 @@ export async function runServe(o: Flags): Promise<void> {
 }
 
 export async function runRouter(o: Flags): Promise<void> {
+  const storageAt = await storageOf(o)
+  const access = await accessSettings(o, false)
+  const { RouterServer } = await import('../server/router-http.js')
   const server = new RouterServer({
-    storage: storageOptions(o),
+    storage: storageAt(),
     ...routerSettings(o),
-    access: accessSettings(o, false),
+    access,
   })
   await server.start(o.host, o.port)
   console.log(`router: ${server.url}`)
@@ -138,7 +156,11 @@ export async function runRouter(o: Flags): Promise<void> {
 }
 
 export async function runWorker(o: Flags): Promise<void> {
-  const [{ WorkerServer }, { ChunkCache, spillFolder }] = await Promise.all([import('../server/worker-http.js'), import('../storage/chunk-cache.js')])
+  const [{ WorkerServer }, { ChunkCache, spillFolder }, { ArchiveStorage }] = await Promise.all([
+    import('../server/worker-http.js'),
+    import('../storage/chunk-cache.js'),
+    import('../server/storage.js'),
+  ])
   const server = new WorkerServer({
     storage: new ArchiveStorage({ roots: o.data, cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker', localForms: o.localForms === 'duckdb' }) : undefined }),
     routerUrl: o.router.replace(/\/+$/, ''),
@@ -147,7 +169,7 @@ export async function runWorker(o: Flags): Promise<void> {
     heartbeatMs: o.heartbeatMs,
     dropGraceMs: o.heartbeatMs * 2,
     ...workerSettings(o, spillFolder),
-    ticketSecret: ticketSecret(o),
+    ticketSecret: await ticketSecret(o),
   })
   await server.start(o.host, o.port)
   console.log(`worker: ${server.url} (id ${server.id}, router ${o.router})`)

@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { gunzipSync } from 'node:zlib'
-import { runIngest, type IngestOptions, type IngestResult } from './loop.js'
+import type { IngestOptions, IngestResult } from './loop.js'
 import { ReplayServer, type RecordedBlock } from './replay.js'
 import { feederToRpc } from './starknet/feeder.js'
 import type { RecordedChainName, RecordedStarknetChain } from './recorded-chains.js'
@@ -11,6 +11,9 @@ import type { RecordedChainName, RecordedStarknetChain } from './recorded-chains
  * Recorded node answers in fixtures/ (fixtures/SOURCES.md says where each came from), grouped per
  * chain as replay-server blocks.
  */
+
+/** The ingest loop (and DuckDB with it), loaded by the helpers that ingest: `replay-rpc` only reads the recordings. */
+const ingestLoop = async () => (await import('./loop.js')).runIngest
 
 export function defaultFixturesDir(): string {
   // dist/src/ingest/recorded.js → repository root
@@ -160,7 +163,7 @@ export async function ingestRecorded(outDir: string, datasetName: string, opts: 
       (rest.traces !== 'callTracer' || r.callTraces != null) &&
       (rest.stateDiffs !== 'replay' || r.replay != null) &&
       (rest.stateDiffs !== 'prestateTracer' || r.prestate != null)
-    return await runIngest({
+    return await (await ingestLoop())({
       progress: 'none',
       confirmations: 0,
       ...rest,
@@ -228,7 +231,7 @@ export async function ingestRecordedStarknet(outDir: string, datasetName: string
     }
     const results: IngestResult[] = []
     for (const g of groups) {
-      results.push(await runIngest({ progress: 'none', confirmations: 0, ...rest, family: 'starknet', ...g, rpc: server.url, out: outDir, dataset: datasetName }))
+      results.push(await (await ingestLoop())({ progress: 'none', confirmations: 0, ...rest, family: 'starknet', ...g, rpc: server.url, out: outDir, dataset: datasetName }))
     }
     return results
   } finally {

@@ -6,6 +6,7 @@ import { mapLimit } from '../semaphore.js'
 import { storageRequests } from './metrics.js'
 import { FolderClaims, readClaims, S3Claims, type ClaimRecord } from '../ingest/range-claims.js'
 import { CHUNK_INDEX_FILE, linksOf, parseChunkIndex, readFolderIndex, type ChunkLinks } from '../chunks/chunk-index.js'
+import { missingDataFolder } from './data-folders.js'
 import { downloadObject, getText, isS3Url, joinKey, listFolders, listObjects, parseS3Url, s3Url, type DownloadResult } from './s3.js'
 
 /*
@@ -102,7 +103,7 @@ async function subfolders(url: string): Promise<string[]> {
   try {
     entries = await readdir(root, { withFileTypes: true })
   } catch (e: any) {
-    if (e.code === 'ENOENT') throw new Error(`data folder ${root} does not exist`)
+    if (e.code === 'ENOENT') throw missingDataFolder(root)
     throw e
   }
   return entries.filter((d) => d.isDirectory() && !d.name.startsWith('.')).map((d) => path.join(root, d.name)).sort()

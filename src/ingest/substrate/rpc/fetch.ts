@@ -5,8 +5,8 @@ import { parseBlock } from '@subsquid/substrate-data/lib/parsing/block.js'
 import { supportsFeeCalc } from '@subsquid/substrate-data/lib/parsing/fee/calc.js'
 import type { Runtime } from '@subsquid/substrate-runtime'
 import type { OldSpecsBundle, OldTypesBundle } from '@subsquid/substrate-runtime/lib/metadata/index.js'
-import { getNameHash } from '@subsquid/substrate-runtime/lib/runtime/storage.js'
 import { RpcError, type RpcCall } from '../../rpc.js'
+import { SYSTEM_EVENTS_KEY } from './storage-keys.js'
 import { BadRpcAnswer, BlockChanged, BlockNotAvailable } from '../../source.js'
 import { compareCallAddress } from '../squid-json.js'
 import { substrateRuntime } from './metadata.js'
@@ -41,7 +41,7 @@ export interface SubstrateRpcOptions extends TransportOptions {
   transport?: SubstrateTransport
 }
 
-export const SYSTEM_EVENTS_KEY = getNameHash('System') + getNameHash('Events').slice(2)
+export { SYSTEM_EVENTS_KEY }
 
 export function runtimeVersionKey(v: RuntimeVersion): string {
   return `${v.specName}@${v.specVersion}/${v.implName}@${v.implVersion}`

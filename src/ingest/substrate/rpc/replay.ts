@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net'
 import path from 'node:path'
 import { gunzipSync } from 'node:zlib'
 import { defaultFixturesDir } from '../../recorded.js'
-import { SYSTEM_EVENTS_KEY } from './fetch.js'
+import { SYSTEM_EVENTS_KEY } from './storage-keys.js'
 import type { RuntimeVersion } from './types.js'
 import type { RecordedSubstrateChain } from '../../recorded-chains.js'
 
