@@ -1,11 +1,18 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv'
+import { createHash } from 'node:crypto'
+import { existsSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { fileURLToPath } from 'node:url'
 import { ApiError, badRequest } from '../errors.js'
 import { normalizeHex, type FamilyDecl, type FilterDecl, type ItemDecl, type RequestDecl } from '../families/declaration.js'
 import { FAMILY_OF_QUERY_TYPE } from '../families/index.js'
 
 /*
- * Query validation (docs/protocol.md §2, §3.2), compiled once per family from its declaration into a
- * JSON schema checked by ajv. Errors name the JSON path of the offending value (`logs[0].adress`).
+ * Query validation (docs/protocol.md §2, §3.2): each family's declaration gives a JSON schema, checked
+ * by ajv. `npm run build` writes each family's validator as code (src/query/precompile-validators.ts);
+ * a process uses that file when it was generated from the same schema, and compiles the schema
+ * itself otherwise (100–250 ms of CPU per family). Errors name the JSON path of the offending value
+ * (`logs[0].adress`).
  */
 
 export const MAX_ITEM_REQUESTS = 100
@@ -125,11 +132,27 @@ function describe(e: ErrorObject): ApiError {
   }
 }
 
+/** Ajv's options for the query schemas, for the validators compiled here and the ones the build writes. */
+export const AJV_OPTIONS = { allErrors: false, strict: true } as const
+
+/** The file the build writes a family's validator to. */
+export const precompiledFile = (family: string) => fileURLToPath(new URL(`./validators/${family}.cjs`, import.meta.url))
+
+/** What a precompiled validator was generated from. */
+export const schemaHash = (schema: object) => createHash('sha256').update(JSON.stringify(schema)).digest('hex')
+
 const compiled = new WeakMap<FamilyDecl, ValidateFunction>()
 
+/** The validator in `file` as the build wrote it, if there is one and it was generated from `schema`. */
+export function loadPrecompiled(file: string, schema: object): ValidateFunction | undefined {
+  if (!existsSync(file)) return undefined
+  const v = createRequire(import.meta.url)(file) as ValidateFunction & { schemaHash?: string }
+  return v.schemaHash === schemaHash(schema) ? v : undefined
+}
+
 /**
- * Compile the family's query schema now (100–200 ms of CPU, once per family and process), so that
- * the first query of a worker's dataset does not wait for it.
+ * Have the family's validator ready now (loading the precompiled one, or compiling the schema: once
+ * per family and process), so that the first query of a worker's dataset does not wait for it.
  */
 export function prepareQueryValidator(family: FamilyDecl): void {
   validator(family)
@@ -138,8 +161,8 @@ export function prepareQueryValidator(family: FamilyDecl): void {
 function validator(family: FamilyDecl): ValidateFunction {
   let v = compiled.get(family)
   if (!v) {
-    const ajv = new Ajv({ allErrors: false, strict: true })
-    v = ajv.compile(querySchema(family))
+    const schema = querySchema(family)
+    v = loadPrecompiled(precompiledFile(family.name), schema) ?? new Ajv(AJV_OPTIONS).compile(schema)
     compiled.set(family, v)
   }
   return v
