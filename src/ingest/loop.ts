@@ -293,7 +293,7 @@ async function ingestPass(o: IngestOptions, claimOwner: string): Promise<Pass> {
       // claimed even when complete already: a stopped claim of it (a run killed before deleting it) goes at the end
       if (from <= o.to!) await target.claim({ from, to: o.to! }, claimOwner)
       if (start > from && start <= o.to!) log.info({ from, to: o.to, resumeAt: start, stopAt: stop }, 'resuming the range after its last complete chunk')
-      if (stop! < o.to!) log.info({ from, to: o.to, stopAt: stop, next: stop! + 1 }, 'the range already has chunks from block ' + (stop! + 1) + '; this run ends below them')
+      if (stop! < o.to!) log.info({ from, to: o.to, stopAt: stop, next: stop! + 1 }, 'the range already has chunks from block ' + (stop! + 1) + '; this pass ends below them, the next goes on after them')
     } else {
       written = listed
       lastChunk = listed.at(-1)
