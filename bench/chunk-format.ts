@@ -10,7 +10,7 @@ import { prepareQuery } from '../src/query/engine.js'
 import { answerSent, piecesSent } from '../src/fast-path.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import type { LocalTables } from '../src/storage/local-forms.js'
-import { LocalForms } from '../src/storage/local-forms.js'
+import { FORMS_STORAGE_VERSION, LocalForms } from '../src/storage/local-forms.js'
 import { benchChunk } from './lib/chunk.js'
 import { cpuClock, mb, ms, timeInterleaved, type Timing } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
@@ -41,7 +41,16 @@ const VARIANTS: { name: string; settings: ParquetSettings; metadataCache?: boole
   { name: 'zstd 3, groups 10,000, V2', settings: { compression: 'zstd', compressionLevel: 3, rowGroupSize: 10_000, version: 'V2' } },
   { name: 'lz4_raw, groups 10,000, V2', settings: { compression: 'lz4_raw', rowGroupSize: 10_000, version: 'V2' } },
 ]
-const NATIVE = 'DuckDB file per chunk'
+/**
+ * A chunk as one DuckDB database file. `storage`: the file's storage version (newer ones compress
+ * more); `zstdFrom`: string and blob columns whose values average this many bytes or more are stored
+ * with zstd (`USING COMPRESSION zstd`), the rest with DuckDB's own light compression.
+ */
+const NATIVE_VARIANTS: { name: string; storage?: string; zstdFrom?: number }[] = [
+  { name: 'DuckDB file per chunk' },
+  { name: 'DuckDB file, storage v1.5.0', storage: 'v1.5.0' },
+  { name: 'DuckDB file, storage v1.5.0, zstd for wide columns', storage: 'v1.5.0', zstdFrom: 100 },
+]
 
 /** `timeInterleaved` by the process's CPU time: DuckDB runs with one thread, so this is the query's own work. */
 const cpuInterleaved = (fns: (() => Promise<unknown>)[], runs: number, warmup = 1): Promise<Timing[]> => timeInterleaved(fns, runs, warmup, cpuClock)
@@ -80,21 +89,47 @@ export async function runChunkFormat(o: ChunkFormatBenchOptions): Promise<void> 
     views.push({ name: v.name, dir: vdir, bytes: await bytesOf(vdir), metadataCache: v.metadataCache, writeMs: (c.user + c.system) / 1000 })
   }
   const baseBytes = views[0].bytes
-  if (!o.variant?.length || o.variant.includes(NATIVE)) {
-    const file = path.join(out, 'native', 'chunk.duckdb')
+  for (const [i, nv] of NATIVE_VARIANTS.entries()) {
+    if (o.variant?.length && !o.variant.includes(nv.name)) continue
+    const file = path.join(out, `native-${i}`, 'chunk.duckdb')
+    const alias = `native_chunk_${i}`
     await rm(path.dirname(file), { recursive: true, force: true })
     await mkdir(path.dirname(file), { recursive: true })
-    await con.run(`ATTACH ${lit(file)} AS native_chunk`)
-    for (const t of tables) await con.run(`CREATE TABLE native_chunk.${ident(t)} AS SELECT * FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))})`)
-    await con.run('CHECKPOINT native_chunk')
-    const local = Object.assign((t: string) => `native_chunk.${ident(t)}`, { narrow: () => [] as string[], byBlock: () => undefined })
-    views.push({ name: NATIVE, dir, local, bytes: (await stat(file)).size })
+    await con.run(`ATTACH ${lit(file)} AS ${alias}${nv.storage ? ` (STORAGE_VERSION ${lit(nv.storage)})` : ''}`)
+    const c0 = process.cpuUsage()
+    for (const t of tables) {
+      const src = `read_parquet(${lit(path.join(dir, `${t}.parquet`))})`
+      const columns = (await con.runAndReadAll(`DESCRIBE SELECT * FROM ${src}`)).getRows().map(([name, type]) => ({ name: String(name), type: String(type) }))
+      const defs: string[] = []
+      for (const c of columns) {
+        let zstd = false
+        if (nv.zstdFrom !== undefined && (c.type === 'VARCHAR' || c.type === 'BLOB')) {
+          const [[avg]] = (await con.runAndReadAll(`SELECT coalesce(avg(octet_length(${ident(c.name)}::BLOB)), 0) FROM ${src}`)).getRows()
+          zstd = Number(avg) >= nv.zstdFrom
+        }
+        defs.push(`${ident(c.name)} ${c.type}${zstd ? ' USING COMPRESSION zstd' : ''}`)
+      }
+      await con.run(`CREATE TABLE ${alias}.${ident(t)} (${defs.join(', ')})`)
+      await con.run(`INSERT INTO ${alias}.${ident(t)} SELECT * FROM ${src}`)
+    }
+    await con.run(`CHECKPOINT ${alias}`)
+    const c = process.cpuUsage(c0)
+    const local = Object.assign((t: string) => `${alias}.${ident(t)}`, { narrow: () => [] as string[], byBlock: () => undefined })
+    views.push({ name: nv.name, dir, local, bytes: (await stat(file)).size, writeMs: (c.user + c.system) / 1000 })
   }
-  let forms: LocalForms | undefined
+  const forms: LocalForms[] = []
   if (o.localForm) {
-    forms = new LocalForms({ file: `${out}/local-form/local-forms.duckdb`, label: 'bench' })
-    if (!(await forms.build('bench', dir, tables, blockOrders(evmFamily)))) throw new Error('could not build the local form')
-    views.push({ name: 'local form of today\'s chunk (worker-built)', dir, local: forms.acquire('bench'), bytes: forms.bytes })
+    for (const storageVersion of ['v1.0.0', FORMS_STORAGE_VERSION]) {
+      const fdir = `${out}/local-form-${storageVersion}`
+      await rm(fdir, { recursive: true, force: true })
+      const c0 = process.cpuUsage()
+      const f = new LocalForms({ file: `${fdir}/local-forms.duckdb`, label: 'bench', storageVersion })
+      if (!(await f.build('bench', dir, tables, blockOrders(evmFamily)))) throw new Error('could not build the local form')
+      const c = process.cpuUsage(c0)
+      forms.push(f)
+      const name = `local form of today's chunk (worker-built), storage ${storageVersion}${storageVersion === FORMS_STORAGE_VERSION ? ' (now)' : ''}`
+      views.push({ name, dir, local: f.acquire('bench'), bytes: f.bytes, writeMs: (c.user + c.system) / 1000 })
+    }
   }
   const dataset = (v: (typeof views)[number]): DatasetView => ({
     name: 'bench', family: evmFamily, height: meta.last,
@@ -154,6 +189,6 @@ export async function runChunkFormat(o: ChunkFormatBenchOptions): Promise<void> 
     ['variant', 'MB', 'vs today', 'written in CPU ms', 'logs+tx CPU ms', 'all tx+logs MB per CPU s', 'full scan CPU ms', ...others.map((s) => `${s.name} CPU ms`)],
     views.map((v, i) => [v.name, mb(v.bytes), `${((v.bytes / baseBytes) * 100).toFixed(0)} %`, v.writeMs === undefined ? '' : ms(v.writeMs), ms(lt[i].median), (allBytes / 1e6 / (al[i].median / 1000)).toFixed(0),
       ms(sc[i].median), ...rest.map((r) => ms(r[i].median))]))
-  await forms?.close()
+  for (const f of forms) await f.close()
   con.closeSync()
 }

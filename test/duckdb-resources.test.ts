@@ -77,7 +77,7 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
       return { pid: w.child.pid!, status: async () => (await (await fetch(`${url}/status`)).json()) as any }
     }
 
-    const forms = await worker('--cache', cache)
+    const forms = await worker('--cache', cache, '--forms-after', '0')
     const s = await forms.status()
     // DuckDB threads: the cores left beside the worker's 2 queries at once (its default --concurrency), at least 1.
     assert.equal(workerDbThreads(2), Math.max(1, availableParallelism() - 1))

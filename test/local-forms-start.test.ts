@@ -26,7 +26,7 @@ describe('local forms of a worker started before its router', { timeout: 600_000
     await writeDataset(path.join(data, 'anvil'), 'anvil', (await anvilRecords()).slice(0, 16), 8)
     const port = await freePort()
     const w = await startCli(['worker', '--router', `http://127.0.0.1:${port}`, '--data', data, '--cache', path.join(tmp.dir, 'forms'),
-      '--local-forms', 'duckdb', '--id', 'w0', '--port', '0', '--heartbeat-ms', '200'], ['worker'])
+      '--local-forms', 'duckdb', '--forms-after', '0', '--id', 'w0', '--port', '0', '--heartbeat-ms', '200'], ['worker'])
     const url = w.lines.get('worker')![0].split(' ')[0]
     const status = async () => (await (await fetch(`${url}/status`)).json()) as { last_ping_error: string | null; local_forms: { built: number; pending: number } }
     assert.notEqual((await status()).last_ping_error, null, 'the first heartbeat failed: no router yet')

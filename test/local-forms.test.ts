@@ -6,7 +6,7 @@ import { chunkTableNames, type ChunkRef } from '../src/chunks/layout.js'
 import { connect, lit } from '../src/db.js'
 import { blockOrders } from '../src/families/declaration.js'
 import { evmFamily } from '../src/families/evm.js'
-import { BY_BLOCK_SUFFIX, LocalForms } from '../src/storage/local-forms.js'
+import { BY_BLOCK_SUFFIX, formIdle, LocalForms } from '../src/storage/local-forms.js'
 import { ArchiveStorage, LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { ChunkCache } from '../src/storage/chunk-cache.js'
@@ -19,7 +19,8 @@ import { ALL_FIELDS, fullQuery } from './helpers/reference-evm.js'
  * A worker's local forms (src/storage/local-forms.ts) over a real EVM dataset (64 recorded anvil
  * blocks with traces and state diffs, 16 per chunk): built in the background, answers byte for byte
  * those read from the Parquet files (relations included: related rows are found by row number),
- * reused after a restart, dropped with their chunk, and not built when the cache limit has no room.
+ * reused after a restart, dropped with their chunk, and not built when the cache limit has no room;
+ * on demand, only chunks queries read again get one, and they may take the room of idle forms.
  * The fuzz test (fuzz-property.test.ts) answers every family from local forms as well.
  */
 
@@ -60,8 +61,9 @@ describe('local forms of a worker', { timeout: 600_000 }, () => {
   const running: WorkerServer[] = []
   const common = { heartbeatMs: 200, dropGraceMs: 200, concurrency: 2, queue: 8, queueTimeoutMs: 10_000, budgets: { sizeBytes: 1 << 30, timeMs: 60_000 } }
 
-  async function start(label: string, cache: string, limitBytes?: number): Promise<{ w: WorkerServer; cache: ChunkCache }> {
-    const c = new ChunkCache({ root: cache, label, limitBytes })
+  /** `formsAfterReads` 0 (every chunk held gets a form) unless a test asks for forms on demand. */
+  async function start(label: string, cache: string, limitBytes?: number, formsAfterReads = 0): Promise<{ w: WorkerServer; cache: ChunkCache }> {
+    const c = new ChunkCache({ root: cache, label, limitBytes, formsAfterReads })
     const w = new WorkerServer({ ...common, storage: new ArchiveStorage({ roots: [data], cache: c }), id: label })
     running.push(w)
     await w.start('127.0.0.1', 0)
@@ -169,5 +171,56 @@ describe('local forms of a worker', { timeout: 600_000 }, () => {
     assert.equal(cache.forms!.bytes, 0)
     assert.equal(await registrySum('block_archive_worker_local_form_builds_total', { worker: 'lf-full' }), 0)
     assert.equal(await answer(w, QUERIES[2]), await answer(parquet, QUERIES[2]))
+  })
+
+  it('on demand: only chunks that queries read again get a form, and answers stay the same', async () => {
+    const { w } = await start('lf-demand', path.join(tmp.dir, 'cache-c'), undefined, 2)
+    await until('worker ready', async () => w.node!.readiness().ready || undefined, 30_000)
+    // Passes after the fetch: nothing is due a form yet.
+    await new Promise((r) => setTimeout(r, 3 * common.heartbeatMs))
+    assert.deepEqual(formsOf(w), { built: 0, pending: 0 })
+    // Blocks 16..31: the second chunk only.
+    const q = fullQuery(16, 31)
+    const want = await answer(parquet, q)
+    assert.equal(await answer(w, q), want)
+    await new Promise((r) => setTimeout(r, 2 * common.heartbeatMs))
+    assert.deepEqual(formsOf(w), { built: 0, pending: 0 }, 'read once: still no form')
+    assert.equal(await answer(w, q), want)
+    await until('the form of the chunk read twice', async () => (formsOf(w).built === 1 && formsOf(w).pending === 0) || undefined, 60_000)
+    assert.equal(await registrySum('block_archive_worker_local_form_builds_total', { worker: 'lf-demand' }), 1)
+    assert.equal(await answer(w, q), want, 'from the form')
+    await w.stop()
+  })
+
+  it('on demand, take the room of forms no query has read for a while', async () => {
+    const dirOf = (i: number) => path.join(data, chunks[i].path)
+    const room = { bytes: Number.MAX_SAFE_INTEGER }
+    const forms = new LocalForms({ file: path.join(tmp.dir, 'evict', 'forms.duckdb'), label: 'evict', room: () => room.bytes })
+    const orders = blockOrders(evmFamily)
+    const idle = formIdle.ms
+    try {
+      assert.ok(await forms.build('c0', dirOf(0), await chunkTableNames(dirOf(0)), orders, { evictIdle: true }))
+      // Room for about one form and a half.
+      room.bytes = Math.round(forms.bytes * 1.5)
+      // c0 was just built: not idle, so c1 gets no room.
+      assert.equal(await forms.build('c1', dirOf(1), await chunkTableNames(dirOf(1)), orders, { evictIdle: true }), false)
+      assert.ok(forms.has('c0') && !forms.has('c1'))
+      // Without evictIdle an idle form stays too.
+      formIdle.ms = 0
+      assert.equal(await forms.build('c1', dirOf(1), await chunkTableNames(dirOf(1)), orders), false)
+      assert.ok(forms.has('c0'))
+      // A form in use is never dropped.
+      assert.ok(forms.acquire('c0'))
+      assert.equal(await forms.build('c1', dirOf(1), await chunkTableNames(dirOf(1)), orders, { evictIdle: true }), false)
+      assert.ok(forms.has('c0'))
+      forms.release('c0')
+      // Idle and unused: it makes room.
+      assert.ok(await forms.build('c1', dirOf(1), await chunkTableNames(dirOf(1)), orders, { evictIdle: true }))
+      assert.ok(!forms.has('c0') && forms.has('c1'))
+      assert.ok(forms.bytes <= room.bytes, `${forms.bytes} ≤ ${room.bytes}`)
+    } finally {
+      formIdle.ms = idle
+      await forms.close()
+    }
   })
 })

@@ -27,7 +27,7 @@ describe('two archives on one machine', { timeout: 600_000 }, () => {
     // The default cache lies under the temporary folder: this test's own.
     const env = { TMPDIR: tmp.dir }
     const serve = (data: string, ...flags: string[]) =>
-      startCli(['serve', '--data', path.join(tmp!.dir, data), '--port', '0', '--workers', '1', '--heartbeat-ms', '200', '--missed-heartbeats', '150', ...flags], ['worker', 'dataset anvil'], env)
+      startCli(['serve', '--data', path.join(tmp!.dir, data), '--port', '0', '--workers', '1', '--heartbeat-ms', '200', '--missed-heartbeats', '150', '--forms-after', '0', ...flags], ['worker', 'dataset anvil'], env)
     const [a, b] = [await serve('a'), await serve('b')]
     for (const s of [a, b]) {
       const worker = s.lines.get('worker')![0]

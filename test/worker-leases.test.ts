@@ -104,7 +104,7 @@ describe('worker leases', { timeout: 600_000 }, () => {
 
   it('a query acquires the local forms of the chunks it reads, no others, and gives back exactly those', async () => {
     const parquet = await startNode('parquet', new RecordingStorage({ roots: [data] }))
-    const storage = new RecordingStorage({ roots: [data], cache: new ChunkCache({ root: path.join(tmp.dir, 'cache'), label: 'leases' }) })
+    const storage = new RecordingStorage({ roots: [data], cache: new ChunkCache({ root: path.join(tmp.dir, 'cache'), label: 'leases', formsAfterReads: 0 }) })
     const node = await startNode('forms', storage)
     await until('forms built', async () => (node.localForms().pending === 0 && node.localForms().built === chunks.length) || undefined, 180_000)
 

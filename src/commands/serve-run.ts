@@ -125,7 +125,7 @@ export async function runServe(o: Flags): Promise<void> {
   const storage = storageAt()
   const cluster = await startCluster({
     storage,
-    workerStorage: (i) => storageAt(new ChunkCache({ root: path.join(cache, `worker-${i}`), limitBytes: gb(o.cacheGb), label: `worker-${i}`, localForms: o.localForms === 'duckdb' })),
+    workerStorage: (i) => storageAt(new ChunkCache({ root: path.join(cache, `worker-${i}`), limitBytes: gb(o.cacheGb), label: `worker-${i}`, localForms: o.localForms === 'duckdb', formsAfterReads: o.formsAfter })),
     host: o.host,
     port: o.port,
     workers: o.workers,
@@ -162,7 +162,7 @@ export async function runWorker(o: Flags): Promise<void> {
     import('../server/storage.js'),
   ])
   const server = new WorkerServer({
-    storage: new ArchiveStorage({ roots: o.data, cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker', localForms: o.localForms === 'duckdb' }) : undefined }),
+    storage: new ArchiveStorage({ roots: o.data, cache: o.cache ? new ChunkCache({ root: o.cache, limitBytes: gb(o.cacheGb), label: o.id ?? 'worker', localForms: o.localForms === 'duckdb', formsAfterReads: o.formsAfter }) : undefined }),
     routerUrl: o.router.replace(/\/+$/, ''),
     id: o.id,
     publicUrl: o.publicUrl,

@@ -2,7 +2,7 @@ import { Command, InvalidArgumentError, Option } from 'commander'
 import { createHash } from 'node:crypto'
 import os from 'node:os'
 import path from 'node:path'
-import { DEFAULT_GROUP_CHUNKS, DEFAULT_HEAD_WATCH, DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, DEFAULT_WORKER_LIMITS } from '../server/defaults.js'
+import { DEFAULT_FORMS_AFTER_READS, DEFAULT_GROUP_CHUNKS, DEFAULT_HEAD_WATCH, DEFAULT_ROUTER_OPTIONS, DEFAULT_TICKET_TTL_S, DEFAULT_WORKER_LIMITS } from '../server/defaults.js'
 import { COMPRESSION_MODES, type CompressionMode } from '../server/encoding.js'
 import { choice, int, opt } from './options.js'
 
@@ -28,7 +28,9 @@ export interface StorageFlags {
 
 
 const localFormsOption = () =>
-  choice('--local-forms <mode>', 'duckdb: copy each served chunk into a DuckDB file in the cache folder (reads 1.5–2.5× faster, ~3× the Parquet bytes, within --cache-gb); off: read the Parquet files only', 'BLOCK_ARCHIVE_LOCAL_FORMS', ['duckdb', 'off'], 'duckdb')
+  choice('--local-forms <mode>', 'duckdb: copy chunks queries read again (--forms-after) into a DuckDB file in the cache folder (reads 1.5–3× faster, 4–6× the Parquet bytes, within --cache-gb); off: read the Parquet files only', 'BLOCK_ARCHIVE_LOCAL_FORMS', ['duckdb', 'off'], 'duckdb')
+const formsAfterOption = () =>
+  opt('--forms-after <reads>', 'build a chunk\'s local form once queries have read it from Parquet this many times; 0: every chunk a worker holds, as soon as it holds it', 'BLOCK_ARCHIVE_FORMS_AFTER', int(0), DEFAULT_FORMS_AFTER_READS)
 const cacheGbOption = () => opt('--cache-gb <n>', 'keep the cache under this many GB (default: no limit)', 'BLOCK_ARCHIVE_CACHE_GB', positiveNumber)
 
 /** A size as DuckDB's settings take it: `512MB`, `1.5GB`, `4GiB`. */
@@ -120,6 +122,7 @@ export interface WorkerFlags {
   /** `worker`: absent without a cache folder; `serve`: always there. */
   cache?: string
   localForms: 'duckdb' | 'off'
+  formsAfter: number
 }
 
 /*
@@ -160,6 +163,7 @@ export function registerServe(program: Command): void {
     .addOption(opt('--cache <folder>', `where workers keep chunks of datasets in object storage and their local forms, one sub-folder per worker (default: a folder of its own for these --data/--dataset locations under ${CACHE_PARENT})`, 'BLOCK_ARCHIVE_CACHE'))
     .addOption(cacheGbOption())
     .addOption(localFormsOption())
+    .addOption(formsAfterOption())
     .addOption(heartbeatOption())
   routerOptions(serve)
   accessOptions(serve)
@@ -186,6 +190,7 @@ export function registerServe(program: Command): void {
     .addOption(opt('--data <url>', 'read datasets from here instead of the locations the router announces (e.g. the same folder mounted at another path), repeatable', 'BLOCK_ARCHIVE_DATA', collect))
     .addOption(cacheGbOption())
     .addOption(localFormsOption())
+    .addOption(formsAfterOption())
     .addOption(hostOption())
     .addOption(opt('--port <n>', 'port (0 = any free port)', 'BLOCK_ARCHIVE_WORKER_PORT', int(0), 0))
     .addOption(opt('--public-url <url>', 'URL clients reach this worker at (default: the listening address)', 'BLOCK_ARCHIVE_PUBLIC_URL'))

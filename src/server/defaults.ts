@@ -12,6 +12,14 @@ export const DEFAULT_ROUTER_OPTIONS = {
 
 export const DEFAULT_TICKET_TTL_S = 60
 
+/**
+ * A worker builds a chunk's local form once queries have read the chunk from its Parquet files this
+ * many times (0: every chunk it holds, as soon as it holds it). Building one costs seconds of CPU and
+ * several times the chunk's bytes, more than reading the chunk once from Parquet: over a whole chain
+ * only the chunks read again (the hot ones) are worth it.
+ */
+export const DEFAULT_FORMS_AFTER_READS = 2
+
 /** Average consecutive chunks assigned together (1: each chunk on its own). */
 export const DEFAULT_GROUP_CHUNKS = 8
 

@@ -56,8 +56,12 @@ export interface ChunkStorage {
   pruneUnused(held: { dataset: string; chunk: ChunkRef }[]): Promise<void>
   /** Whether this storage keeps local forms of the chunks (a worker with a cache folder). */
   readonly keepsLocalForms?: boolean
+  /** Reads from Parquet after which a chunk gets its local form (0: every chunk held); see `DEFAULT_FORMS_AFTER_READS`. */
+  readonly formsAfterReads?: number
   /** Build the local form of a fetched chunk; returns whether it has one. */
   buildLocalForm?(dataset: string, chunk: ChunkRef, dir: string): Promise<boolean>
+  /** Whether the chunk has a local form (one an earlier run built, say). */
+  hasLocalForm?(dataset: string, chunk: ChunkRef): boolean
   /** The chunk's local tables for one query, if built (give them back with `releaseLocalForm`). */
   localForm?(dataset: string, chunk: ChunkRef): LocalTables | undefined
   releaseLocalForm?(dataset: string, chunk: ChunkRef): void
@@ -167,6 +171,10 @@ export class ArchiveStorage implements ChunkStorage {
     return this.opts.cache?.forms !== undefined
   }
 
+  get formsAfterReads(): number {
+    return this.opts.cache?.formsAfterReads ?? 0
+  }
+
   private formKey(dataset: string, chunk: ChunkRef): string | undefined {
     const store = this.stores.get(dataset)
     return store && chunkKey(store, chunk)
@@ -177,7 +185,13 @@ export class ArchiveStorage implements ChunkStorage {
     const key = this.formKey(dataset, chunk)
     if (!forms || !key) return false
     const family = this.families.get(dataset)
-    return forms.build(key, dir, await chunkTableNames(dir), family && blockOrders(family))
+    // Forms built on demand may take the room of forms no query has read for a while.
+    return forms.build(key, dir, await chunkTableNames(dir), family && blockOrders(family), { evictIdle: this.formsAfterReads > 0 })
+  }
+
+  hasLocalForm(dataset: string, chunk: ChunkRef): boolean {
+    const key = this.formKey(dataset, chunk)
+    return key !== undefined && this.opts.cache?.forms?.has(key) === true
   }
 
   localForm(dataset: string, chunk: ChunkRef): LocalTables | undefined {

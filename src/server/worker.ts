@@ -30,7 +30,8 @@ import { PingSession } from './ping-session.js'
  * leaves the view first (retired at the current epoch: new queries no longer see it) and is deleted
  * once no lease of that epoch or an older one is running, since only those may read it. Local forms
  * are acquired per chunk as a query opens it (`DatasetView.localForm`) and released with the lease,
- * so forms no query reads stay free to be dropped for room.
+ * so forms no query reads stay free to be dropped for room. A chunk gets its form once queries have
+ * read it from Parquet `formsAfterReads` times (the storage's setting; 0: every held chunk).
  */
 
 export interface WorkerNodeOptions {
@@ -54,6 +55,8 @@ interface Held {
   dir: string
   /** Its local form is built. */
   formed?: boolean
+  /** Queries that read it from its Parquet files (it gets a form at `formsAfterReads`). */
+  reads?: number
   /** meta.json's `previousLast`: the block the chunk was written after (a chunk after a gap being filled answers only from its own first block). */
   previousLast?: number
   /** When the chunk stopped being desired; undefined while desired. */
@@ -193,20 +196,52 @@ export class WorkerNode {
   }
 
   private forming?: Promise<void>
+  /** A chunk became due for a form while a pass ran: run another after it. */
+  private formsDue = false
+
+  /** A query read a held chunk from its Parquet files: count it, and build its form once it is due. */
+  private readFromParquet(ds: DatasetHolding, c: HeldChunk): void {
+    const h = ds.held.get(c.path)
+    if (!h || !this.opts.storage.keepsLocalForms) return
+    // Formed but read from Parquet: its form made room for another; count its reads again.
+    if (h.formed) {
+      h.formed = false
+      h.reads = 0
+    }
+    h.reads = (h.reads ?? 0) + 1
+    if (h.reads === this.formsAfterReads) this.formPass()
+  }
+
+  private get formsAfterReads(): number {
+    return this.opts.storage.formsAfterReads ?? 0
+  }
+
+  /** Whether a held chunk without a form should get one: every chunk, or one read often enough. */
+  private formDue(h: Held): boolean {
+    return !h.formed && h.retiredAt === undefined && (h.reads ?? 0) >= this.formsAfterReads
+  }
 
   /**
-   * Build the local forms of held chunks that have none, one at a time, in the background (queries
-   * read the Parquet files meanwhile). A chunk without room for one is tried again at the next pass.
+   * Build the local forms of held chunks that are due one (`formDue`), the most read first, one at a
+   * time, in the background (queries read the Parquet files meanwhile). A chunk without room for one
+   * is tried again at the next pass.
    */
   private formPass(): void {
     const storage = this.opts.storage
-    if (!storage.keepsLocalForms || !storage.buildLocalForm || this.stopped || this.forming) return
+    if (!storage.keepsLocalForms || !storage.buildLocalForm || this.stopped) return
+    if (this.forming) {
+      this.formsDue = true
+      return
+    }
+    this.formsDue = false
     const pass = (async () => {
       try {
         for (const ds of this.datasets.values()) {
-          for (const h of [...ds.held.values()]) {
+          for (const h of ds.held.values()) if (!h.formed && storage.hasLocalForm?.(ds.name, h.ref)) h.formed = true
+          const due = [...ds.held.values()].filter((h) => this.formDue(h)).sort((a, b) => (b.reads ?? 0) - (a.reads ?? 0))
+          for (const h of due) {
             if (this.stopped) return
-            if (h.formed || h.retiredAt !== undefined || ds.held.get(h.ref.path) !== h) continue
+            if (!this.formDue(h) || ds.held.get(h.ref.path) !== h) continue
             h.formed = await storage.buildLocalForm!(ds.name, h.ref, h.dir)
           }
         }
@@ -220,6 +255,7 @@ export class WorkerNode {
     this.forming = pass
     void pass.finally(() => {
       if (this.forming === pass) this.forming = undefined
+      if (this.formsDue) this.formPass()
     })
   }
 
@@ -251,7 +287,11 @@ export class WorkerNode {
     const localForm = storage.localForm
       ? (c: HeldChunk) => {
           if (released) return undefined
-          if (!forms.has(c)) forms.set(c, storage.localForm!(ds.name, c))
+          if (!forms.has(c)) {
+            const local = storage.localForm!(ds.name, c)
+            forms.set(c, local)
+            if (!local) this.readFromParquet(ds, c)
+          }
           return forms.get(c)
         }
       : undefined
@@ -308,11 +348,14 @@ export class WorkerNode {
     }
   }
 
-  /** Held chunks with and without a local form yet (built in the background after each fetch pass). */
+  /**
+   * Held chunks with a local form, and those due one that have none yet (built in the background);
+   * with `formsAfterReads` > 0 the others are read from Parquet until queries read them that often.
+   */
   localForms(): { built: number; pending: number } {
     let built = 0
     let pending = 0
-    for (const ds of this.datasets.values()) for (const h of ds.held.values()) h.formed ? built++ : pending++
+    for (const ds of this.datasets.values()) for (const h of ds.held.values()) h.formed ? built++ : this.formDue(h) && pending++
     return { built, pending }
   }
 

@@ -9,6 +9,7 @@ import { mapLimit } from '../semaphore.js'
 import { cacheBytes, cacheCorrupt, cacheEvictions, downloadBytes, downloadSeconds } from './metrics.js'
 import type { DatasetStore } from './dataset-store.js'
 import { LocalForms } from './local-forms.js'
+import { DEFAULT_FORMS_AFTER_READS } from '../server/defaults.js'
 
 /*
  * A worker's local copy of the chunks it serves from remote storage. A chunk is downloaded into a
@@ -57,10 +58,12 @@ export interface ChunkCacheOptions {
   /** Label of the metrics (the worker id). */
   label: string
   /**
-   * Keep a local form of every chunk served (cached or read in place) in `local-forms.duckdb`,
-   * within the same limit; downloads come first (default true).
+   * Keep local forms of chunks served (cached or read in place) in `local-forms.duckdb`, within the
+   * same limit; downloads come first (default true).
    */
   localForms?: boolean
+  /** Reads from Parquet after which a chunk gets its local form (default `DEFAULT_FORMS_AFTER_READS`; 0: every chunk held). */
+  formsAfterReads?: number
 }
 
 interface VerifiedFile {
@@ -90,6 +93,10 @@ export class ChunkCache {
 
   /** Local forms of the chunks served, sharing the byte limit (undefined with `localForms: false`). */
   readonly forms?: LocalForms
+
+  get formsAfterReads(): number {
+    return this.opts.formsAfterReads ?? DEFAULT_FORMS_AFTER_READS
+  }
 
   constructor(readonly opts: ChunkCacheOptions) {
     if (opts.localForms !== false) {

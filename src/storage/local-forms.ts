@@ -21,6 +21,12 @@ import { localFormBuilds, localFormBytes, localFormSeconds } from './metrics.js'
  */
 
 let instances = 0
+/**
+ * The storage version of a new forms file. DuckDB writes version v1.0.0 unless told, for older
+ * readers; the forms file is only read by this process, and the newer version compresses more
+ * (`npm run bench -- chunk-format` compares both). A file written before keeps its version.
+ */
+export const FORMS_STORAGE_VERSION = 'v1.5.0'
 /** DuckDB's error when another process holds the file open. */
 const inUse = (e: unknown) => /lock/i.test(String(e))
 const MiB = 1024 * 1024
@@ -32,13 +38,19 @@ function inUseMessage(file: string, e: unknown): string {
   return `local forms: ${file} is in use by ${holder}, another archive with the same cache folder; queries read the Parquet files. Give each archive its own --cache`
 }
 /**
- * A form's size per byte of Parquet, measured: DuckDB's file is 3.0–3.3× the zstd Parquet; a
- * block-ordered copy adds 4.2× its table's Parquet (the bench chunk: 193 → 440 MB from 59.5 MB).
+ * A form's size per byte of Parquet, measured with storage v1.0.0: DuckDB's file is 3.0–3.3× the
+ * zstd Parquet; a block-ordered copy adds 4.2× its table's Parquet (the bench chunk: 193 → 440 MB
+ * from 59.5 MB). Forms of storage v1.5.0 are about a quarter smaller (338 MB): the estimate errs on
+ * the side of room.
  */
 const MEASURED_GROWTH = 3.2
 const MEASURED_COPY_GROWTH = 4.2
+/** DuckDB's unit of file space: a table takes at least one. */
+const FILE_BLOCK = 256 * 1024
 /** Room asked for before a build, per byte of estimate (a margin). */
 const MARGIN = 1.1
+/** A form no query has read for `ms` may make room for the form of a chunk being read (tests lower it). */
+export const formIdle = { ms: 60_000 }
 /** Disk space always left free by forms (beyond twice the form being built). */
 const DISK_MARGIN = 64 * MiB
 
@@ -49,6 +61,8 @@ export interface LocalFormsOptions {
   label: string
   /** Bytes the forms may take in all (the cache limit minus the chunks cached); default no limit. */
   room?: () => number
+  /** DuckDB storage version of a new file (default `FORMS_STORAGE_VERSION`). */
+  storageVersion?: string
 }
 
 /**
@@ -140,7 +154,7 @@ export class LocalForms {
     await mkdir(path.dirname(this.opts.file), { recursive: true })
     const con = await connect()
     const tryAttach = async () => {
-      await con.run(`ATTACH ${lit(this.opts.file)} AS ${this.alias}`)
+      await con.run(`ATTACH ${lit(this.opts.file)} AS ${this.alias} (STORAGE_VERSION ${lit(this.opts.storageVersion ?? FORMS_STORAGE_VERSION)})`)
       await con.run(`CREATE TABLE IF NOT EXISTS ${this.alias}.forms (key VARCHAR, prefix VARCHAR, tables VARCHAR, source VARCHAR, bytes BIGINT)`)
     }
     try {
@@ -187,18 +201,21 @@ export class LocalForms {
   /**
    * Make sure the chunk in `dir` (its `tables`) has a form: reuse one built from the same files
    * with the same block-ordered copies, else build it when there is room. `byBlock`: the order of
-   * each table that gets a block-ordered copy (`blockOrders` of the family). Returns whether the
-   * chunk has a form now.
+   * each table that gets a block-ordered copy (`blockOrders` of the family). `evictIdle`: when the
+   * limit leaves no room, drop forms no query has read for `formIdle.ms` first, least recently read
+   * first. Returns whether the chunk has a form now.
    */
-  async build(key: string, dir: string, tables: string[], byBlock: Record<string, string[]> = {}): Promise<boolean> {
+  async build(key: string, dir: string, tables: string[], byBlock: Record<string, string[]> = {}, opts: { evictIdle?: boolean } = {}): Promise<boolean> {
     const stats = await Promise.all(tables.map((t) => stat(path.join(dir, `${t}.parquet`))))
     const sizes = stats.map((s) => s.size)
-    const estimate = sizes.reduce((n, size, i) => n + size * (MEASURED_GROWTH + (byBlock[tables[i]] ? MEASURED_COPY_GROWTH : 0)), 0)
+    // Each table and copy also takes at least one of the file's blocks: most of a small chunk's form.
+    const estimate = sizes.reduce((n, size, i) => n + size * (MEASURED_GROWTH + (byBlock[tables[i]] ? MEASURED_COPY_GROWTH : 0)) + (byBlock[tables[i]] ? 2 : 1) * FILE_BLOCK, 0)
     const need = estimate * MARGIN
     // Forms only speed queries up: they never take the disk space downloads need (the file does not shrink).
     if (!this.forms.has(key) && !(await this.diskHasRoom(need))) return false
     const con = await this.open()
     if (!con) return false
+    if (opts.evictIdle && this.opts.room && !this.forms.has(key)) await this.freeIdle(need - (this.opts.room() - this.bytes))
     const source = JSON.stringify(Object.fromEntries(tables.map((t, i) => [t, [stats[i].size, stats[i].mtimeMs]])))
     // A form built before block-ordered copies existed is built again (once no query reads it); a
     // table without the order's columns gets no copy (copyByBlock), so only "none at all" counts.
@@ -418,6 +435,19 @@ export class LocalForms {
     for (const f of [...this.forms.values()].filter((f) => f.refs === 0).sort((a, b) => a.lastUsed - b.lastUsed)) {
       if (freed >= need) break
       freed += f.bytes
+      await this.drop(f.key)
+    }
+  }
+
+  /** Drop forms no query has read for `formIdle.ms`, least recently read first, until `need` bytes are freed. */
+  private async freeIdle(need: number): Promise<void> {
+    if (need <= 0) return
+    const idleSince = Date.now() - formIdle.ms
+    let freed = 0
+    for (const f of [...this.forms.values()].filter((f) => f.refs === 0 && f.lastUsed < idleSince).sort((a, b) => a.lastUsed - b.lastUsed)) {
+      if (freed >= need) break
+      freed += f.bytes
+      log.debug({ worker: this.opts.label, chunk: f.key, mb: +(f.bytes / MiB).toFixed(1) }, 'local forms: idle form dropped for a chunk read more recently')
       await this.drop(f.key)
     }
   }

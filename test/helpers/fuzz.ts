@@ -178,7 +178,7 @@ export async function startFuzzCluster(root: string, opts: { concurrency?: numbe
     storage: new LocalStorage(root),
     // With a cache folder the worker answers from the local forms (once built) instead of the Parquet files.
     workerStorage: opts.localForms
-      ? (i) => new ArchiveStorage({ roots: [root], cache: new ChunkCache({ root: path.join(opts.localForms!, `worker-${i}`), label: `fuzz-${i}` }) })
+      ? (i) => new ArchiveStorage({ roots: [root], cache: new ChunkCache({ root: path.join(opts.localForms!, `worker-${i}`), label: `fuzz-${i}`, formsAfterReads: 0 }) })
       : undefined,
     workers: 1,
     replication: 1,
