@@ -30,7 +30,7 @@ export interface StorageFlags {
 const localFormsOption = () =>
   choice('--local-forms <mode>', 'duckdb: copy chunks queries read again (--forms-after) into a DuckDB file in the cache folder (reads 1.5–3× faster, 4–6× the Parquet bytes, within --cache-gb); off: read the Parquet files only', 'BLOCK_ARCHIVE_LOCAL_FORMS', ['duckdb', 'off'], 'duckdb')
 const formsAfterOption = () =>
-  opt('--forms-after <reads>', 'build a chunk\'s local form once queries have read it from Parquet this many times; 0: every chunk a worker holds, as soon as it holds it', 'BLOCK_ARCHIVE_FORMS_AFTER', int(0), DEFAULT_FORMS_AFTER_READS)
+  opt('--forms-after <reads>', 'build a chunk\'s local form once queries have read it from Parquet this many times (reads a minute apart or more); 0: every chunk a worker holds, as soon as it holds it', 'BLOCK_ARCHIVE_FORMS_AFTER', int(0), DEFAULT_FORMS_AFTER_READS)
 const cacheGbOption = () => opt('--cache-gb <n>', 'keep the cache under this many GB (default: no limit)', 'BLOCK_ARCHIVE_CACHE_GB', positiveNumber)
 
 /** A size as DuckDB's settings take it: `512MB`, `1.5GB`, `4GiB`. */

@@ -50,13 +50,22 @@ export interface WorkerNodeOptions {
   pingHeaders?: () => Record<string, string>
 }
 
+/**
+ * Reads of a chunk count at most once per `windowMs` (tests lower it): one client's sync reads a
+ * chunk in several requests (each answer stops at the size budget and the next one continues, and
+ * parallel segments start inside chunks), which is one read, not several.
+ */
+export const formReads = { windowMs: 60_000 }
+
 interface Held {
   ref: ChunkRef
   dir: string
   /** Its local form is built. */
   formed?: boolean
-  /** Queries that read it from its Parquet files (it gets a form at `formsAfterReads`). */
+  /** Reads from its Parquet files, at most one per `formReads.windowMs` (it gets a form at `formsAfterReads`). */
   reads?: number
+  /** When the last read was counted. */
+  readCountedAt?: number
   /** meta.json's `previousLast`: the block the chunk was written after (a chunk after a gap being filled answers only from its own first block). */
   previousLast?: number
   /** When the chunk stopped being desired; undefined while desired. */
@@ -207,7 +216,11 @@ export class WorkerNode {
     if (h.formed) {
       h.formed = false
       h.reads = 0
+      h.readCountedAt = undefined
     }
+    const now = Date.now()
+    if (h.readCountedAt !== undefined && now - h.readCountedAt < formReads.windowMs) return
+    h.readCountedAt = now
     h.reads = (h.reads ?? 0) + 1
     if (h.reads === this.formsAfterReads) this.formPass()
   }
