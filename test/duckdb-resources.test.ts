@@ -7,13 +7,17 @@ import { after, before, describe, it } from 'node:test'
 import { configureDb, connect, dbSettings } from '../src/db.js'
 import { workerDbThreads } from '../src/commands/serve.js'
 import { spillFolder } from '../src/storage/chunk-cache.js'
+import { LocalStorage } from '../src/server/storage.js'
+import { WorkerServer } from '../src/server/worker-http.js'
 import { STALL_TOLERANT_ROUTER, killChildren, runCli, startCli, until } from './helpers/cli.js'
+import { fullQuery } from './helpers/reference-evm.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 
 /*
  * DuckDB's resources as a worker runs with them: its memory limit (smaller by default with local
  * forms) and its spill folder in the cache folder, read back from DuckDB itself (worker `/status`
- * → `duckdb`, from `current_setting`), and DuckDB really spilling into that folder.
+ * → `duckdb`, from `current_setting`), and DuckDB really spilling into that folder; a query that
+ * finds DuckDB's memory taken is refused with a retryable 503, and the worker goes on.
  */
 
 /** A pid no process has (above Linux's largest pid_max). */
@@ -81,7 +85,7 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
     const s = await forms.status()
     // DuckDB threads: the cores left beside the worker's 2 queries at once (its default --concurrency), at least 1.
     assert.equal(workerDbThreads(2), Math.max(1, availableParallelism() - 1))
-    assert.deepEqual(s.duckdb, { memory_limit: '122.0 MiB', threads: workerDbThreads(2), temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
+    assert.deepEqual(s.duckdb, { memory_limit: '244.1 MiB', threads: workerDbThreads(2), temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
     assert.ok(!existsSync(path.join(cache, `.duckdb-spill-${GONE}`)), 'the spill folder of a process no longer running is removed at start')
     // It serves from its cache folder as before (the spill folder is not taken for a dataset).
     await until('forms built', async () => ((await forms.status()).local_forms?.built === 2 ? true : undefined), 30_000)
@@ -93,7 +97,7 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
 
     // Without a cache folder there are no forms: DuckDB's own limit (80 % of RAM) and spill folder.
     const plain = (await (await worker()).status()).duckdb
-    assert.notEqual(plain.memory_limit, '122.0 MiB')
+    assert.notEqual(plain.memory_limit, '244.1 MiB')
     assert.equal(plain.temp_directory, '.tmp')
     assert.equal(plain.max_temp_directory_size, '3.7 GiB')
 
@@ -101,5 +105,35 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
     assert.notEqual(bad.code, 0)
     assert.match(bad.stderr, /--db-memory/)
     assert.match(bad.stderr, /512MB/)
+  })
+
+  it('a query that finds the memory limit taken gets a retryable 503 naming --db-memory, and the next one is answered', async () => {
+    const w = new WorkerServer({
+      id: 'oom', storage: new LocalStorage(path.join(tmp.dir, 'data', 'anvil')), heartbeatMs: 3_600_000, dropGraceMs: 1000,
+      concurrency: 2, queue: 8, queueTimeoutMs: 10_000, budgets: { sizeBytes: 1 << 30, timeMs: 60_000 },
+    })
+    await w.start('127.0.0.1', 0)
+    const con = await connect()
+    const limit = String((await con.runAndReadAll("SELECT current_setting('memory_limit')")).getRows()[0][0])
+    const ask = () => fetch(`${w.url}/datasets/anvil/query`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(fullQuery(0, 31)) })
+    try {
+      await until('worker ready', async () => w.node!.readiness().ready || undefined, 30_000)
+      // The memory limit of this process's DuckDB (the worker's), far below what a query needs.
+      await con.run("SET memory_limit = '1MB'")
+      const refused = await ask()
+      assert.equal(refused.status, 503)
+      assert.equal(refused.headers.get('retry-after'), '1')
+      const body = (await refused.json()) as { error: string; message: string }
+      assert.equal(body.error, 'busy')
+      assert.match(body.message, /--db-memory/)
+      await con.run(`SET memory_limit = '${limit}'`)
+      const answered = await ask()
+      assert.equal(answered.status, 200)
+      assert.equal(((await answered.json()) as unknown[]).length, 32)
+    } finally {
+      await con.run(`SET memory_limit = '${limit}'`)
+      con.closeSync()
+      await w.stop()
+    }
   })
 })

@@ -133,8 +133,11 @@ export interface WorkerFlags {
  * peak RSS was 517–525 MB with 160MB and 491–499 MB with 128MB, for as many answers (165–204 in
  * 20 s either way); forms build 18 % slower (10 bench chunks: 67 → 79 s). Before the block-ordered
  * copies and the bounded copy sorts, 128MB cut some answers off (docs/serving.md, "Local forms", "Memory").
+ * Chunks without a form are read from Parquet, which needs more: a full sync of all transactions and
+ * logs of the 2,000-block bench dataset with 4 requests in flight ran out of 128MB and passed at
+ * 256MB (worker peak RSS 443 MB).
  */
-export const FORMS_DB_MEMORY = '128MB'
+export const FORMS_DB_MEMORY = '256MB'
 const DEFAULT_DB_SPILL = '4GB'
 
 /**
