@@ -85,7 +85,7 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
     const s = await forms.status()
     // DuckDB threads: the cores left beside the worker's 2 queries at once (its default --concurrency), at least 1.
     assert.equal(workerDbThreads(2), Math.max(1, availableParallelism() - 1))
-    assert.deepEqual(s.duckdb, { memory_limit: '244.1 MiB', threads: workerDbThreads(2), temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
+    assert.deepEqual(s.duckdb, { memory_limit: '183.1 MiB', threads: workerDbThreads(2), temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
     assert.ok(!existsSync(path.join(cache, `.duckdb-spill-${GONE}`)), 'the spill folder of a process no longer running is removed at start')
     // It serves from its cache folder as before (the spill folder is not taken for a dataset).
     await until('forms built', async () => ((await forms.status()).local_forms?.built === 2 ? true : undefined), 30_000)
@@ -97,7 +97,7 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
 
     // Without a cache folder there are no forms: DuckDB's own limit (80 % of RAM) and spill folder.
     const plain = (await (await worker()).status()).duckdb
-    assert.notEqual(plain.memory_limit, '244.1 MiB')
+    assert.notEqual(plain.memory_limit, '183.1 MiB')
     assert.equal(plain.temp_directory, '.tmp')
     assert.equal(plain.max_temp_directory_size, '3.7 GiB')
 

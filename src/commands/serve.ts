@@ -133,11 +133,13 @@ export interface WorkerFlags {
  * peak RSS was 517–525 MB with 160MB and 491–499 MB with 128MB, for as many answers (165–204 in
  * 20 s either way); forms build 18 % slower (10 bench chunks: 67 → 79 s). Before the block-ordered
  * copies and the bounded copy sorts, 128MB cut some answers off (docs/serving.md, "Local forms", "Memory").
- * Chunks without a form are read from Parquet, which needs more: a full sync of all transactions and
- * logs of the 2,000-block bench dataset with 4 requests in flight ran out of 128MB and passed at
- * 256MB (worker peak RSS 443 MB).
+ * Chunks without a form (most of them: forms are built for chunks read again) are read from Parquet,
+ * which needs more: a full sync of all transactions and logs of the 2,000-block bench dataset with 4
+ * requests in flight ran out of 128MB. Under `bench memory` on a loaded machine (load ≈ 10), peak
+ * RSS from Parquet / from forms: 368 / 465 MB at 128MB (Parquet answers broke off), 404 / 530 at
+ * 192MB, 465 / 582 at 256MB, and the MB/s from Parquet 13, 30 and 17–27.
  */
-export const FORMS_DB_MEMORY = '256MB'
+export const FORMS_DB_MEMORY = '192MB'
 const DEFAULT_DB_SPILL = '4GB'
 
 /**
