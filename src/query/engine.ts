@@ -102,14 +102,6 @@ const vanished = (chunk: HeldChunk, e: unknown) =>
 const gone = (from: number, view: DatasetView) =>
   new ApiError(503, 'not-available', `data for block ${from} of dataset ${view.name} was replaced by a merged chunk this worker does not hold yet; ask the router again`, undefined, 1)
 
-/**
- * DuckDB ran out of its memory limit (`--db-memory`) with the statements of the queries running: a
- * retryable refusal, as when the query slots are full, not a failure of the worker.
- */
-const outOfMemory = (e: unknown) => !(e instanceof ApiError) && /Out of Memory Error/.test(String(e))
-const memoryBusy = () =>
-  new ApiError(503, 'busy', 'server is too busy: the queries running take all of DuckDB\'s memory limit (--db-memory); ask again', undefined, 1)
-
 const noBlocks = (from: number, to: number | undefined) =>
   new ApiError(400, 'no-blocks-in-range', `the dataset has no block in [${from}, ${to ?? 'end'}]`)
 
@@ -152,7 +144,6 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   } catch (e) {
     con.closeSync()
     if (!(e instanceof ApiError) && vanished(head, e)) throw gone(from, view)
-    if (outOfMemory(e)) throw memoryBusy()
     throw e
   }
 }

@@ -44,6 +44,12 @@ export function toApiError(e: unknown, req?: FastifyRequest): ApiError {
   if (err?.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
     return new ApiError(err.statusCode, 'bad-request', redactSecrets(err.message ?? 'bad request'))
   }
+  // DuckDB ran out of its memory limit with the statements of the queries running: a retryable
+  // refusal, as when the query slots are full, not a failure of the worker.
+  if (/Out of Memory Error/.test(String(err?.message))) {
+    log.warn({ url: req && redactSecrets(req.url), err: err.message }, 'query refused: DuckDB memory limit reached')
+    return new ApiError(503, 'busy', 'server is too busy: the queries running take all of DuckDB\'s memory limit (--db-memory); ask again', undefined, 1)
+  }
   // The details (message, stack, file paths) go to the log only; the client gets an id to quote.
   const incident = randomUUID().slice(0, 8)
   log.error({ err: e, url: req && redactSecrets(req.url), incident }, 'internal error')
