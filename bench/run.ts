@@ -20,6 +20,8 @@ const int = (v: string) => {
 }
 
 const intList = (v: string, prev: number[] | undefined) => [...(prev ?? []), int(v)]
+/** Default of `forms --forms-after` (a value given replaces it). */
+const FORMS_AFTER = [2, 0]
 
 const program = new Command()
 program.name('bench').description('block-archive benchmarks (see BENCHMARKS.md)')
@@ -119,6 +121,16 @@ program
   .option('--variant <text...>', 'only these variants, by name (today\'s is always in; see bench/chunk-format.ts)')
   .option('--no-local-form', 'leave out the worker-built local form of today\'s chunk')
   .action(async (o) => (await import('./chunk-format.js')).runChunkFormat(o))
+
+program
+  .command('forms')
+  .description('local forms on demand against forms of every chunk held: serve over the bench dataset, a full sync then repeated logs+tx passes; worker CPU, forms built, cache bytes, outputs compared')
+  .option('--blocks <n>', 'dataset size in blocks (generated once, cached)', int, 2000)
+  .option('--forms-after <n...>', 'serve --forms-after values, run one after the other', (v: string, prev: number[] | undefined) => intList(v, prev === FORMS_AFTER ? undefined : prev), FORMS_AFTER)
+  .option('--hot-passes <n>', 'logs+tx passes over the last 400 blocks', int, 6)
+  .option('--gap-s <n>', 'seconds between hot passes', int, 20)
+  .option('--idle-s <n>', 'seconds idle after the last pass (forms still being built)', int, 60)
+  .action(async (o) => (await import('./forms.js')).runForms(o))
 
 program
   .command('worker')
