@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { createReadStream, existsSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -48,11 +48,10 @@ function md5(file: string): Promise<string> {
 
 /** Bytes of the files under `dir` (0 when there is no such folder: nothing was written into it). */
 async function folderBytes(dir: string): Promise<number> {
-  const { readdir, stat } = await import('node:fs/promises')
   if (!existsSync(dir)) return 0
   let n = 0
   for (const e of await readdir(dir, { withFileTypes: true, recursive: true })) {
-    if (e.isFile()) n += (await stat(path.join(e.parentPath ?? e.path, e.name))).size
+    if (e.isFile()) n += (await stat(path.join(e.parentPath, e.name))).size
   }
   return n
 }
@@ -108,7 +107,6 @@ async function runOne(data: string, name: string, last: number, formsAfter: numb
 
 export async function runForms(o: FormsBenchOptions): Promise<void> {
   const { dir } = await ensureDataset(o.blocks)
-  const { readFile } = await import('node:fs/promises')
   const name = JSON.parse(await readFile(path.join(dir, 'dataset.json'), 'utf8')).name as string
   const last = o.blocks - 1
   const work = await mkdtemp(path.join(tmpdir(), 'ba-bench-forms-demand-'))

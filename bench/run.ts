@@ -20,8 +20,6 @@ const int = (v: string) => {
 }
 
 const intList = (v: string, prev: number[] | undefined) => [...(prev ?? []), int(v)]
-/** Default of `forms --forms-after` (a value given replaces it). */
-const FORMS_AFTER = [2, 0]
 
 const program = new Command()
 program.name('bench').description('block-archive benchmarks (see BENCHMARKS.md)')
@@ -126,11 +124,11 @@ program
   .command('forms')
   .description('local forms on demand against forms of every chunk held: serve over the bench dataset, a full sync then repeated logs+tx passes; worker CPU, forms built, cache bytes, outputs compared')
   .option('--blocks <n>', 'dataset size in blocks (generated once, cached)', int, 2000)
-  .option('--forms-after <n...>', 'serve --forms-after values, run one after the other', (v: string, prev: number[] | undefined) => intList(v, prev === FORMS_AFTER ? undefined : prev), FORMS_AFTER)
+  .option('--forms-after <n...>', 'serve --forms-after values, run one after the other (default: 2 0)', intList)
   .option('--hot-passes <n>', 'logs+tx passes over the last 400 blocks', int, 6)
   .option('--gap-s <n>', 'seconds between hot passes', int, 20)
   .option('--idle-s <n>', 'seconds idle after the last pass (forms still being built)', int, 60)
-  .action(async (o) => (await import('./forms.js')).runForms(o))
+  .action(async (o) => (await import('./forms.js')).runForms({ ...o, formsAfter: o.formsAfter ?? [2, 0] }))
 
 program
   .command('worker')

@@ -215,7 +215,7 @@ export class LocalForms {
     if (!this.forms.has(key) && !(await this.diskHasRoom(need))) return false
     const con = await this.open()
     if (!con) return false
-    if (opts.evictIdle && this.opts.room && !this.forms.has(key)) await this.freeIdle(need - (this.opts.room() - this.bytes))
+    if (opts.evictIdle && this.opts.room && !this.forms.has(key)) await this.free(need - (this.opts.room() - this.bytes), Date.now() - formIdle.ms)
     const source = JSON.stringify(Object.fromEntries(tables.map((t, i) => [t, [stats[i].size, stats[i].mtimeMs]])))
     // A form built before block-ordered copies existed is built again (once no query reads it); a
     // table without the order's columns gets no copy (copyByBlock), so only "none at all" counts.
@@ -429,25 +429,16 @@ export class LocalForms {
     }
   }
 
-  /** Drop forms no query reads, least recently used first, until `need` bytes are freed (room for downloads). */
-  async free(need: number): Promise<void> {
-    let freed = 0
-    for (const f of [...this.forms.values()].filter((f) => f.refs === 0).sort((a, b) => a.lastUsed - b.lastUsed)) {
-      if (freed >= need) break
-      freed += f.bytes
-      await this.drop(f.key)
-    }
-  }
-
-  /** Drop forms no query has read for `formIdle.ms`, least recently read first, until `need` bytes are freed. */
-  private async freeIdle(need: number): Promise<void> {
-    if (need <= 0) return
-    const idleSince = Date.now() - formIdle.ms
+  /**
+   * Drop forms no query reads, least recently used first, until `need` bytes are freed: room for
+   * downloads, or with `idleSince` (only forms last read before it) for a form being built.
+   */
+  async free(need: number, idleSince = Infinity): Promise<void> {
     let freed = 0
     for (const f of [...this.forms.values()].filter((f) => f.refs === 0 && f.lastUsed < idleSince).sort((a, b) => a.lastUsed - b.lastUsed)) {
       if (freed >= need) break
       freed += f.bytes
-      log.debug({ worker: this.opts.label, chunk: f.key, mb: +(f.bytes / MiB).toFixed(1) }, 'local forms: idle form dropped for a chunk read more recently')
+      log.debug({ worker: this.opts.label, chunk: f.key, mb: +(f.bytes / MiB).toFixed(1) }, 'local forms: form no query reads dropped for room')
       await this.drop(f.key)
     }
   }
