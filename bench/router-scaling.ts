@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url'
 import { mkdir, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
-import { run as autocannonRun } from '../test/helpers/overload.js'
+import { floorServer, pacedLoad, type PacedLoadFigures } from './lib/paced-load.js'
 import { startCli, rss, type Proc } from './lib/procs.js'
 import { machine, printTable } from './lib/report.js'
 import { appendSyntheticIndex, syntheticChunk, syntheticIndex, writeSyntheticFolder } from './lib/synthetic-chunks.js'
@@ -19,7 +19,9 @@ import { PingSession } from '../src/server/ping-session.js'
  * chunk a jump whose meta the router reads), in a folder and in s3rver. Per size: router start to
  * listening and to routable (light HTTP pingers stand in for workers: each reports holding what it
  * was told to hold), RSS, storage requests per relisting and per new chunk, and p99 of `/height`
- * and `/<block>/worker` at a fixed request rate. Datasets are kept in $TMPDIR/block-archive-bench.
+ * and `/<block>/worker` at a fixed request rate (`lib/paced-load.ts`: evenly spaced, from its own
+ * process), beside the floor of that measurement (the same load against a server answering a
+ * constant). Datasets are kept in $TMPDIR/block-archive-bench.
  */
 
 export interface RouterScalingOptions {
@@ -65,6 +67,8 @@ interface RouterSide {
 export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
   console.log(`machine: ${machine()} (shared with other jobs while measured: figures are inflated)`)
   const figures: Figures[] = []
+  const floor = await measureFloor(o)
+  console.log(`floor (a constant answer, the same load): p99 ${floor.p99.toFixed(2)} ms, ${floor.rps.toFixed(0)} answers/s`)
   for (const n of o.chunks) {
     const root = path.join(ROOT, `folder-${n}`)
     const dir = path.join(root, 'sim')
@@ -101,7 +105,7 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
       stop()
     }
   }
-  printTable(`router over sparse synthetic chunks: ${o.pingers} HTTP pingers as workers (replication 2, heartbeat ${HEARTBEAT} ms), ${o.rate} requests/s per endpoint for ${o.seconds} s`,
+  printTable(`router over sparse synthetic chunks: ${o.pingers} HTTP pingers as workers (replication 2, heartbeat ${HEARTBEAT} ms), ${o.rate} requests/s per endpoint for ${o.seconds} s, evenly spaced; the same load against a constant answer (the floor): p99 ${floor.p99.toFixed(1)} ms`,
     ['storage', 'chunks', 'start → listening', 'start → routable', 'RSS', 'storage requests / relist', '/ new chunk', '/height p99', '/worker p99', 'requests/s (height, worker)'],
     figures.map((f) => [f.storage, f.chunks.toLocaleString('en'), `${(f.listedMs / 1000).toFixed(2)} s`, `${(f.routableMs / 1000).toFixed(2)} s`, `${f.rssMb.toFixed(0)} MB`,
       f.perRelist.toFixed(1), f.perNewChunk.toFixed(2), `${f.heightP99.toFixed(1)} ms`, `${f.workerP99.toFixed(1)} ms`, f.rates]))
@@ -172,16 +176,16 @@ async function measure(storage: string, n: number, data: string, env: Record<str
     const perNewChunk = (m2.requests - m1.requests - perRelist * (m2.relists - m1.relists)) / NEW_CHUNKS
     const blocks = Array.from({ length: 256 }, (_, i) => syntheticChunk(Math.floor((i * 7919) % n)).ref.first)
     const u = new URL(base)
-    const height = await autocannonRun({ url: `${base}/height`, connections: 8, overallRate: o.rate, duration: o.seconds })
+    const height = await pacedLoad({ origin: u.origin, paths: [`${u.pathname}/height`], rate: o.rate, seconds: o.seconds })
     const before = await metricsOf(router)
-    const worker = await autocannonRun({ url: u.origin, connections: 8, overallRate: o.rate, duration: o.seconds, requests: blocks.map((b) => ({ method: 'GET', path: `${u.pathname}/${b}/worker` })) })
+    const worker = await pacedLoad({ origin: u.origin, paths: blocks.map((b) => `${u.pathname}/${b}/worker`), rate: o.rate, seconds: o.seconds })
     const inside = routerSide(before, await metricsOf(router))
-    const bad = [height, worker].flatMap((r) => Object.entries(r.figures.statuses).filter(([s]) => s !== '200'))
+    const bad = [height, worker].flatMap((r) => Object.entries(r.statuses).filter(([s]) => s !== '200'))
     if (bad.length) console.log(`${storage} ${n}: statuses other than 200: ${JSON.stringify(bad)}`)
     const f: Figures = {
       storage, chunks: n, listedMs, routableMs, rssMb, perRelist, perNewChunk,
-      heightP99: height.figures.ok.p99, workerP99: worker.figures.ok.p99,
-      rates: `${height.figures.rps.toFixed(0)}, ${worker.figures.rps.toFixed(0)}`,
+      heightP99: height.p99, workerP99: worker.p99,
+      rates: `${height.rps.toFixed(0)}, ${worker.rps.toFixed(0)}`,
       inside,
     }
     console.log(JSON.stringify(f))
@@ -190,6 +194,17 @@ async function measure(storage: string, n: number, data: string, env: Record<str
     pingers.stop()
     router.child.kill('SIGTERM')
     await removeAdded()
+  }
+}
+
+/** The same paced load against a server answering a constant (lib/paced-load.ts): what the client and the machine add. */
+async function measureFloor(o: RouterScalingOptions): Promise<PacedLoadFigures> {
+  const floor = await floorServer()
+  try {
+    const paths = Array.from({ length: 256 }, (_, i) => `/datasets/sim/${i * 10}/worker`)
+    return await pacedLoad({ origin: floor.origin, paths, rate: o.rate, seconds: o.seconds })
+  } finally {
+    floor.stop()
   }
 }
 

@@ -119,6 +119,8 @@ class FolderDatasetStore implements DatasetStore {
   readonly url: string
   /** Complete chunks found so far, by top folder name (chunks are immutable: a known one is not checked again). */
   private known = new Map<string, Map<string, ChunkRef>>()
+  /** `known` in block order as last returned; rebuilt only when a listing changed it (100,000 chunks took ~20 ms to sort at every relisting). */
+  private ordered?: ChunkRef[]
   private lastFullListing = 0
   /** The chunk index as read at the last full listing (empty without one). */
   private index = new Map<string, ChunkLinks>()
@@ -157,7 +159,13 @@ class FolderDatasetStore implements DatasetStore {
     }
     const lastKnown = [...this.known.keys()].sort().at(-1) ?? ''
     const present = new Set(tops)
-    for (const top of this.known.keys()) if (!present.has(top)) this.known.delete(top)
+    let changed = false
+    for (const top of this.known.keys()) {
+      if (!present.has(top)) {
+        this.known.delete(top)
+        changed = true
+      }
+    }
     for (const top of tops) {
       if (!full && top < lastKnown) continue
       let names: string[]
@@ -184,12 +192,17 @@ class FolderDatasetStore implements DatasetStore {
         return exists(path.join(this.url, ref.path, 'blocks.parquet'))
       })
       unseen.forEach((ref, i) => complete[i] && now.set(ref.path.slice(top.length + 1), ref))
+      // `now` holds what is still there of `before` and the new complete chunks
+      if (now.size !== before.size || complete.some(Boolean)) changed = true
       if (now.size) this.known.set(top, now)
       else this.known.delete(top)
     }
-    const out: ChunkRef[] = []
-    for (const chunks of this.known.values()) for (const c of chunks.values()) out.push(c)
-    return out.sort((a, b) => a.first - b.first || a.last - b.last)
+    if (changed || !this.ordered) {
+      const out: ChunkRef[] = []
+      for (const chunks of this.known.values()) for (const c of chunks.values()) out.push(c)
+      this.ordered = out.sort((a, b) => a.first - b.first || a.last - b.last)
+    }
+    return [...this.ordered]
   }
 
   private async readdir(dir: string): Promise<string[]> {
@@ -283,7 +296,8 @@ class S3DatasetStore implements DatasetStore {
       const ref = parseChunkPath(rel.slice(0, -'/blocks.parquet'.length))
       if (ref) found.push(ref)
     }
-    this.known = [...this.known, ...found].sort((a, b) => a.first - b.first || a.last - b.last)
+    // (nothing new: no sort of the whole listing at every relisting)
+    if (found.length) this.known = [...this.known, ...found].sort((a, b) => a.first - b.first || a.last - b.last)
     for (const c of found) this.knownPaths.add(c.path)
     return [...this.known]
   }
