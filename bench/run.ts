@@ -89,9 +89,11 @@ program
 program
   .command('scaling')
   .description('the router over 1 k – 100 k chunks (folder and s3rver), and throughput with 1, 2, 4 worker processes under the same load')
-  .option('--part <which...>', 'router (chunks listed, routable, RSS, requests per relist, /height and /worker p99), workers (throughput per worker count), no-match (a worker\'s first pass of a no-match query over many chunks, with and without written chunk summaries)', ['router', 'workers'])
+  .option('--part <which...>', 'router (chunks listed, routable, RSS, requests per relist, /height and /worker p99), workers (throughput per worker count), no-match (a worker\'s first pass of a no-match query over many chunks, with and without written chunk summaries), no-match-cluster (a no-match query over a dataset of --nm-chunks chunks through a router and 2 workers)', ['router', 'workers'])
   .option('--copies <n>', 'no-match part: datasets of 64 one-block chunks passed over', int, 16)
   .option('--warm-passes <n>', 'no-match part: passes after the first (the median is reported)', int, 5)
+  .option('--nm-chunks <n>', 'no-match-cluster part: one-block chunks of its dataset (written once, cached)', int, 20_000)
+  .option('--nm-passes <n>', 'no-match-cluster part: passes over the whole range', int, 3)
   .option('--chunks <n...>', 'router part: folder datasets of this many sparse synthetic chunks', intList)
   .option('--s3-chunks <n...>', 'router part: s3rver datasets of this many chunks', intList)
   .option('--pingers <n>', 'router part: light HTTP pingers standing in for workers', int, 100)
@@ -110,6 +112,7 @@ program
     }
     if (o.part.includes('workers')) await (await import('./scaling.js')).runScaling({ ...o, workers: o.workers ?? [1, 2, 4] })
     if (o.part.includes('no-match')) await (await import('./no-match-scan.js')).runNoMatchScan({ copies: o.copies, warmPasses: o.warmPasses })
+    if (o.part.includes('no-match-cluster')) await (await import('./no-match-cluster.js')).runNoMatchCluster({ chunks: o.nmChunks, passes: o.nmPasses })
   })
 
 program
