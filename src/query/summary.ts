@@ -1,6 +1,6 @@
 import path from 'node:path'
 import type { Sql } from './lazy-connection.js'
-import { readFile } from 'node:fs/promises'
+import { readFileSync } from 'node:fs'
 import { ident, lit } from '../db.js'
 import { Bloom, buildSummary, summaryKey } from '../chunks/chunk-summary.js'
 import type { QueryPlan } from './plan.js'
@@ -37,7 +37,7 @@ const summaries = new Map<string, Promise<Bloom | null>>()
 
 function summary(con: Sql, dir: string, table: string, column: string): Promise<Bloom | null> {
   return cached(summaries, `${dir}\0${table}\0${column}`, null, async () => {
-    const written = (await storedSummaries(dir))?.[summaryKey(table, column)]
+    const written = storedSummaries(dir)?.[summaryKey(table, column)]
     if (written === null) return null
     if (typeof written === 'string') {
       const bloom = Bloom.fromBase64(written)
@@ -49,11 +49,19 @@ function summary(con: Sql, dir: string, table: string, column: string): Promise<
 
 /**
  * The `summaries` of the chunk's meta.json (undefined: none written). Read for each (chunk, column)
- * once, not kept: only the filters of the columns queried stay in memory.
+ * once, not kept: only the filters of the columns queried stay in memory. Read synchronously: a
+ * query's first pass over chunks it has never met reads one small local file per chunk, and the
+ * promise API's open, stat, read and close, each a round trip through libuv's pool, cost several
+ * times the read itself.
  */
-async function storedSummaries(dir: string): Promise<Record<string, unknown> | undefined> {
-  const text = await readFile(path.join(dir, 'meta.json'), 'utf8').catch(() => undefined)
-  const s = text === undefined ? undefined : JSON.parse(text)?.summaries
+function storedSummaries(dir: string): Record<string, unknown> | undefined {
+  let text: string
+  try {
+    text = readFileSync(path.join(dir, 'meta.json'), 'utf8')
+  } catch {
+    return undefined
+  }
+  const s = JSON.parse(text)?.summaries
   return s && typeof s === 'object' && !Array.isArray(s) ? s : undefined
 }
 
