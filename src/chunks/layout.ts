@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { createReadStream } from 'node:fs'
+import { createReadStream, readFileSync } from 'node:fs'
 import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
@@ -142,6 +142,22 @@ export function resolvedOrThrow<T extends ChunkRef>(chunks: readonly T[], where:
 
 export async function readChunkMeta(root: string, ref: ChunkRef): Promise<ChunkMeta> {
   return JSON.parse(await readFile(path.join(root, ref.path, 'meta.json'), 'utf8'))
+}
+
+/**
+ * The meta.json of the chunk folder `dir` (undefined when it cannot be read; invalid JSON throws).
+ * Read synchronously: a worker reads one small local file per chunk when it takes the chunk and when
+ * a query first meets it, and the promise API's open, stat, read and close, each a round trip
+ * through libuv's pool, cost several times the read itself.
+ */
+export function readMetaInDir(dir: string): ChunkMeta | undefined {
+  let text: string
+  try {
+    text = readFileSync(path.join(dir, 'meta.json'), 'utf8')
+  } catch {
+    return undefined
+  }
+  return JSON.parse(text)
 }
 
 /** Size and SHA-256 of a file, read as a stream. */

@@ -1,8 +1,8 @@
 import path from 'node:path'
 import type { Sql } from './lazy-connection.js'
-import { readFileSync } from 'node:fs'
 import { ident, lit } from '../db.js'
 import { Bloom, buildSummary, summaryKey } from '../chunks/chunk-summary.js'
+import { readMetaInDir } from '../chunks/layout.js'
 import type { QueryPlan } from './plan.js'
 
 /*
@@ -49,20 +49,11 @@ function summary(con: Sql, dir: string, table: string, column: string): Promise<
 
 /**
  * The `summaries` of the chunk's meta.json (undefined: none written). Read for each (chunk, column)
- * once, not kept: only the filters of the columns queried stay in memory. Read synchronously: a
- * query's first pass over chunks it has never met reads one small local file per chunk, and the
- * promise API's open, stat, read and close, each a round trip through libuv's pool, cost several
- * times the read itself.
+ * once, not kept: only the filters of the columns queried stay in memory.
  */
 function storedSummaries(dir: string): Record<string, unknown> | undefined {
-  let text: string
-  try {
-    text = readFileSync(path.join(dir, 'meta.json'), 'utf8')
-  } catch {
-    return undefined
-  }
-  const s = JSON.parse(text)?.summaries
-  return s && typeof s === 'object' && !Array.isArray(s) ? s : undefined
+  const s = readMetaInDir(dir)?.summaries as unknown
+  return s && typeof s === 'object' && !Array.isArray(s) ? (s as Record<string, unknown>) : undefined
 }
 
 const dense = new Map<string, Promise<boolean>>()

@@ -1,6 +1,4 @@
-import { readFile } from 'node:fs/promises'
-import path from 'node:path'
-import { parseChunkPath, type ChunkRef } from '../chunks/layout.js'
+import { parseChunkPath, readMetaInDir, type ChunkRef } from '../chunks/layout.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { log } from '../log.js'
 import { mapLimit } from '../semaphore.js'
@@ -557,7 +555,7 @@ export class WorkerNode {
   /** Fetch a chunk and hold it; false when it was held meanwhile (by the other pass: the storage fetches a chunk once). */
   private async fetchInto(ds: DatasetHolding, ref: ChunkRef): Promise<boolean> {
     const dir = await this.opts.storage.fetchChunk(ds.name, ref)
-    const previousLast = await readPreviousLast(dir)
+    const previousLast = readPreviousLast(dir)
     if (ds.held.has(ref.path)) return false
     ds.held.set(ref.path, { ref, dir, previousLast })
     ds.view = undefined
@@ -652,9 +650,9 @@ function coverFromListing(listing: ChunkRef[]): (c: ChunkRef, previousLast?: num
 }
 
 /** `previousLast` of the chunk in `dir` (undefined when its meta.json does not say or cannot be read). */
-async function readPreviousLast(dir: string): Promise<number | undefined> {
+function readPreviousLast(dir: string): number | undefined {
   try {
-    const v = JSON.parse(await readFile(path.join(dir, 'meta.json'), 'utf8')).previousLast
+    const v = readMetaInDir(dir)?.previousLast
     return typeof v === 'number' ? v : undefined
   } catch {
     return undefined
