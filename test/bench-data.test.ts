@@ -7,8 +7,11 @@ import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api'
 import { listLocalChunks, readChunkMeta } from '../src/chunks/layout.js'
 import { generateDataset } from '../src/bench-data/generate.js'
 import { loadTemplates, type BlockTemplate } from '../src/bench-data/templates.js'
-import { templateFor, tileBlock } from '../src/bench-data/tile.js'
+import { distinctCopies, templateFor, tileBlock } from '../src/bench-data/tile.js'
 import { lit } from '../src/db.js'
+import { runIngest } from '../src/ingest/loop.js'
+import { loadRecordedChain } from '../src/ingest/recorded.js'
+import { ReplayServer } from '../src/ingest/replay.js'
 
 /*
  * The synthetic dataset generator: a contiguous chain whose blocks carry the real addresses, topics,
@@ -130,6 +133,35 @@ describe('bench-data generator', { timeout: 600_000 }, () => {
     const t = templates[1]
     assert.deepEqual(tileBlock(t, 7, { seed: 's' }), tileBlock(t, 7, { seed: 's' }))
     assert.notEqual(tileBlock(t, 7, { seed: 's' }).block.hash, tileBlock(t, 7, { seed: 'other' }).block.hash)
+  })
+
+  it('replays distinct copies of recorded blocks as a chain the real ingest writes (replay-rpc --distinct)', async () => {
+    const recorded = loadRecordedChain('ethereum').filter((r) => r.number === 18000000 || r.number === 18500000)
+    const copies = distinctCopies(recorded, 4, 'test')
+    const server = new ReplayServer(copies, { repeat: { times: 2 } })
+    await server.start()
+    const out = await mkdtemp(path.join(os.tmpdir(), 'bench-data-distinct-'))
+    try {
+      await runIngest({ rpc: server.url, out, dataset: 'distinct', from: 0, to: 7, progress: 'none', confirmations: 0 })
+      const chunks = await listLocalChunks(out)
+      const files = chunks.map((c) => lit(path.join(out, c.path, 'transactions.parquet'))).join(', ')
+      const txs = await all(`SELECT block_number, transaction_index, input FROM read_parquet([${files}]) ORDER BY block_number, transaction_index`)
+      const inputs = (n: number) => txs.filter((t) => Number(t.block_number) === n).map((t) => t.input as string)
+      const sources = [...recorded].sort((a, b) => a.number - b.number)
+      for (let n = 0; n < 8; n++) {
+        const source = sources[(n % 4) % 2].block.transactions.map((t: any) => t.input as string)
+        const got = inputs(n)
+        assert.equal(got.length, source.length, `block ${n}: the transactions of its recorded block`)
+        got.forEach((x, i) => assert.equal(x.length, source[i].length, `block ${n} tx ${i}: calldata length kept`))
+      }
+      assert.deepEqual(inputs(4), inputs(0), 'the cycle of copies repeats')
+      const long = inputs(0).findIndex((x) => x.length > 200)
+      assert.notEqual(inputs(2)[long], inputs(0)[long], 'two copies of one recorded block differ')
+      assert.notEqual(inputs(0)[long], sources[0].block.transactions[long].input, 'a copy is not the recorded block')
+    } finally {
+      await server.close()
+      await rm(out, { recursive: true, force: true })
+    }
   })
 
   it('refuses to overwrite a non-empty folder without force', async () => {

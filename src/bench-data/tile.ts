@@ -1,4 +1,5 @@
 import type { EvmBlockBundle } from '../ingest/evm/normalize.js'
+import type { RecordedBlock } from '../ingest/replay.js'
 import { Rng, syntheticBlockHash, toQuantity } from './random.js'
 import { TEMPLATE_CYCLE, type BlockTemplate } from './templates.js'
 
@@ -103,4 +104,35 @@ function scrambleDelta(d: any, rng: Rng): any {
   if ('-' in d) return { '-': rng.scramble(d['-']) }
   if ('*' in d) return { '*': { from: rng.scramble(d['*'].from), to: rng.scramble(d['*'].to) } }
   return d
+}
+
+/**
+ * `n` distinct copies of recorded EVM blocks, numbered 0…n−1 (copy i tiled from `recorded[i % length]`
+ * as `tileBlock` does), for a replay that does not repeat itself: copies of a few blocks compress
+ * against each other far better than a real chain. What the recorded block has (receipts,
+ * `trace_block`, replayed state diffs) the copy has, scrambled alike; geth traces and extra receipts
+ * are not copied.
+ */
+export function distinctCopies(recorded: RecordedBlock[], n: number, seed: string): RecordedBlock[] {
+  const sources = recorded.filter((r) => r.block)
+  if (!sources.length) throw new Error('distinct copies need recorded blocks with headers')
+  return Array.from({ length: n }, (_, i) => {
+    const r = sources[i % sources.length]
+    const template: BlockTemplate = {
+      name: String(r.number),
+      block: r.block,
+      receipts: r.receipts ?? [],
+      traces: r.traceBlock ?? [],
+      stateDiffs: (r.replay ?? []).map((e) => ({ stateDiff: e.stateDiff })),
+    }
+    const copy = tileBlock(template, i, { seed })
+    const txHash = (k: number) => copy.block.transactions[k]?.hash
+    return {
+      number: i,
+      block: copy.block,
+      receipts: r.receipts ? copy.receipts! : undefined,
+      traceBlock: r.traceBlock ? copy.traces : undefined,
+      replay: r.replay?.map((e, k) => ({ ...e, transactionHash: txHash(k) ?? e.transactionHash, stateDiff: copy.stateDiffs?.[k]?.stateDiff ?? e.stateDiff })),
+    }
+  })
 }
