@@ -9,6 +9,7 @@ import { connect, ident, lit } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
+import { metaReader } from '../src/query/summary.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
 
@@ -128,6 +129,24 @@ describe('chunk summaries written at ingest', { timeout: 600_000 }, () => {
       assert.equal(ra.status, 200, ra.text.slice(0, 300))
       assert.equal(ra.text, rb.text, JSON.stringify(query))
     }
+  })
+
+  it('a query reads a chunk\'s meta.json once for its tables and every column it filters on', async () => {
+    const [ref] = await listLocalChunks(withSummaries)
+    const dir = path.join(tmp.dir, 'reader', ref.path)
+    await cp(path.join(withSummaries, ref.path), dir, { recursive: true })
+    const file = path.join(dir, 'meta.json')
+    const written = JSON.parse(await readFile(file, 'utf8')) as ChunkMeta
+    const meta = metaReader(dir)
+    assert.deepEqual(meta(), written)
+    await writeFile(file, JSON.stringify({ ...written, tables: [] }))
+    assert.deepEqual(meta(), written, 'asked again: the first read')
+    assert.deepEqual(metaReader(dir)()?.tables, [], 'a new reader reads the file again')
+    await writeFile(file, '{"family": ')
+    const broken = metaReader(dir)
+    assert.throws(() => broken(), SyntaxError)
+    assert.throws(() => broken(), SyntaxError, 'invalid JSON throws every time it is asked for')
+    assert.equal(metaReader(path.join(dir, 'nowhere'))(), undefined, 'no meta.json: undefined')
   })
 
   it('a first no-match query over chunks with written filters reads no column to rule them out', async () => {

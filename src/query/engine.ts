@@ -13,7 +13,7 @@ import { planQuery, planTables, type QueryPlan } from './plan.js'
 import type { DatasetView, HeldChunk, QueryBudgets, QueryStream } from './types.js'
 import { INLINE_LIST_MAX } from './sql.js'
 import { validateQuery } from './validate.js'
-import { chunkCannotMatch } from './summary.js'
+import { chunkCannotMatch, metaReader, type ChunkMetaReader } from './summary.js'
 import { BlockWriter } from './block-writer.js'
 import { Mutex } from '../semaphore.js'
 import type { RowTexts } from './row-texts.js'
@@ -55,18 +55,27 @@ const FORK_BLOCKS = 100
 /** Which tables a chunk folder has (chunks are immutable, so this is cached). */
 const chunkTables = new Map<string, Set<string>>()
 
-function hasTable(chunk: HeldChunk, table: string): boolean {
+/**
+ * Whether the chunk has the table: from the files its meta.json lists when the chunk is first met
+ * (`meta`, read once for this and its summaries), else (or when they lack it) by looking for the file.
+ */
+function hasTable(chunk: HeldChunk, table: string, meta?: ChunkMetaReader): boolean {
   let set = chunkTables.get(chunk.dir)
   if (!set) {
     set = new Set()
     chunkTables.set(chunk.dir, set)
+    let files: Record<string, unknown> | undefined
+    try {
+      files = meta?.()?.files
+    } catch {} // unreadable meta.json: the files are looked for
+    for (const name of Object.keys(files ?? {})) if (name.endsWith('.parquet')) set.add(name.slice(0, -'.parquet'.length))
   }
   if (!set.has(table) && existsSync(path.join(chunk.dir, `${table}.parquet`))) set.add(table)
   return set.has(table)
 }
 
-function missingTable(plan: QueryPlan, chunk: HeldChunk): string | undefined {
-  return planTables(plan).find((t) => !hasTable(chunk, t))
+function missingTable(plan: QueryPlan, chunk: HeldChunk, meta?: ChunkMetaReader): string | undefined {
+  return planTables(plan).find((t) => !hasTable(chunk, t, meta))
 }
 
 /**
@@ -122,7 +131,8 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   const to = query.toBlock ?? Infinity
   const head = view.chunks[start]
   if (head.first > to) throw noBlocks(from, query.toBlock)
-  const missing = missingTable(plan, head)
+  const headMeta = metaReader(head.dir)
+  const missing = missingTable(plan, head, headMeta)
   if (missing && !existsSync(head.dir)) throw gone(from, view)
   if (missing) throw badRequest('table-not-available', `"${missing}" data is not available for block ${from} of dataset ${view.name}`)
 
@@ -135,7 +145,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   try {
     const values = await createValueTables(con, plan)
     const first = new ChunkRun(con, plan, sourceOf(view, head), Math.max(from, head.first), Math.min(to, head.last), values, texts)
-    const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, head.dir))
+    const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, head.dir, headMeta))
     if (firstBlocks.length === 0) throw noBlocks(from, query.toBlock)
     if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
     const stats = { chunksRead: 0, blocks: 0, bytes: 0, lastBlock: -1 }
@@ -200,8 +210,9 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   const prepareChunk = async (ci: number): Promise<Prepared> => {
     const chunk = chunkAt(ci)!
     // A damaged cache copy ends the answer before it, like a chunk without the table (the client continues elsewhere).
-    if (missingTable(plan, chunk) || (chunk.intact && !(await chunk.intact()))) return { missing: true }
-    const ruledOut = await chunkCannotMatch((await connection(ci)).con, plan, chunk.dir)
+    const meta = metaReader(chunk.dir)
+    if (missingTable(plan, chunk, meta) || (chunk.intact && !(await chunk.intact()))) return { missing: true }
+    const ruledOut = await chunkCannotMatch((await connection(ci)).con, plan, chunk.dir, meta)
     // A ruled-out chunk is passed over unless the answer ends in it; then only its last block is read.
     if (ruledOut && chunkAt(ci + 1)) return { ruledOut }
     return openChunk(ci, ruledOut)

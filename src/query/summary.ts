@@ -2,7 +2,7 @@ import path from 'node:path'
 import type { Sql } from './lazy-connection.js'
 import { ident, lit } from '../db.js'
 import { Bloom, buildSummary, summaryKey } from '../chunks/chunk-summary.js'
-import { readMetaInDir } from '../chunks/layout.js'
+import { readMetaInDir, type ChunkMeta } from '../chunks/layout.js'
 import type { QueryPlan } from './plan.js'
 
 /*
@@ -35,9 +35,9 @@ function cached<T>(cache: Map<string, Promise<T>>, key: string, fallback: T, com
 /** null: no summary (too many distinct values, or building it failed). */
 const summaries = new Map<string, Promise<Bloom | null>>()
 
-function summary(con: Sql, dir: string, table: string, column: string): Promise<Bloom | null> {
+function summary(con: Sql, dir: string, table: string, column: string, meta: ChunkMetaReader): Promise<Bloom | null> {
   return cached(summaries, `${dir}\0${table}\0${column}`, null, async () => {
-    const written = storedSummaries(dir)?.[summaryKey(table, column)]
+    const written = storedSummaries(meta)?.[summaryKey(table, column)]
     if (written === null) return null
     if (typeof written === 'string') {
       const bloom = Bloom.fromBase64(written)
@@ -47,12 +47,32 @@ function summary(con: Sql, dir: string, table: string, column: string): Promise<
   })
 }
 
+/** The chunk's meta.json, read at most once however often it is asked for (invalid JSON throws each time). */
+export type ChunkMetaReader = () => ChunkMeta | undefined
+
 /**
- * The `summaries` of the chunk's meta.json (undefined: none written). Read for each (chunk, column)
- * once, not kept: only the filters of the columns queried stay in memory.
+ * A reader of the meta.json in `dir` for the questions a query asks about a chunk when it first
+ * meets it (its tables, the summary of each column it filters on): one read and parse for all of
+ * them. Only what is asked is kept, in the caches of those questions.
  */
-function storedSummaries(dir: string): Record<string, unknown> | undefined {
-  const s = readMetaInDir(dir)?.summaries as unknown
+export function metaReader(dir: string): ChunkMetaReader {
+  let read: { meta?: ChunkMeta; error?: unknown } | undefined
+  return () => {
+    if (!read) {
+      try {
+        read = { meta: readMetaInDir(dir) }
+      } catch (error) {
+        read = { error }
+      }
+    }
+    if (read.error !== undefined) throw read.error
+    return read.meta
+  }
+}
+
+/** The `summaries` of the chunk's meta.json (undefined: none written). */
+function storedSummaries(meta: ChunkMetaReader): Record<string, unknown> | undefined {
+  const s = meta()?.summaries as unknown
   return s && typeof s === 'object' && !Array.isArray(s) ? (s as Record<string, unknown>) : undefined
 }
 
@@ -74,7 +94,7 @@ export function chunkIsDense(con: Sql, dir: string, table: string, column: strin
  * True when no request of the plan can match a row of the chunk in `dir`, so that the chunk
  * contributes nothing but (possibly) boundary headers. Never true for includeAllBlocks queries.
  */
-export async function chunkCannotMatch(con: Sql, plan: QueryPlan, dir: string): Promise<boolean> {
+export async function chunkCannotMatch(con: Sql, plan: QueryPlan, dir: string, meta = metaReader(dir)): Promise<boolean> {
   // Without requests a chunk inside the range adds nothing (no items, no boundary): the loop below says so.
   if (plan.query.includeAllBlocks) return false
   for (const scan of plan.scans) {
@@ -86,7 +106,7 @@ export async function chunkCannotMatch(con: Sql, plan: QueryPlan, dir: string): 
         ruledOut = true
         break
       }
-      const bloom = await summary(con, dir, scan.item.table, f.column)
+      const bloom = await summary(con, dir, scan.item.table, f.column, meta)
       if (bloom && !value.some((v) => bloom.mayContain(String(v)))) {
         ruledOut = true
         break
