@@ -23,17 +23,22 @@ export interface IngestBenchOptions {
   traces: boolean
   /** Blocks for the end-to-end run through `block-archive replay-rpc` + `block-archive ingest` (0: none). */
   replayBlocks: number
+  /** Blocks of the spooled path's chunk close timed statement by statement (0: none; bench/ingest-close.ts). */
+  closeBlocks: number
 }
 
 /**
  * `bench ingest`: (1) throughput of the write path, stage by stage and without overlap: RPC JSON →
  * rows (normalizeEvmBlock), rows → open chunk (ChunkBuilder.addBlock), rows → sorted zstd Parquet
  * (ChunkBuilder.finish: JS sort, DuckDB Appender, Parquet). The RPC JSON comes from the tiler (its
- * time is shown apart); `--blocks 0` skips this part. (2) With `--replay-blocks N` (default 1000),
- * the full path replay-rpc → `block-archive ingest` end to end (see `replayIngest`).
+ * time is shown apart); `--blocks 0` skips this part. (2) With `--close-blocks N` (default 200), the
+ * spooled path's chunk close statement by statement (bench/ingest-close.ts). (3) With
+ * `--replay-blocks N` (default 1000), the full path replay-rpc → `block-archive ingest` end to end
+ * (see `replayIngest`).
  */
 export async function runIngest(o: IngestBenchOptions): Promise<void> {
   if (o.blocks > 0) await writePathStages(o)
+  if (o.closeBlocks > 0) await (await import('./ingest-close.js')).closeStages(o.closeBlocks)
   if (o.replayBlocks > 0) await replayIngest(o.replayBlocks)
 }
 

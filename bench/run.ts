@@ -59,6 +59,7 @@ program
   .option('--chunk-blocks <n>', 'blocks per chunk', int, 200)
   .option('--no-traces', 'blocks, transactions and logs only')
   .option('--replay-blocks <n>', 'blocks for the end-to-end run through replay-rpc + the ingest command (0: skip)', int, 1000)
+  .option('--close-blocks <n>', 'blocks of the spooled path\'s chunk close timed statement by statement: normalise, sort, write (0: skip)', int, 200)
   .action(async (o) => (await import('./ingest.js')).runIngest(o))
 
 program

@@ -1,0 +1,86 @@
+import { mkdir, rm, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { DuckDBInstance } from '@duckdb/node-api'
+import { loadTemplates } from '../src/bench-data/templates.js'
+import { templateFor, tileBlock } from '../src/bench-data/tile.js'
+import { parquetOptions, sortOrder } from '../src/chunks/writer.js'
+import { lit } from '../src/db.js'
+import { evmFamily } from '../src/families/evm.js'
+import { spoolQueries } from '../src/ingest/evm/sql-normalize.js'
+import { benchRoot } from './lib/dataset.js'
+import { machine, printTable } from './lib/report.js'
+
+/*
+ * `bench ingest --close-blocks N`: where the CPU of the spooled path's chunk close goes (the
+ * statements that turn a chunk's spooled RPC answers into its blocks, transactions and logs
+ * files, src/ingest/evm/sql-normalize.ts). N distinct tiled blocks are written as a spool (NDJSON
+ * answers in files of 20 blocks, as the fetch workers write them), then per table, on one DuckDB
+ * thread (the ingest's default on 2 cores), the best of `RUNS` of: the statement the ingest runs
+ * (read, normalise, sort, write zstd Parquet); the normalised rows into a temp table; those rows
+ * sorted and written; and written unsorted. CPU of the process, which holds DuckDB's thread.
+ */
+
+const RUNS = 3
+const FILE_BLOCKS = 20
+
+export async function closeStages(blocks: number): Promise<void> {
+  const dir = path.join(benchRoot(), `ingest-close-${process.pid}`)
+  await rm(dir, { recursive: true, force: true })
+  await mkdir(dir, { recursive: true })
+  const db = await DuckDBInstance.create(':memory:', { threads: '1' })
+  const con = await db.connect()
+  try {
+    const templates = loadTemplates()
+    const blockFiles: string[] = []
+    const receiptFiles: string[] = []
+    for (let first = 0; first < blocks; first += FILE_BLOCKS) {
+      const b: string[] = []
+      const r: string[] = []
+      for (let n = first; n < Math.min(blocks, first + FILE_BLOCKS); n++) {
+        const t = tileBlock(templateFor(n, templates), n, { seed: 'bench-ingest-close' })
+        b.push(JSON.stringify({ jsonrpc: '2.0', id: n, result: t.block }))
+        r.push(JSON.stringify({ jsonrpc: '2.0', id: n, result: t.receipts }))
+      }
+      blockFiles.push(path.join(dir, `blocks-${first}.ndjson`))
+      receiptFiles.push(path.join(dir, `receipts-${first}.ndjson`))
+      await writeFile(blockFiles.at(-1)!, b.join('\n') + '\n')
+      await writeFile(receiptFiles.at(-1)!, r.join('\n') + '\n')
+    }
+    const queries = spoolQueries({ blockFiles, receiptFiles, first: 0, last: blocks - 1, checked: false })
+    const cpuMs = () => {
+      const u = process.cpuUsage()
+      return (u.user + u.system) / 1000
+    }
+    const best = async (sql: string) => {
+      let min = Infinity
+      for (let i = 0; i < RUNS; i++) {
+        const c0 = cpuMs()
+        await con.run(sql)
+        min = Math.min(min, cpuMs() - c0)
+      }
+      return min
+    }
+    const rows: string[][] = []
+    const total = { whole: 0, normalise: 0, sortWrite: 0, write: 0 }
+    for (const name of ['blocks', 'transactions', 'logs'] as const) {
+      const table = evmFamily.tables.find((t) => t.name === name)!
+      const out = lit(path.join(dir, `${name}.parquet`))
+      const options = parquetOptions(evmFamily, table)
+      const whole = await best(`COPY (SELECT * FROM (${queries[name]}) ORDER BY ${sortOrder(table)}) TO ${out} ${options}`)
+      const normalise = await best(`CREATE OR REPLACE TEMP TABLE close_rows AS ${queries[name]}`)
+      const sortWrite = await best(`COPY (SELECT * FROM close_rows ORDER BY ${sortOrder(table)}) TO ${out} ${options}`)
+      const write = await best(`COPY (SELECT * FROM close_rows) TO ${out} ${options}`)
+      Object.assign(total, { whole: total.whole + whole, normalise: total.normalise + normalise, sortWrite: total.sortWrite + sortWrite, write: total.write + write })
+      const perBlock = (ms: number) => (ms / blocks).toFixed(2)
+      rows.push([name, perBlock(whole), perBlock(normalise), perBlock(sortWrite - write), perBlock(write)])
+    }
+    const perBlock = (ms: number) => (ms / blocks).toFixed(2)
+    rows.push(['all three', perBlock(total.whole), perBlock(total.normalise), perBlock(total.sortWrite - total.write), perBlock(total.write)])
+    console.log(`machine: ${machine()}`)
+    printTable(`the spooled path's chunk close, ${blocks} distinct tiled blocks, DuckDB on 1 thread, CPU ms per block (best of ${RUNS})`,
+      ['table', 'the statement the ingest runs', 'read + normalise (into a temp table)', 'sort', 'write zstd Parquet'], rows)
+  } finally {
+    con.closeSync()
+    await rm(dir, { recursive: true, force: true })
+  }
+}
