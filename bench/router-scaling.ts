@@ -69,7 +69,7 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
   const figures: Figures[] = []
   const floor = await measureFloor(o)
   console.log(`floor (a constant answer, the same load): p99 ${floor.p99.toFixed(2)} ms, ${floor.rps.toFixed(0)} answers/s`)
-  for (const n of o.chunks) {
+  for (const n of o.chunks.filter((x) => x > 0)) {
     const root = path.join(ROOT, `folder-${n}`)
     const dir = path.join(root, 'sim')
     if (!existsSync(path.join(dir, 'dataset.json.done'))) {
@@ -85,7 +85,7 @@ export async function runRouterScaling(o: RouterScalingOptions): Promise<void> {
       for (let i = n; i < n + NEW_CHUNKS; i++) await rm(path.join(dir, syntheticChunk(i).ref.path), { recursive: true, force: true })
     }, o))
   }
-  for (const n of o.s3Chunks) {
+  for (const n of o.s3Chunks.filter((x) => x > 0)) { // 0: none of that storage
     const s3dir = path.join(ROOT, `s3rver-${n}`)
     if (!existsSync(path.join(s3dir, '.done'))) {
       const t0 = performance.now()
