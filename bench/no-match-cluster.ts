@@ -78,7 +78,9 @@ async function ensureDataset(n: number): Promise<string> {
 export async function runNoMatchCluster(o: NoMatchClusterOptions): Promise<void> {
   console.log(`machine: ${machine()}`)
   const dir = await ensureDataset(o.chunks)
+  const t0 = performance.now()
   const d = await deploy(dir, 2, { missedHeartbeats: 60 }, 1000)
+  console.log(`router + 2 workers started over ${o.chunks.toLocaleString('en')} chunks, every block routable: ${((performance.now() - t0) / 1000).toFixed(2)} s; workers' CPU so far: ${d.workers.map((w) => `${(cpuSeconds(w.pid) ?? 0).toFixed(2)} s`).join(', ')}`)
   const rows: string[][] = []
   try {
     const client = new ArchiveClient(d.base)

@@ -92,9 +92,15 @@ describe('relisting cost', { timeout: 600_000 }, () => {
     const listed = await store.listChunks()
     assert.deepEqual(listed.map((c) => c.path), (await scanLocalChunks(dir)).map((c) => c.path))
     for (const c of listed) assert.deepEqual(await store.chunkLinks(c), linksOf(await readChunkMeta(dir, c)), c.path)
+    // What a worker taking a chunk reads of its links instead of its meta.json.
+    for (const c of listed) assert.deepEqual(store.indexedLinks(c), linksOf(await readChunkMeta(dir, c)), c.path)
 
     // Until the next full listing reads the index again, new chunks cost a stat and a meta read each, as without one.
     await writeSyntheticFolder(dir, 'sim', CHUNKS, CHUNKS + 10)
+    const before = new Set(listed.map((c) => c.path))
+    const fresh = (await store.listChunks()).filter((c) => !before.has(c.path))
+    assert.equal(fresh.length, 10)
+    for (const c of fresh) assert.equal(store.indexedLinks(c), undefined, `${c.path}: not in the index read`)
     const grown = await counted('folder', () => router.relist())
     assert.equal(grown.stat, 10, JSON.stringify(grown))
     assert.equal(grown.read, 10, JSON.stringify(grown))
@@ -172,7 +178,10 @@ describe('relisting cost', { timeout: 600_000 }, () => {
     assert.deepEqual(router.status().datasets[0].problems, [])
 
     const store = openDatasetStore('s3://relist/idx/sim')
-    for (const c of await store.listChunks()) assert.deepEqual(await store.chunkLinks(c), linksOf(await store.chunkMeta(c)), c.path)
+    for (const c of await store.listChunks()) {
+      assert.deepEqual(await store.chunkLinks(c), linksOf(await store.chunkMeta(c)), c.path)
+      assert.deepEqual(store.indexedLinks(c), linksOf(await store.chunkMeta(c)), c.path)
+    }
 
     await deleteObjects('relist', [`idx/sim/${syntheticChunk(5).ref.path}/blocks.parquet`])
     const restarted = new RouterState(new ArchiveStorage({ roots: ['s3://relist/idx'] }), OPTS)

@@ -44,6 +44,8 @@ export interface ChunkStorage {
   listClaims?(dataset: string): Promise<ClaimRecord[]>
   /** What the router needs of a chunk's meta.json (src/chunks/chunk-index.ts). */
   chunkLinks(dataset: string, chunk: ChunkRef): Promise<ChunkLinks>
+  /** The chunk's links if the dataset's chunk index names it (nothing read, nothing kept), else undefined. */
+  indexedLinks?(dataset: string, chunk: ChunkRef): Promise<ChunkLinks | undefined>
   /** Make the chunk's Parquet files available on this machine; returns the folder. */
   fetchChunk(dataset: string, chunk: ChunkRef): Promise<string>
   /** The chunk is not needed here any more (no query is using it). */
@@ -152,6 +154,10 @@ export class ArchiveStorage implements ChunkStorage {
   }
 
   private readonly links = new Map<string, Promise<ChunkLinks>>()
+
+  async indexedLinks(dataset: string, chunk: ChunkRef): Promise<ChunkLinks | undefined> {
+    return (await this.store(dataset)).indexedLinks(chunk)
+  }
 
   async fetchChunk(dataset: string, chunk: ChunkRef): Promise<string> {
     const store = await this.store(dataset)

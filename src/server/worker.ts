@@ -555,7 +555,9 @@ export class WorkerNode {
   /** Fetch a chunk and hold it; false when it was held meanwhile (by the other pass: the storage fetches a chunk once). */
   private async fetchInto(ds: DatasetHolding, ref: ChunkRef): Promise<boolean> {
     const dir = await this.opts.storage.fetchChunk(ds.name, ref)
-    const previousLast = readPreviousLast(dir)
+    // the dataset's chunk index has it for the chunks it names: no file read per chunk taken
+    const indexed = await this.opts.storage.indexedLinks?.(ds.name, ref)
+    const previousLast = indexed ? indexed.previousLast : readPreviousLast(dir)
     if (ds.held.has(ref.path)) return false
     ds.held.set(ref.path, { ref, dir, previousLast })
     ds.view = undefined

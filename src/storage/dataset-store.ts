@@ -38,6 +38,8 @@ export interface DatasetStore {
    * chunk of the latest listing (src/chunks/chunk-index.ts), else from the meta.json.
    */
   chunkLinks(ref: ChunkRef): Promise<ChunkLinks>
+  /** The chunk's links from the dataset's chunk index when it names a chunk of the latest listing, else undefined (nothing read). */
+  indexedLinks(ref: ChunkRef): ChunkLinks | undefined
   /** The chunk's files with their sizes as stored. */
   chunkFiles(ref: ChunkRef): Promise<ChunkFile[]>
   /** The chunk's folder when it is on this machine's disk (served in place), else undefined. */
@@ -218,8 +220,11 @@ class FolderDatasetStore implements DatasetStore {
   }
 
   async chunkLinks(ref: ChunkRef): Promise<ChunkLinks> {
-    const listed = this.known.get(ref.path.slice(0, 10))?.has(ref.path.slice(11))
-    return (listed && this.index.get(ref.path)) || linksOf(await this.chunkMeta(ref))
+    return this.indexedLinks(ref) ?? linksOf(await this.chunkMeta(ref))
+  }
+
+  indexedLinks(ref: ChunkRef): ChunkLinks | undefined {
+    return this.known.get(ref.path.slice(0, 10))?.has(ref.path.slice(11)) ? this.index.get(ref.path) : undefined
   }
 
   async chunkFiles(ref: ChunkRef): Promise<ChunkFile[]> {
@@ -303,7 +308,11 @@ class S3DatasetStore implements DatasetStore {
   }
 
   async chunkLinks(ref: ChunkRef): Promise<ChunkLinks> {
-    return (this.knownPaths.has(ref.path) && this.index.get(ref.path)) || linksOf(await this.chunkMeta(ref))
+    return this.indexedLinks(ref) ?? linksOf(await this.chunkMeta(ref))
+  }
+
+  indexedLinks(ref: ChunkRef): ChunkLinks | undefined {
+    return this.knownPaths.has(ref.path) ? this.index.get(ref.path) : undefined
   }
 
   async chunkMeta(ref: ChunkRef): Promise<ChunkMeta> {
