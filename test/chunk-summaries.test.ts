@@ -9,7 +9,7 @@ import { connect, ident, lit } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
-import { metaReader } from '../src/query/summary.js'
+import { metaReader, summaryCache } from '../src/query/summary.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
 
@@ -128,6 +128,44 @@ describe('chunk summaries written at ingest', { timeout: 600_000 }, () => {
       const [ra, rb] = await Promise.all([a, b].map((w) => postJson(`${w.url}/datasets/anvil/query`, query)))
       assert.equal(ra.status, 200, ra.text.slice(0, 300))
       assert.equal(ra.text, rb.text, JSON.stringify(query))
+    }
+  })
+
+  it('keeps the filters within their byte budget, and reads an evicted one from meta.json again', async () => {
+    const dir = path.join(tmp.dir, 'budget', 'anvil')
+    await cp(withSummaries, dir, { recursive: true })
+    const w = await startWorker(dir)
+    const [chunk] = await listLocalChunks(dir)
+    const meta = await readChunkMeta(dir, chunk)
+    const address = meta.summaries && Object.keys(meta.summaries).includes(summaryKey('logs', 'address')) ? '0x' + '00'.repeat(19) + '02' : ''
+    assert.ok(address, 'the chunks have address summaries')
+    // two columns consulted per chunk: an address no chunk holds, then a topic0 none holds
+    const queries = [
+      { fromBlock: 0, logs: [{ address: [address] }], fields: { log: { address: true } } },
+      { fromBlock: 0, logs: [{ topic0: ['0x' + 'ab'.repeat(32)] }], fields: { log: { address: true } } },
+    ]
+    const answers = async () => {
+      const out: string[] = []
+      for (const q of queries) {
+        const r = await postJson(`${w.url}/datasets/anvil/query`, q)
+        assert.equal(r.status, 200, r.text.slice(0, 300))
+        out.push(r.text)
+      }
+      return out
+    }
+    const budget = summaryCache.budgetBytes
+    try {
+      summaryCache.budgetBytes = 2000
+      let small: string[] = []
+      const sqls = await statements(async () => void (small = await answers()))
+      assert.ok(summaryCache.stats().bytes <= 2000, JSON.stringify(summaryCache.stats()))
+      assert.ok(summaryCache.stats().entries >= 1 && summaryCache.stats().entries <= 4, JSON.stringify(summaryCache.stats()))
+      const again = await statements(async () => void (small = await answers()))
+      assert.equal([...sqls, ...again].filter((x) => x.includes('SELECT DISTINCT')).length, 0, 'evicted filters are read from meta.json, not built')
+      summaryCache.budgetBytes = budget
+      assert.deepEqual(await answers(), small, 'the same answers with every filter kept')
+    } finally {
+      summaryCache.budgetBytes = budget
     }
   })
 

@@ -44,6 +44,11 @@ export class Bloom {
     return bytes.toString('base64')
   }
 
+  /** Bytes of its bits. */
+  get bytes(): number {
+    return this.bits.byteLength
+  }
+
   private get mask(): number {
     return this.bits.length * 32 - 1
   }

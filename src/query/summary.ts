@@ -13,7 +13,7 @@ import type { QueryPlan } from './plan.js'
  * alone, and a selective query runs 4–6 statements per chunk). The filters come from the chunk's
  * meta.json, where the ingest and the compactor write them; a chunk written without them gets them
  * built by the first query that needs them, with one `SELECT DISTINCT` on that column only. Chunks
- * are immutable, so a summary never goes stale.
+ * are immutable, so a summary never goes stale. The filters kept are bounded by bytes (`SummaryCache`).
  */
 
 /**
@@ -32,11 +32,67 @@ function cached<T>(cache: Map<string, Promise<T>>, key: string, fallback: T, com
   return p
 }
 
-/** null: no summary (too many distinct values, or building it failed). */
-const summaries = new Map<string, Promise<Bloom | null>>()
+/** Bytes an entry costs besides its filter's bits (the key, the map's entry, the objects). */
+const ENTRY_OVERHEAD = 200
+
+/**
+ * The filters kept, least recently used first, within `budgetBytes`: a worker holding a whole
+ * chain's chunks (100,000 and more) would otherwise keep one per chunk and column ever queried, up to
+ * 128 KiB each. One evicted is read from the chunk's meta.json again when a query needs it.
+ */
+export class SummaryCache {
+  private readonly entries = new Map<string, { value: Promise<Bloom | null>; bytes: number }>()
+  private held = 0
+
+  /** `budgetBytes`: BLOCK_ARCHIVE_SUMMARY_MB (default 64 MiB). */
+  constructor(public budgetBytes = Number(process.env.BLOCK_ARCHIVE_SUMMARY_MB ?? 64) * 1024 * 1024) {}
+
+  /** null: no summary (too many distinct values, or building it failed); a failure is not kept. */
+  get(key: string, compute: () => Promise<Bloom | null>): Promise<Bloom | null> {
+    const hit = this.entries.get(key)
+    if (hit) {
+      this.entries.delete(key)
+      this.entries.set(key, hit)
+      return hit.value
+    }
+    const entry = { value: Promise.resolve<Bloom | null>(null), bytes: 0 }
+    entry.value = compute().then(
+      (bloom) => {
+        if (this.entries.get(key) === entry) {
+          entry.bytes = (bloom?.bytes ?? 0) + key.length * 2 + ENTRY_OVERHEAD
+          this.held += entry.bytes
+          this.trim()
+        }
+        return bloom
+      },
+      () => {
+        if (this.entries.get(key) === entry) this.entries.delete(key)
+        return null
+      },
+    )
+    this.entries.set(key, entry)
+    return entry.value
+  }
+
+  /** Filters kept, and their bytes (with the entries' overhead). */
+  stats(): { entries: number; bytes: number } {
+    return { entries: this.entries.size, bytes: this.held }
+  }
+
+  private trim(): void {
+    for (const [key, e] of this.entries) {
+      if (this.held <= this.budgetBytes) return
+      if (e.bytes === 0) continue // still being read
+      this.entries.delete(key)
+      this.held -= e.bytes
+    }
+  }
+}
+
+export const summaryCache = new SummaryCache()
 
 function summary(con: Sql, dir: string, table: string, column: string, meta: ChunkMetaReader): Promise<Bloom | null> {
-  return cached(summaries, `${dir}\0${table}\0${column}`, null, async () => {
+  return summaryCache.get(`${dir}\0${table}\0${column}`, async () => {
     const written = storedSummaries(meta)?.[summaryKey(table, column)]
     if (written === null) return null
     if (typeof written === 'string') {
