@@ -62,7 +62,15 @@ export class Bloom {
   }
 
   mayContain(v: string): boolean {
-    const [h1, h2] = hashes(v)
+    return this.mayContainHashed(Bloom.hash(v))
+  }
+
+  /** The hashes of a value, for asking many filters about it (`mayContainHashed`). */
+  static hash(v: string): [number, number] {
+    return hashes(v)
+  }
+
+  mayContainHashed([h1, h2]: [number, number]): boolean {
     for (let i = 0; i < PROBES; i++) {
       const bit = (h1 + i * h2) & this.mask
       if ((this.bits[bit >>> 5] & (1 << (bit & 31))) === 0) return false

@@ -32,74 +32,113 @@ function cached<T>(cache: Map<string, Promise<T>>, key: string, fallback: T, com
   return p
 }
 
-/** Bytes an entry costs besides its filter's bits (the key, the map's entry, the objects). */
-const ENTRY_OVERHEAD = 200
+/** Bytes an entry costs besides its filter's bits (the maps' entries, the objects). */
+const ENTRY_OVERHEAD = 160
+
+interface Entry {
+  dir: string
+  column: string
+  value: Promise<Bloom | null>
+  /** 0 while being read. */
+  bytes: number
+  /** Asked for since the eviction scan last passed it. */
+  used: boolean
+}
 
 /**
- * The filters kept, least recently used first, within `budgetBytes`: a worker holding a whole
- * chain's chunks (100,000 and more) would otherwise keep one per chunk and column ever queried, up to
- * 128 KiB each. One evicted is read from the chunk's meta.json again when a query needs it.
+ * The filters kept within `budgetBytes`: a worker holding a whole chain's chunks (100,000 and more)
+ * would otherwise keep one per chunk and column ever queried, up to 128 KiB each. Past the budget
+ * the oldest go first, but one asked for since the scan last passed it gets another round (a second
+ * chance: a hit costs a flag, not a reordering). One evicted is read from the chunk's meta.json again
+ * when a query needs it.
  */
 export class SummaryCache {
-  private readonly entries = new Map<string, { value: Promise<Bloom | null>; bytes: number }>()
+  /** Chunk folder → column (`table.column`) → entry: the folder string a query holds keeps its hash. */
+  private readonly byDir = new Map<string, Map<string, Entry>>()
+  /** Entries in the order the eviction scan meets them, from `head` on. */
+  private queue: Entry[] = []
+  private head = 0
   private held = 0
+  private count = 0
 
   /** `budgetBytes`: BLOCK_ARCHIVE_SUMMARY_MB (default 64 MiB). */
   constructor(public budgetBytes = Number(process.env.BLOCK_ARCHIVE_SUMMARY_MB ?? 64) * 1024 * 1024) {}
 
   /** null: no summary (too many distinct values, or building it failed); a failure is not kept. */
-  get(key: string, compute: () => Promise<Bloom | null>): Promise<Bloom | null> {
-    const hit = this.entries.get(key)
+  get(dir: string, column: string, compute: () => Promise<Bloom | null>): Promise<Bloom | null> {
+    let columns = this.byDir.get(dir)
+    const hit = columns?.get(column)
     if (hit) {
-      this.entries.delete(key)
-      this.entries.set(key, hit)
+      hit.used = true
       return hit.value
     }
-    const entry = { value: Promise.resolve<Bloom | null>(null), bytes: 0 }
+    if (!columns) this.byDir.set(dir, (columns = new Map()))
+    const entry: Entry = { dir, column, value: Promise.resolve(null), bytes: 0, used: false }
     entry.value = compute().then(
       (bloom) => {
-        if (this.entries.get(key) === entry) {
-          entry.bytes = (bloom?.bytes ?? 0) + key.length * 2 + ENTRY_OVERHEAD
+        if (this.live(entry)) {
+          entry.bytes = (bloom?.bytes ?? 0) + ENTRY_OVERHEAD
           this.held += entry.bytes
           this.trim()
         }
         return bloom
       },
       () => {
-        if (this.entries.get(key) === entry) this.entries.delete(key)
+        if (this.live(entry)) this.remove(entry)
         return null
       },
     )
-    this.entries.set(key, entry)
+    columns.set(column, entry)
+    this.queue.push(entry)
+    this.count++
     return entry.value
   }
 
   /** Filters kept, and their bytes (with the entries' overhead). */
   stats(): { entries: number; bytes: number } {
-    return { entries: this.entries.size, bytes: this.held }
+    return { entries: this.count, bytes: this.held }
+  }
+
+  private live(e: Entry): boolean {
+    return this.byDir.get(e.dir)?.get(e.column) === e
+  }
+
+  private remove(e: Entry): void {
+    const columns = this.byDir.get(e.dir)!
+    columns.delete(e.column)
+    if (columns.size === 0) this.byDir.delete(e.dir)
+    this.held -= e.bytes
+    this.count--
   }
 
   private trim(): void {
-    for (const [key, e] of this.entries) {
-      if (this.held <= this.budgetBytes) return
-      if (e.bytes === 0) continue // still being read
-      this.entries.delete(key)
-      this.held -= e.bytes
+    // each entry is met at most twice: once to take its second chance, once to go
+    for (let steps = 2 * (this.queue.length - this.head); this.held > this.budgetBytes && steps > 0 && this.head < this.queue.length; steps--) {
+      const e = this.queue[this.head++]
+      if (!this.live(e)) continue
+      if (e.used || e.bytes === 0) {
+        e.used = false
+        this.queue.push(e)
+      } else this.remove(e)
+    }
+    if (this.head > 1024 && this.head * 2 > this.queue.length) {
+      this.queue = this.queue.slice(this.head)
+      this.head = 0
     }
   }
 }
 
 export const summaryCache = new SummaryCache()
 
-function summary(con: Sql, dir: string, table: string, column: string, meta: ChunkMetaReader): Promise<Bloom | null> {
-  return summaryCache.get(`${dir}\0${table}\0${column}`, async () => {
-    const written = storedSummaries(meta)?.[summaryKey(table, column)]
+function summary(con: Sql, dir: string, f: SummaryFilter, meta: ChunkMetaReader): Promise<Bloom | null> {
+  return summaryCache.get(dir, f.key, async () => {
+    const written = storedSummaries(meta)?.[f.key]
     if (written === null) return null
     if (typeof written === 'string') {
       const bloom = Bloom.fromBase64(written)
       if (bloom) return bloom
     }
-    return buildSummary(con, dir, table, column)
+    return buildSummary(con, dir, f.table, f.column)
   })
 }
 
@@ -146,6 +185,37 @@ export function chunkIsDense(con: Sql, dir: string, table: string, column: strin
   })
 }
 
+/** A list filter of a scan that summaries can rule on: its table and column, and its values hashed. */
+interface SummaryFilter {
+  table: string
+  column: string
+  /** `table.column` */
+  key: string
+  hashes: [number, number][]
+}
+
+/** Per plan, per scan: its list filters (a scan with an empty list rules every chunk out: `null`). */
+const summaryFilters = new WeakMap<QueryPlan, (SummaryFilter[] | null)[]>()
+
+/** The list filters of each scan of the plan, computed once per query rather than once per chunk. */
+function filtersOf(plan: QueryPlan): (SummaryFilter[] | null)[] {
+  let out = summaryFilters.get(plan)
+  if (!out) {
+    out = plan.scans.map((scan) => {
+      const filters: SummaryFilter[] = []
+      for (const [name, value] of Object.entries(scan.filters)) {
+        const f = scan.request.filters[name]
+        if (f.kind !== 'in' || f.values === 'integer' || !Array.isArray(value)) continue
+        if (value.length === 0) return null
+        filters.push({ table: scan.item.table, column: f.column, key: summaryKey(scan.item.table, f.column), hashes: value.map((v) => Bloom.hash(String(v))) })
+      }
+      return filters
+    })
+    summaryFilters.set(plan, out)
+  }
+  return out
+}
+
 /**
  * True when no request of the plan can match a row of the chunk in `dir`, so that the chunk
  * contributes nothing but (possibly) boundary headers. Never true for includeAllBlocks queries.
@@ -153,17 +223,12 @@ export function chunkIsDense(con: Sql, dir: string, table: string, column: strin
 export async function chunkCannotMatch(con: Sql, plan: QueryPlan, dir: string, meta = metaReader(dir)): Promise<boolean> {
   // Without requests a chunk inside the range adds nothing (no items, no boundary): the loop below says so.
   if (plan.query.includeAllBlocks) return false
-  for (const scan of plan.scans) {
+  for (const filters of filtersOf(plan)) {
+    if (filters === null) continue // an empty list: nothing of this scan matches anywhere
     let ruledOut = false
-    for (const [name, value] of Object.entries(scan.filters)) {
-      const f = scan.request.filters[name]
-      if (f.kind !== 'in' || f.values === 'integer' || !Array.isArray(value)) continue
-      if (value.length === 0) {
-        ruledOut = true
-        break
-      }
-      const bloom = await summary(con, dir, scan.item.table, f.column, meta)
-      if (bloom && !value.some((v) => bloom.mayContain(String(v)))) {
+    for (const f of filters) {
+      const bloom = await summary(con, dir, f, meta)
+      if (bloom && !f.hashes.some((h) => bloom.mayContainHashed(h))) {
         ruledOut = true
         break
       }

@@ -216,7 +216,7 @@ export class ArchiveStorage implements ChunkStorage {
 
   async intact(dataset: string, chunk: ChunkRef): Promise<boolean> {
     const store = this.stores.get(dataset)
-    if (!store || store.localDir(chunk) || !this.opts.cache) return true
+    if (!store || !this.opts.cache || store.localDir(chunk)) return true
     return this.opts.cache.intact(dataset, chunk.path)
   }
 
