@@ -2,12 +2,14 @@ import { copyFile, mkdir, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { PerformanceObserver } from 'node:perf_hooks'
-import { DuckDBConnection } from '@duckdb/node-api'
+import { duckdbApi } from '../src/db.js'
 import { chunkTableNames } from '../src/chunks/layout.js'
 import { benchChunk } from './lib/chunk.js'
 import { summarize } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
 import { SHAPES, shapeByName } from './lib/shapes.js'
+
+const { DuckDBConnection } = duckdbApi()
 
 export interface EngineAbOptions {
   baseline: string

@@ -1,14 +1,15 @@
 import { mkdir, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { DuckDBInstance } from '@duckdb/node-api'
 import { loadTemplates } from '../src/bench-data/templates.js'
 import { templateFor, tileBlock } from '../src/bench-data/tile.js'
 import { parquetOptions, sortOrder } from '../src/chunks/writer.js'
-import { lit } from '../src/db.js'
+import { duckdbApi, lit } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
 import { spoolQueries } from '../src/ingest/evm/sql-normalize.js'
 import { benchRoot } from './lib/dataset.js'
 import { machine, printTable } from './lib/report.js'
+
+const { DuckDBInstance } = duckdbApi()
 
 /*
  * `bench ingest --close-blocks N`: where the CPU of the spooled path's chunk close goes (the

@@ -3,15 +3,16 @@ import assert from 'node:assert/strict'
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
-import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api'
 import { listLocalChunks, readChunkMeta } from '../src/chunks/layout.js'
 import { generateDataset } from '../src/bench-data/generate.js'
 import { loadTemplates, type BlockTemplate } from '../src/bench-data/templates.js'
 import { distinctCopies, templateFor, tileBlock } from '../src/bench-data/tile.js'
-import { lit } from '../src/db.js'
+import type { DuckDBConnection, DuckDBInstance } from '@duckdb/node-api'
+import { duckdbApi, lit } from '../src/db.js'
 import { runIngest } from '../src/ingest/loop.js'
 import { loadRecordedChain } from '../src/ingest/recorded.js'
 import { ReplayServer } from '../src/ingest/replay.js'
+
 
 /*
  * The synthetic dataset generator: a contiguous chain whose blocks carry the real addresses, topics,
@@ -38,7 +39,7 @@ describe('bench-data generator', { timeout: 600_000 }, () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'bench-data-test-'))
     templates = loadTemplates()
     await generateDataset({ out: dir, blocks: BLOCKS, chunkBlocks: CHUNK, seed: 'test', force: true, templates })
-    db = await DuckDBInstance.create(':memory:')
+    db = await duckdbApi().DuckDBInstance.create(':memory:')
     con = await db.connect()
   })
   after(async () => {

@@ -2,16 +2,17 @@ import assert from 'node:assert/strict'
 import { cp, readFile, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { DuckDBConnection } from '@duckdb/node-api'
 import { Bloom, summaryColumns, summaryKey } from '../src/chunks/chunk-summary.js'
 import { listLocalChunks, readChunkMeta, type ChunkMeta } from '../src/chunks/layout.js'
-import { connect, ident, lit } from '../src/db.js'
+import { duckdbApi, connect, ident, lit } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { metaReader, SummaryCache, summaryCache } from '../src/query/summary.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
+
+const { DuckDBConnection } = duckdbApi()
 
 /*
  * Chunk summaries written at ingest (src/chunks/chunk-summary.ts): every chunk's meta.json holds a

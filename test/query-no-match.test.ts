@@ -1,11 +1,13 @@
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { DuckDBConnection, DuckDBInstance } from '@duckdb/node-api'
+import { duckdbApi } from '../src/db.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
+
+const { DuckDBConnection, DuckDBInstance } = duckdbApi()
 
 /*
  * A query that no chunk can match (docs/protocol.md §3.7): the chunk summaries rule every chunk

@@ -1,11 +1,13 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { DuckDBInstance } from '@duckdb/node-api'
+import { duckdbApi } from '../src/db.js'
 import { JsonOut } from '../src/query/json-out.js'
 import { Mutex } from '../src/semaphore.js'
 import { bigintColumn, eachVarchar, integerColumn, varcharBytes } from '../src/query/raw-rows.js'
 import { slabStats, RowTexts } from '../src/query/row-texts.js'
 import { slabsEnabled } from '../src/fast-path.js'
+
+const { DuckDBInstance } = duckdbApi()
 
 /*
  * The engine's output plumbing on its own: bytes read straight from DuckDB vectors, the answer's

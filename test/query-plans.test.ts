@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { DuckDBConnection } from '@duckdb/node-api'
+import { duckdbApi } from '../src/db.js'
 import { chunkTableNames, listLocalChunks, readDatasetMeta } from '../src/chunks/layout.js'
 import { blockOrders, type FamilyDecl } from '../src/families/declaration.js'
 import { familyByName } from '../src/families/index.js'
@@ -13,6 +13,8 @@ import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import { BY_BLOCK_SUFFIX, LocalForms, narrowCopies } from '../src/storage/local-forms.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { allFieldsQuery, declaredQueries } from './helpers/declared-queries.js'
+
+const { DuckDBConnection } = duckdbApi()
 
 /*
  * The engine's two statement plans for a chunk (src/query/keyed-plan.ts, temp-table-plan.ts) give the same bytes: the

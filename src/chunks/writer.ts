@@ -3,7 +3,7 @@ import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import type { DuckDBAppender, DuckDBConnection, DuckDBListType } from '@duckdb/node-api'
-import { connect, ident, lit } from '../db.js'
+import { connect, duckdbApi, ident, lit } from '../db.js'
 import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
 import { chunkSummaries } from './chunk-summary.js'
@@ -428,7 +428,10 @@ function compareStrings(a: string, b: string): number {
 
 /** DuckDB's list types, from its library: loaded when the first rows are appended (an ingest that fails at its first fetch never loads it). */
 let listTypes: Promise<Record<'VARCHAR[]' | 'INTEGER[]', DuckDBListType>> | undefined
-const loadListTypes = () => (listTypes ??= import('@duckdb/node-api').then(({ INTEGER, LIST, VARCHAR }) => ({ 'VARCHAR[]': LIST(VARCHAR), 'INTEGER[]': LIST(INTEGER) })))
+const loadListTypes = () => (listTypes ??= Promise.resolve().then(() => {
+  const { INTEGER, LIST, VARCHAR } = duckdbApi()
+  return { 'VARCHAR[]': LIST(VARCHAR), 'INTEGER[]': LIST(INTEGER) }
+}))
 const HEX = /^0x[0-9a-fA-F]*$/
 
 /** Text of a value that is not of its column's JS type, as DuckDB's JSON reader would see it (DuckDB casts it). */

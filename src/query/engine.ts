@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs'
 import path from 'node:path'
-import { listValue, LIST, BIGINT, VARCHAR } from '@duckdb/node-api'
-import { ident, lit } from '../db.js'
+import { duckdbApi, ident, lit } from '../db.js'
 import { LazyConnection, type Sql } from './lazy-connection.js'
 import { ApiError, badRequest } from '../errors.js'
 import { tableOf } from '../families/declaration.js'
@@ -347,10 +346,11 @@ async function createValueTables(con: Sql, plan: QueryPlan): Promise<(values: un
       if (values.length <= INLINE_LIST_MAX) continue
       const name = `v${names.size}`
       const numeric = typeof values[0] === 'number'
+      const api = duckdbApi()
       await con.run(
         `CREATE TEMP TABLE ${name} AS SELECT DISTINCT unnest($1) AS v`,
-        [listValue(numeric ? values.map((v) => BigInt(v)) : (values as string[]))],
-        [LIST(numeric ? BIGINT : VARCHAR)],
+        [api.listValue(numeric ? values.map((v) => BigInt(v)) : (values as string[]))],
+        [api.LIST(numeric ? api.BIGINT : api.VARCHAR)],
       )
       names.set(values, name)
     }
