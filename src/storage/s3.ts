@@ -1,3 +1,4 @@
+import { createRequire } from 'node:module'
 import { createHash } from 'node:crypto'
 import { createWriteStream } from 'node:fs'
 import { open } from 'node:fs/promises'
@@ -24,7 +25,8 @@ let shared: S3Client | undefined
  * mostly never touch object storage.
  */
 let sdk: typeof import('@aws-sdk/client-s3') | undefined
-const loadSdk = async () => (sdk ??= await import('@aws-sdk/client-s3'))
+// `require`, not `import()`: as an ES module import Node scans its CommonJS files for their exports (304 against 166 ms of CPU)
+const loadSdk = async () => (sdk ??= createRequire(import.meta.url)('@aws-sdk/client-s3') as typeof import('@aws-sdk/client-s3'))
 /** The SDK's command classes, once `s3Client()` loaded them (a request's client is awaited before its command is built). */
 function cmd(): typeof import('@aws-sdk/client-s3') {
   if (!sdk) throw new Error('the S3 SDK is not loaded yet: await s3Client() first')
