@@ -91,6 +91,14 @@ export function parseChunkName(top: number, name: string): ChunkRef | undefined 
   return { top, first, last, hash: m[3], path: `${pad(top)}/${name}` }
 }
 
+/**
+ * The folder of a chunk, `dir` + its path, for strings kept per chunk (`dir` absolute and normal,
+ * `rel` a chunk path). Not `path.join`: its normalising leaves each result a tree of string pieces
+ * that stays in memory with it: a worker holding 20,000 chunks (before any query) had a heap of
+ * 67–73 MB and 131–137 MB RSS that way, 47–51 and 111–115 MB this way.
+ */
+export const chunkFolder = (dir: string, rel: string): string => `${dir}${path.sep}${rel}`
+
 /** Parse a chunk path such as `0000000000/0000000000-0000000099-abcdef01` (as listed in object storage). */
 export function parseChunkPath(rel: string): ChunkRef | undefined {
   const [topName, name, ...rest] = rel.split('/').filter(Boolean)

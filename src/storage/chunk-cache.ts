@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { existsSync, readdirSync, rmSync } from 'node:fs'
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { hashFile, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
+import { chunkFolder, hashFile, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
 import { alive } from '../pid.js'
 import { log } from '../log.js'
 import { mapLimit } from '../semaphore.js'
@@ -133,7 +133,7 @@ export class ChunkCache {
       for (const top of await readdir(dsDir, { withFileTypes: true })) {
         if (!top.isDirectory()) continue
         for (const c of await readdir(path.join(dsDir, top.name), { withFileTypes: true })) {
-          const dir = path.join(dsDir, top.name, c.name)
+          const dir = chunkFolder(dsDir, `${top.name}/${c.name}`)
           const files = c.isDirectory() && !c.name.includes('.part-') ? await this.recheck(dir) : undefined
           if (!files) {
             await rm(dir, { recursive: true, force: true })
@@ -290,7 +290,7 @@ export class ChunkCache {
    * a manifest (written before manifests) is listed instead.
    */
   private async download(dataset: string, store: DatasetStore, ref: ChunkRef, signal?: AbortSignal): Promise<string> {
-    const dest = path.join(this.datasetDir(dataset), ref.path)
+    const dest = chunkFolder(this.datasetDir(dataset), ref.path)
     const tmp = `${dest}.part-${randomBytes(4).toString('hex')}`
     const t0 = performance.now()
     let total = 0

@@ -1,6 +1,6 @@
 import { copyFile, readdir, stat } from 'node:fs/promises'
 import path from 'node:path'
-import { exists, hashFile, parseChunkName, parseChunkPath, readChunkMeta, readDatasetMeta, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
+import { chunkFolder, exists, hashFile, parseChunkName, parseChunkPath, readChunkMeta, readDatasetMeta, type ChunkMeta, type ChunkRef, type DatasetMeta } from '../chunks/layout.js'
 import { log } from '../log.js'
 import { mapLimit } from '../semaphore.js'
 import { storageRequests } from './metrics.js'
@@ -235,7 +235,7 @@ class FolderDatasetStore implements DatasetStore {
   }
 
   localDir(ref: ChunkRef): string {
-    return path.join(this.url, ref.path)
+    return chunkFolder(this.url, ref.path)
   }
 
   async download(ref: ChunkRef, file: string, dest: string): Promise<DownloadResult> {
