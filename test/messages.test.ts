@@ -40,6 +40,12 @@ describe('messages for first mistakes', { timeout: 600_000 }, () => {
     assert.equal(r.stderr, '"not-a-url" is not a dataset base URL: it looks like http://HOST:PORT/datasets/<name>, e.g. http://127.0.0.1:8080/datasets/ethereum (serve prints each dataset\'s)\n')
   })
 
+  it('replay-rpc --distinct without --repeat says what it goes with', async () => {
+    const r = await runCli(['replay-rpc', '--distinct', '5'])
+    assert.equal(r.code, 1)
+    assert.equal(r.stderr, '--distinct goes with --repeat\n')
+  })
+
   it("the router's 404 for a path outside /datasets/<name> says where datasets are and lists them", async () => {
     const res = await fetch(`${router}/anvil/height`)
     assert.equal(res.status, 404)
