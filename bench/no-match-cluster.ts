@@ -1,4 +1,4 @@
-import { appendFile, link, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { appendFile, copyFile, link, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { existsSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -28,6 +28,8 @@ export interface NoMatchClusterOptions {
 
 const NO_SUCH_TOPIC = '0x' + 'ab'.repeat(32)
 const TOP_CHUNKS = 1000
+/** A file takes at most 65,000 links on ext4: each copy of the template's tables is linked to by this many chunks. */
+const LINKS_PER_COPY = 60_000
 
 const hashOf = (i: number) => '0x' + (i + 1).toString(16).padStart(8, '0') + '0'.repeat(56)
 
@@ -47,6 +49,17 @@ async function ensureDataset(n: number): Promise<string> {
   const tables = (await readdir(tdir)).filter((f) => f.endsWith('.parquet') && f !== 'blocks.parquet')
   await mkdir(dir, { recursive: true })
   await writeFile(path.join(dir, 'dataset.json'), JSON.stringify({ name: 'nm', family: 'evm' }))
+  const sources: string[] = [tdir]
+  const sourceFor = async (i: number): Promise<string> => {
+    const k = Math.floor(i / LINKS_PER_COPY)
+    if (!sources[k]) {
+      const copy = path.join(root, 'template-copies', String(k))
+      await mkdir(copy, { recursive: true })
+      for (const t of tables) await copyFile(path.join(tdir, t), path.join(copy, t))
+      sources[k] = copy
+    }
+    return sources[k]
+  }
   const con = await connect()
   const t0 = performance.now()
   let index = ''
@@ -56,7 +69,8 @@ async function ensureDataset(n: number): Promise<string> {
     const p = chunkPath(top, i, i, hash.slice(2, 10))
     const cdir = path.join(dir, p)
     await mkdir(cdir, { recursive: true })
-    for (const t of tables) await link(path.join(tdir, t), path.join(cdir, t))
+    const source = await sourceFor(i)
+    for (const t of tables) await link(path.join(source, t), path.join(cdir, t))
     const parent = i === 0 ? '0x' + '0'.repeat(64) : hashOf(i - 1)
     await con.run(`COPY (SELECT * REPLACE (${i}::UBIGINT AS number, ${lit(hash)} AS hash, ${lit(parent)} AS parent_hash) FROM read_parquet(${lit(path.join(tdir, 'blocks.parquet'))})) TO ${lit(path.join(cdir, 'blocks.parquet'))} (FORMAT parquet, COMPRESSION zstd)`)
     const meta: ChunkMeta = { ...tmeta, first: i, last: i, lastHash: hash, firstParentHash: parent, previousLast: i - 1 }
