@@ -7,6 +7,7 @@ import { duckdbApi, lit } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
 import { spoolQueries } from '../src/ingest/evm/sql-normalize.js'
 import { benchRoot } from './lib/dataset.js'
+import { cpuClock, timeInterleaved } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
 
 const { DuckDBInstance } = duckdbApi()
@@ -48,19 +49,8 @@ export async function closeStages(blocks: number): Promise<void> {
       await writeFile(receiptFiles.at(-1)!, r.join('\n') + '\n')
     }
     const queries = spoolQueries({ blockFiles, receiptFiles, first: 0, last: blocks - 1, checked: false })
-    const cpuMs = () => {
-      const u = process.cpuUsage()
-      return (u.user + u.system) / 1000
-    }
-    const best = async (sql: string) => {
-      let min = Infinity
-      for (let i = 0; i < RUNS; i++) {
-        const c0 = cpuMs()
-        await con.run(sql)
-        min = Math.min(min, cpuMs() - c0)
-      }
-      return min
-    }
+    /** CPU ms of the statement's fastest of RUNS runs. */
+    const best = async (sql: string) => (await timeInterleaved([() => con.run(sql)], RUNS, 0, cpuClock))[0].min
     const rows: string[][] = []
     const total = { whole: 0, normalise: 0, sortWrite: 0, write: 0 }
     for (const name of ['blocks', 'transactions', 'logs'] as const) {

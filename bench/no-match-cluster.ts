@@ -8,6 +8,7 @@ import { ArchiveClient } from '../src/client/archive-client.js'
 import { connect, lit } from '../src/db.js'
 import { anvilRecords, writeDataset } from '../test/helpers/dataset.js'
 import { cpuSeconds, rss, deploy } from './lib/procs.js'
+import { mb } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
 
 /*
@@ -114,8 +115,7 @@ export async function runNoMatchCluster(o: NoMatchClusterOptions): Promise<void>
       rows.push([pass === 1 ? 'first (chunks never met)' : `again (${pass})`, o.chunks.toLocaleString('en'), String(answers), `${s.toFixed(2)} s`,
         Math.round(o.chunks / s).toLocaleString('en'), `${((cpu * 1e6) / o.chunks).toFixed(0)} µs`, Math.round((o.chunks * 200) / s).toLocaleString('en')])
     }
-    const mb = (b: number) => `${(b / 1e6).toFixed(0)} MB`
-    console.log(`workers' RSS after the passes (peak): ${d.workers.map((w) => { const r = rss(w.pid!); return `${mb(r.rss)} (${mb(r.peak)})` }).join(', ')}`)
+    console.log(`workers' RSS after the passes (peak): ${d.workers.map((w) => { const r = rss(w.pid!); return `${mb(r.rss)} MB (${mb(r.peak)} MB)` }).join(', ')}`)
   } finally {
     await d.stop()
   }

@@ -1,8 +1,5 @@
 import { createRequire } from 'node:module'
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-
-// `require`, not `import`: as an ES module import Node scans fastify's CommonJS files for their exports (235 against 164 ms of CPU per process)
-const { fastify: Fastify, LogController } = createRequire(import.meta.url)('fastify') as typeof import('fastify')
 import { randomUUID } from 'node:crypto'
 import { ApiError } from '../errors.js'
 import { log } from '../log.js'
@@ -11,6 +8,9 @@ import { redactSecrets } from './auth.js'
 import { describeJsonError } from './json-error.js'
 import { httpDuration, httpRequests } from './metrics.js'
 import { guardRoutes, PUBLIC, type AccessChecks } from './route-access.js'
+
+// `require`, not `import`: as an ES module import Node scans fastify's CommonJS files for their exports (235 against 164 ms of CPU per process)
+const { fastify: Fastify, LogController } = createRequire(import.meta.url)('fastify') as typeof import('fastify')
 
 /*
  * What the router and the worker share: a fastify instance whose every error answer is
