@@ -194,7 +194,11 @@ export async function runProcessor(dir: string, name: string, config: Omit<Proce
   })
   let stderr = ''
   child.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-20_000)))
-  const read = () => (existsSync(out) ? readFileSync(out, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [])
+  // read while the runner appends: only complete lines (a line may be half written, e.g. cut at 128 KiB)
+  const read = () => {
+    const text = existsSync(out) ? readFileSync(out, 'utf8') : ''
+    return text.slice(0, text.lastIndexOf('\n') + 1).split('\n').filter(Boolean).map((l) => JSON.parse(l))
+  }
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
   const timeout = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
   try {
