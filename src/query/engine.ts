@@ -52,7 +52,17 @@ const PIECE_BYTES = 64 * 1024
 const FORK_BLOCKS = 100
 
 /** Which tables a chunk folder has (chunks are immutable, so this is cached). */
-const chunkTables = new Map<string, Set<string>>()
+const chunkTables = new Map<string, ReadonlySet<string>>()
+/** The distinct table sets met, shared by every chunk that has that set (most chunks of a dataset share one). */
+const tableSets = new Map<string, ReadonlySet<string>>()
+
+function tableSet(names: Iterable<string>): ReadonlySet<string> {
+  const sorted = [...new Set(names)].sort()
+  const key = sorted.join('/')
+  let set = tableSets.get(key)
+  if (!set) tableSets.set(key, (set = new Set(sorted)))
+  return set
+}
 
 /**
  * Whether the chunk has the table: from the files its meta.json lists when the chunk is first met
@@ -61,15 +71,14 @@ const chunkTables = new Map<string, Set<string>>()
 function hasTable(chunk: HeldChunk, table: string, meta?: ChunkMetaReader): boolean {
   let set = chunkTables.get(chunk.dir)
   if (!set) {
-    set = new Set()
-    chunkTables.set(chunk.dir, set)
     let files: Record<string, unknown> | undefined
     try {
       files = meta?.()?.files
     } catch {} // unreadable meta.json: the files are looked for
-    for (const name of Object.keys(files ?? {})) if (name.endsWith('.parquet')) set.add(name.slice(0, -'.parquet'.length))
+    set = tableSet(Object.keys(files ?? {}).filter((name) => name.endsWith('.parquet')).map((name) => name.slice(0, -'.parquet'.length)))
+    chunkTables.set(chunk.dir, set)
   }
-  if (!set.has(table) && existsSync(path.join(chunk.dir, `${table}.parquet`))) set.add(table)
+  if (!set.has(table) && existsSync(path.join(chunk.dir, `${table}.parquet`))) chunkTables.set(chunk.dir, (set = tableSet([...set, table])))
   return set.has(table)
 }
 

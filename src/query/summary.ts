@@ -32,8 +32,11 @@ function cached<T>(cache: Map<string, Promise<T>>, key: string, fallback: T, com
   return p
 }
 
-/** Bytes an entry costs besides its filter's bits (the maps' entries, the objects). */
-const ENTRY_OVERHEAD = 160
+/**
+ * Bytes an entry costs besides its filter's bits: the entry, its promise, the `Bloom` with its typed
+ * array and buffer, the map's slot (measured in a heap snapshot: about 450).
+ */
+const ENTRY_OVERHEAD = 450
 
 interface Entry {
   dir: string
@@ -53,8 +56,11 @@ interface Entry {
  * when a query needs it.
  */
 export class SummaryCache {
-  /** Chunk folder → column (`table.column`) → entry: the folder string a query holds keeps its hash. */
-  private readonly byDir = new Map<string, Map<string, Entry>>()
+  /**
+   * Chunk folder → its entries (one, or a list when several columns of the chunk are asked for: a
+   * map per chunk would cost more than its filter): the folder string a query holds keeps its hash.
+   */
+  private readonly byDir = new Map<string, Entry | Entry[]>()
   /** Entries in the order the eviction scan meets them, from `head` on. */
   private queue: Entry[] = []
   private head = 0
@@ -66,13 +72,12 @@ export class SummaryCache {
 
   /** null: no summary (too many distinct values, or building it failed); a failure is not kept. */
   get(dir: string, column: string, compute: () => Promise<Bloom | null>): Promise<Bloom | null> {
-    let columns = this.byDir.get(dir)
-    const hit = columns?.get(column)
+    const held = this.byDir.get(dir)
+    const hit = held === undefined ? undefined : Array.isArray(held) ? held.find((e) => e.column === column) : held.column === column ? held : undefined
     if (hit) {
       hit.used = true
       return hit.value
     }
-    if (!columns) this.byDir.set(dir, (columns = new Map()))
     const entry: Entry = { dir, column, value: Promise.resolve(null), bytes: 0, used: false }
     entry.value = compute().then(
       (bloom) => {
@@ -88,7 +93,7 @@ export class SummaryCache {
         return null
       },
     )
-    columns.set(column, entry)
+    this.byDir.set(dir, held === undefined ? entry : Array.isArray(held) ? [...held, entry] : [held, entry])
     this.queue.push(entry)
     this.count++
     return entry.value
@@ -100,13 +105,15 @@ export class SummaryCache {
   }
 
   private live(e: Entry): boolean {
-    return this.byDir.get(e.dir)?.get(e.column) === e
+    const held = this.byDir.get(e.dir)
+    return held === e || (Array.isArray(held) && held.includes(e))
   }
 
   private remove(e: Entry): void {
-    const columns = this.byDir.get(e.dir)!
-    columns.delete(e.column)
-    if (columns.size === 0) this.byDir.delete(e.dir)
+    const held = this.byDir.get(e.dir)!
+    const rest = Array.isArray(held) ? held.filter((x) => x !== e) : []
+    if (rest.length === 0) this.byDir.delete(e.dir)
+    else this.byDir.set(e.dir, rest.length === 1 ? rest[0] : rest)
     this.held -= e.bytes
     this.count--
   }
