@@ -46,6 +46,8 @@ export interface WorkerNodeOptions {
   queryCount?: () => number
   /** Extra headers of each ping (the worker token of access control). */
   pingHeaders?: () => Record<string, string>
+  /** Held chunks whose files a reconcile pass looks at (default INTACT_PER_PASS). */
+  intactPerPass?: number
 }
 
 /**
@@ -558,12 +560,13 @@ export class WorkerNode {
 
   /** Up to INTACT_PER_PASS held chunks, taking turns: every chunk is looked at once in held / INTACT_PER_PASS passes. */
   private intactSweep(ds: DatasetHolding): Held[] {
+    const n = this.opts.intactPerPass ?? INTACT_PER_PASS
     const held = memo(ds, 'held', () => [...ds.held.values()])
-    if (held.length <= INTACT_PER_PASS) return held
+    if (held.length <= n) return held
     const from = ds.intactCursor % held.length
-    ds.intactCursor = from + INTACT_PER_PASS
-    const out = held.slice(from, from + INTACT_PER_PASS)
-    return out.length < INTACT_PER_PASS ? out.concat(held.slice(0, INTACT_PER_PASS - out.length)) : out
+    ds.intactCursor = from + n
+    const out = held.slice(from, from + n)
+    return out.length < n ? out.concat(held.slice(0, n - out.length)) : out
   }
 
   /**
@@ -733,6 +736,8 @@ function readPreviousLast(dir: string): number | undefined {
 
 /** A new listing of the dataset (the view's `coverFrom` and height come from it). */
 function setListing(ds: DatasetHolding, listing: ChunkRef[]): void {
+  // A standalone worker lists storage every beat: the same chunks keep the view and what is computed over them.
+  if (listing.length === ds.listing.length && listing.every((c, i) => c.path === ds.listing[i].path)) return
   ds.listing = listing
   heldChanged(ds)
 }
