@@ -582,11 +582,18 @@ export class WorkerNode {
       supersede([...ds.held.values()].map((h) => h.ref)).superseded.filter((x) => servedPaths.has(x.by.path)).map((x) => x.chunk.path),
     )
     let leaving = false
+    // Settled only if nothing but this pass changed the dataset meanwhile (a chunk fetched beside it during a drop).
+    const from = ds.version
+    let own = 0
+    const change = () => {
+      heldChanged(ds)
+      own++
+      changed = true
+    }
     for (const h of [...ds.held.values()]) {
       if (superseded.has(h.ref.path) && h.retiredAt === undefined) {
         h.retiredAt = ds.epoch
-        heldChanged(ds)
-        changed = true
+        change()
       }
       const wanted = rangesContain(ds.desired, h.ref.first, h.ref.last) && !superseded.has(h.ref.path)
       if (wanted) h.undesiredSince = undefined
@@ -594,26 +601,23 @@ export class WorkerNode {
       if (wanted && h.retiredAt !== undefined) {
         // Wanted again before it was deleted: served again as it is.
         h.retiredAt = undefined
-        heldChanged(ds)
-        changed = true
+        change()
       }
       if (h.undesiredSince !== undefined && h.retiredAt === undefined && now - h.undesiredSince >= this.opts.dropGraceMs) {
         // The latest view built (epoch `ds.epoch`) may hold it; the next one does not.
         h.retiredAt = ds.epoch
-        heldChanged(ds)
-        changed = true
+        change()
       }
       if (h.retiredAt !== undefined && !this.leasedUpTo(ds, h.retiredAt)) {
         ds.held.delete(h.ref.path)
-        heldChanged(ds)
-        changed = true
+        change()
         await this.opts.storage.dropChunk(ds.name, h.ref)
         log.info({ worker: this.opts.id, dataset: ds.name, chunk: h.ref.path }, 'worker: chunk dropped')
         continue
       }
       if (h.undesiredSince !== undefined || h.retiredAt !== undefined) leaving = true
     }
-    if (!leaving) ds.settledAt = ds.version
+    if (!leaving && ds.version === from + own) ds.settledAt = ds.version
     return changed
   }
 
