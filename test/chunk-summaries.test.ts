@@ -187,6 +187,12 @@ describe('chunk summaries written at ingest', { timeout: 600_000 }, () => {
     assert.throws(() => broken(), SyntaxError)
     assert.throws(() => broken(), SyntaxError, 'invalid JSON throws every time it is asked for')
     assert.equal(metaReader(path.join(dir, 'nowhere'))(), undefined, 'no meta.json: undefined')
+    // a meta.json of several times the reader's first buffer (filters of big chunks are up to 128 KiB each), then a small one again
+    const big = { ...written, summaries: { ...written.summaries, 'logs.data': 'A'.repeat(300_000) } }
+    await writeFile(file, JSON.stringify(big))
+    assert.deepEqual(metaReader(dir)(), big, 'read whole')
+    await writeFile(file, JSON.stringify(written))
+    assert.deepEqual(metaReader(dir)(), written, 'nothing of the bigger file read before')
   })
 
   it('a first no-match query over chunks with written filters reads no column to rule them out', async () => {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { createReadStream, readFileSync } from 'node:fs'
+import { closeSync, createReadStream, openSync, readSync } from 'node:fs'
 import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
@@ -156,17 +156,34 @@ export async function readChunkMeta(root: string, ref: ChunkRef): Promise<ChunkM
  * The meta.json of the chunk folder `dir` (undefined when it cannot be read; invalid JSON throws).
  * Read synchronously: a worker reads one small local file per chunk when it takes the chunk and when
  * a query first meets it, and the promise API's open, stat, read and close, each a round trip
- * through libuv's pool, cost several times the read itself.
+ * through libuv's pool, cost several times the read itself. Read into one reused buffer, without
+ * the `stat` and the option handling of `readFileSync`: 100,000 chunks met are 100,000 reads.
  */
 export function readMetaInDir(dir: string): ChunkMeta | undefined {
-  let text: string
+  let fd: number
   try {
-    text = readFileSync(path.join(dir, 'meta.json'), 'utf8')
+    fd = openSync(`${dir}/meta.json`, 'r')
   } catch {
     return undefined
   }
-  return JSON.parse(text)
+  let size = 0
+  try {
+    for (;;) {
+      if (size === metaBuffer.length) metaBuffer = Buffer.concat([metaBuffer, Buffer.allocUnsafe(metaBuffer.length)])
+      const n = readSync(fd, metaBuffer, size, metaBuffer.length - size, null)
+      if (n === 0) break
+      size += n
+    }
+  } catch {
+    return undefined
+  } finally {
+    closeSync(fd)
+  }
+  return JSON.parse(metaBuffer.toString('utf8', 0, size))
 }
+
+/** readMetaInDir's buffer, grown to the largest meta.json read (a 200-block chunk's is about 18 KB). */
+let metaBuffer = Buffer.allocUnsafe(64 * 1024)
 
 /** Size and SHA-256 of a file, read as a stream. */
 export async function hashFile(file: string): Promise<ChunkFileInfo> {
