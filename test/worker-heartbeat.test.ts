@@ -6,6 +6,7 @@ import { prepareQuery } from '../src/query/engine.js'
 import { ArchiveStorage } from '../src/server/storage.js'
 import { WorkerNode } from '../src/server/worker.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { streamText } from './helpers/http.js'
 import { fullQuery } from './helpers/reference-evm.js'
 
 /*
@@ -32,12 +33,6 @@ class RecordingStorage extends ArchiveStorage {
     this.damaged.delete(chunk.path) // fetched again: as it should be
     return super.fetchChunk(dataset, chunk)
   }
-}
-
-async function text(body: AsyncIterable<Uint8Array>): Promise<string> {
-  const parts: Buffer[] = []
-  for await (const piece of body) parts.push(Buffer.from(piece))
-  return Buffer.concat(parts).toString('utf8')
 }
 
 describe('worker heartbeat at rest', { timeout: 300_000 }, () => {
@@ -84,7 +79,7 @@ describe('worker heartbeat at rest', { timeout: 300_000 }, () => {
     const victim = chunks[6]
     const query = fullQuery(chunks[0].first, chunks[7].last)
     const lease = node.lease('anvil')!
-    const want = await text((await prepareQuery(lease.view, query, BUDGETS)).body)
+    const want = await streamText((await prepareQuery(lease.view, query, BUDGETS)).body)
     lease.release()
     storage.fetched = []
     storage.damaged.add(victim.path)
@@ -94,7 +89,7 @@ describe('worker heartbeat at rest', { timeout: 300_000 }, () => {
     assert.deepEqual(node.state().anvil, [[0, 63]])
     const again = node.lease('anvil')!
     try {
-      assert.equal(await text((await prepareQuery(again.view, query, BUDGETS)).body), want)
+      assert.equal(await streamText((await prepareQuery(again.view, query, BUDGETS)).body), want)
     } finally {
       again.release()
     }

@@ -9,6 +9,7 @@ import { ChunkCache } from '../src/storage/chunk-cache.js'
 import type { LocalTables } from '../src/storage/local-forms.js'
 import { until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { streamText } from './helpers/http.js'
 import { fullQuery } from './helpers/reference-evm.js'
 
 /*
@@ -55,17 +56,11 @@ class RecordingStorage extends ArchiveStorage {
   }
 }
 
-async function text(body: AsyncIterable<Uint8Array>): Promise<string> {
-  const parts: Buffer[] = []
-  for await (const piece of body) parts.push(Buffer.from(piece))
-  return Buffer.concat(parts).toString('utf8')
-}
-
 /** The whole answer to `query` under a lease of its own. */
 async function answer(node: WorkerNode, query: unknown): Promise<string> {
   const lease = node.lease('anvil')!
   try {
-    return await text((await prepareQuery(lease.view, query, BUDGETS)).body)
+    return await streamText((await prepareQuery(lease.view, query, BUDGETS)).body)
   } finally {
     lease.release()
   }
@@ -117,7 +112,7 @@ describe('worker leases', { timeout: 600_000 }, () => {
       const query = fullQuery(chunks[a].first, chunks[b].last)
       const lease = node.lease('anvil')!
       assert.deepEqual(storage.asked, [], 'a lease alone acquires no form')
-      const got = await text((await prepareQuery(lease.view, query, BUDGETS)).body)
+      const got = await streamText((await prepareQuery(lease.view, query, BUDGETS)).body)
       assert.deepEqual(sorted(storage.asked), sorted(reads), `chunks ${a}–${b}: forms asked for`)
       assert.deepEqual(sorted(storage.acquired), sorted(reads), `chunks ${a}–${b}: read from their forms`)
       assert.deepEqual(storage.released, [], 'held while the lease runs')
@@ -153,7 +148,7 @@ describe('worker leases', { timeout: 600_000 }, () => {
     const late = node.lease('anvil')!
     assert.ok(!has(late), 'a lease taken now does not see it')
     assert.deepEqual(storage.dropped, [], 'not deleted while queries leased before still run')
-    assert.equal(await text(stream.body), want, 'the early query still reads it whole')
+    assert.equal(await streamText(stream.body), want, 'the early query still reads it whole')
 
     early.release()
     await node.heartbeat()

@@ -495,14 +495,14 @@ export class WorkerNode {
       }
       // The router knows chunks this worker has not listed yet (new ones at the end, or one put back
       // where a chunk was missing): the listed chunks do not cover the desired ranges. List again.
-      const covers = memo(ds, 'covers', () => JSON.stringify(mergeRanges(ds.listing.filter((c) => rangesContain(ds.desired, c.first, c.last)))) === JSON.stringify(ds.desired))
+      const listed = () => memo(ds, 'covers', () => coversDesired(ds.listing, ds.desired))
       // The router's newest chunks usually are what is missing (src/server/freshness.ts).
-      if (!covers) {
+      if (!listed()) {
         const extended = extendListing(ds.listing, recent?.[ds.name])
-        const coversNow = extended && JSON.stringify(mergeRanges(extended.filter((c) => rangesContain(ds.desired, c.first, c.last)))) === JSON.stringify(ds.desired)
+        const coversNow = extended && coversDesired(extended, ds.desired)
         setListing(ds, coversNow ? extended : await this.opts.storage.listChunks(ds.name))
         // still not: a chunk of a range backfilled below the last one, where an incremental listing does not look
-        if (!coversNow && JSON.stringify(mergeRanges(ds.listing.filter((c) => rangesContain(ds.desired, c.first, c.last)))) !== JSON.stringify(ds.desired)) {
+        if (!coversNow && !listed()) {
           setListing(ds, await this.opts.storage.listChunks(ds.name, true))
         }
       }
@@ -535,8 +535,8 @@ export class WorkerNode {
       log.debug({ worker: this.opts.id, dataset: ds.name, chunks: sweep.length, ms: Math.round(performance.now() - t0) }, 'worker: held chunks checked')
       // Nothing changed since a pass found no chunk leaving: no held chunk to retire or drop.
       if (ds.settledAt !== ds.version && (await this.retireAndDrop(ds, now))) changed = true
-      const todo = ds.memos.get(NOTHING_TO_FETCH)?.version === ds.version ? [] : this.toFetch(ds)
-      if (todo.length === 0) ds.memos.set(NOTHING_TO_FETCH, { version: ds.version, value: true })
+      // Kept until a version change: a chunk whose download failed stays in it and is tried again.
+      const todo = memo(ds, 'to fetch', () => this.toFetch(ds))
       await mapLimit(todo, this.fetchAtOnce, async (ref) => {
         // The router may have changed its mind while earlier chunks downloaded (workers registering one by one).
         if (this.stopped || !rangesContain(ds.desired, ref.first, ref.last)) return
@@ -577,10 +577,9 @@ export class WorkerNode {
   private async retireAndDrop(ds: DatasetHolding, now: number): Promise<boolean> {
     let changed = false
     // held chunks a served held chunk supersedes (a merged chunk fetched): out of the next view at once
+    const held = memo(ds, 'held', () => [...ds.held.values()])
     const servedPaths = new Set(served(ds).map((h) => h.ref.path))
-    const superseded = new Set(
-      supersede([...ds.held.values()].map((h) => h.ref)).superseded.filter((x) => servedPaths.has(x.by.path)).map((x) => x.chunk.path),
-    )
+    const superseded = new Set(supersede(held.map((h) => h.ref)).superseded.filter((x) => servedPaths.has(x.by.path)).map((x) => x.chunk.path))
     let leaving = false
     // Settled only if nothing but this pass changed the dataset meanwhile (a chunk fetched beside it during a drop).
     const from = ds.version
@@ -590,7 +589,8 @@ export class WorkerNode {
       own++
       changed = true
     }
-    for (const h of [...ds.held.values()]) {
+    // `held` is this version's array: deletions below make a new one, not change it
+    for (const h of held) {
       if (superseded.has(h.ref.path) && h.retiredAt === undefined) {
         h.retiredAt = ds.epoch
         change()
@@ -738,6 +738,10 @@ function readPreviousLast(dir: string): number | undefined {
   }
 }
 
+/** Whether the chunks of `listing` inside the desired ranges make up exactly those ranges. */
+const coversDesired = (listing: ChunkRef[], desired: Range[]): boolean =>
+  JSON.stringify(mergeRanges(listing.filter((c) => rangesContain(desired, c.first, c.last)))) === JSON.stringify(desired)
+
 /** A new listing of the dataset (the view's `coverFrom` and height come from it). */
 function setListing(ds: DatasetHolding, listing: ChunkRef[]): void {
   // A standalone worker lists storage every beat: the same chunks keep the view and what is computed over them.
@@ -761,6 +765,5 @@ function memo<T>(ds: DatasetHolding, key: string, compute: () => T): T {
   return value
 }
 
-const NOTHING_TO_FETCH = 'nothing to fetch'
 /** Held chunks whose files a reconcile pass looks at (`intactSweep`). */
 const INTACT_PER_PASS = 1000

@@ -100,3 +100,10 @@ export function freePort(): Promise<number> {
     s.once('error', reject)
   })
 }
+
+/** The whole text of an answer body the engine streams in process (`prepareQuery(…).body`). */
+export async function streamText(body: AsyncIterable<Uint8Array>): Promise<string> {
+  const parts: Buffer[] = []
+  for await (const piece of body) parts.push(Buffer.from(piece))
+  return Buffer.concat(parts).toString('utf8')
+}
