@@ -59,8 +59,14 @@ export function configureDb(opts: DbOptions): void {
   }
 }
 
+/** An instance nobody configured (a library user's process, a test) takes its threads from `BLOCK_ARCHIVE_DB_THREADS`, as the commands do. */
+function unconfigured(): Record<string, string> {
+  const threads = Number(process.env.BLOCK_ARCHIVE_DB_THREADS)
+  return Number.isInteger(threads) && threads > 0 ? { ...ALWAYS, threads: String(threads) } : ALWAYS
+}
+
 export async function getDb(): Promise<DuckDBInstance> {
-  if (!instance) instance = Promise.resolve().then(() => duckdbApi().DuckDBInstance.create(':memory:', configured ?? ALWAYS))
+  if (!instance) instance = Promise.resolve().then(() => duckdbApi().DuckDBInstance.create(':memory:', configured ?? unconfigured()))
   return instance
 }
 
