@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { mkdir, readdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { after, before, describe, it } from 'node:test'
 import { configureDb, connect, dbSettings } from '../src/db.js'
 import { workerDbThreads } from '../src/commands/serve.js'
@@ -108,6 +110,24 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
     assert.notEqual(bad.code, 0)
     assert.match(bad.stderr, /--db-memory/)
     assert.match(bad.stderr, /512MB/)
+  })
+
+  it('a process that configures no DuckDB of its own (the engine as a library) takes its threads from BLOCK_ARCHIVE_DB_THREADS', () => {
+    const db = pathToFileURL(fileURLToPath(new URL('../src/db.js', import.meta.url))).href
+    const script = `import { dbSettings } from ${JSON.stringify(db)}; console.log((await dbSettings()).threads)`
+    const threads = (value?: string) => {
+      const env = { ...process.env }
+      if (value === undefined) delete env.BLOCK_ARCHIVE_DB_THREADS
+      else env.BLOCK_ARCHIVE_DB_THREADS = value
+      return Number(execFileSync(process.execPath, ['--input-type=module', '-e', script], { env, encoding: 'utf8' }).trim())
+    }
+    const cores = threads()
+    assert.ok(cores >= 1, `DuckDB's own default: ${cores}`)
+    assert.equal(threads('3'), 3)
+    assert.equal(threads('1'), 1)
+    // Not a positive whole number: DuckDB's own default.
+    assert.equal(threads('0'), cores)
+    assert.equal(threads('two'), cores)
   })
 
   it('a query that finds the memory limit taken gets a retryable 503 naming --db-memory, and the next one is answered', async () => {
