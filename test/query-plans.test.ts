@@ -13,6 +13,7 @@ import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import { BY_BLOCK_SUFFIX, LocalForms, narrowCopies } from '../src/storage/local-forms.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { allFieldsQuery, declaredQueries } from './helpers/declared-queries.js'
+import { streamText } from './helpers/http.js'
 
 const { DuckDBConnection } = duckdbApi()
 
@@ -94,9 +95,7 @@ async function answer(view: DatasetView, query: Obj, budgets: QueryBudgets): Pro
     }
   })
   try {
-    const parts: Buffer[] = []
-    for await (const piece of (await prepareQuery(view, query, budgets)).body) parts.push(Buffer.from(piece))
-    return { text: Buffer.concat(parts).toString('utf8'), sql }
+    return { text: await streamText((await prepareQuery(view, query, budgets)).body), sql }
   } finally {
     names.forEach((n, i) => (proto[n] = originals[i]))
   }
