@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { cp, readFile, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { Bloom, summaryColumns, summaryKey } from '../src/chunks/chunk-summary.js'
+import { Bloom, buildSummary, chunkSummaries, ONE_STATEMENT_ROWS, summaryColumns, summaryKey } from '../src/chunks/chunk-summary.js'
 import { listLocalChunks, readChunkMeta, type ChunkMeta } from '../src/chunks/layout.js'
 import { duckdbApi, connect, ident, lit } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
@@ -102,6 +102,28 @@ describe('chunk summaries written at ingest', { timeout: 600_000 }, () => {
         }
       }
       assert.ok(checked > 100, `values checked: ${checked}`)
+    } finally {
+      con.closeSync()
+    }
+  })
+
+  it('the filters written in one statement per chunk are those a query builds column by column', async () => {
+    const con = await connect()
+    try {
+      let compared = 0
+      for (const c of await listLocalChunks(withSummaries)) {
+        const meta = await readChunkMeta(withSummaries, c)
+        const dir = path.join(withSummaries, c.path)
+        assert.ok(Object.values(meta.rows).every((n) => n <= ONE_STATEMENT_ROWS), `${c.path}: small tables, read in one statement`)
+        const huge = Object.fromEntries(meta.tables.map((t) => [t, ONE_STATEMENT_ROWS + 1]))
+        assert.deepEqual(await chunkSummaries(con, dir, evmFamily, meta.tables, huge), meta.summaries, `${c.path}: column by column`)
+        for (const { table, column } of summaryColumns(evmFamily)) {
+          if (!meta.tables.includes(table)) continue
+          assert.equal((await buildSummary(con, dir, table, column))?.toBase64(), meta.summaries![summaryKey(table, column)], `${c.path} ${table}.${column}`)
+          compared++
+        }
+      }
+      assert.ok(compared >= 8 * 21, `filters compared: ${compared}`)
     } finally {
       con.closeSync()
     }

@@ -22,8 +22,10 @@ import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
  * finds DuckDB's memory taken is refused with a retryable 503, and the worker goes on.
  */
 
-// This file checks the defaults: the workers it starts must not inherit the suite's one DuckDB thread (helpers/suite-env.ts).
+// This file checks the defaults: the workers it starts must not inherit the suite's one DuckDB thread
+// nor its jemalloc decay times (helpers/suite-env.ts).
 delete process.env.BLOCK_ARCHIVE_DB_THREADS
+delete process.env.DUCKDB_JE_MALLOC_CONF
 
 /** A pid no process has (above Linux's largest pid_max). */
 const GONE = 2 ** 31 - 2

@@ -8,7 +8,8 @@ import type { FamilyDecl } from '../families/declaration.js'
  * can match without opening its Parquet files (src/query/summary.ts). The ingest and the compactor
  * write them into the chunk's meta.json (`summaries`), so even the first query over a chunk a worker
  * has just downloaded does not open it; a chunk without them gets them built by the first query that
- * needs them, with the same statement, so both ways give the same filter.
+ * needs them from the same values (a Bloom filter depends on the set, not its order), so both ways
+ * give the same filter.
  */
 
 /** Columns with more distinct values than this get no summary (they would rarely rule a chunk out). */
@@ -102,8 +103,7 @@ export const summaryKey = (table: string, column: string) => `${table}.${column}
 export async function buildSummary(con: Sql, dir: string, table: string, column: string): Promise<Bloom | null> {
   const col = ident(column)
   const r = await con.runAndReadAll(`SELECT DISTINCT ${col} FROM read_parquet(${lit(path.join(dir, `${table}.parquet`))}) WHERE ${col} IS NOT NULL LIMIT ${MAX_DISTINCT + 1}`)
-  const values = r.getColumnsJS()[0] ?? []
-  return values.length > MAX_DISTINCT ? null : Bloom.of(values.map(String))
+  return bloomOf(r.getColumnsJS()[0] ?? [])
 }
 
 /** The (table, column) pairs list filters of the family name (integer lists excepted: ranges do better there). */
@@ -119,14 +119,45 @@ export function summaryColumns(family: FamilyDecl): { table: string; column: str
   return [...out.values()]
 }
 
-/** The summaries of a chunk just written in `dir` (its `tables`), for its meta.json: base64 filters, null for too many values. */
-export async function chunkSummaries(con: Sql, dir: string, family: FamilyDecl, tables: readonly string[]): Promise<Record<string, string | null>> {
+/**
+ * Tables of at most this many rows get the summaries of all their columns from one statement: below
+ * it a statement's fixed cost outweighs reading a column alone (a one-block EVM chunk: 5 ms instead of
+ * 24 for its 21 columns; a 200-block mainnet-like chunk: 100 ms column by column, 140–300 ms at once).
+ */
+export const ONE_STATEMENT_ROWS = 10_000
+
+/**
+ * The summaries of a chunk just written in `dir` (its `tables`, with their `rows` when known), for
+ * its meta.json: base64 filters, null for too many values. A column the table lacks (chunks written
+ * before the column was declared) gets no summary, as queries build none: if the statement for the
+ * small tables fails, their columns are read one by one.
+ */
+export async function chunkSummaries(con: Sql, dir: string, family: FamilyDecl, tables: readonly string[], rows?: Record<string, number>): Promise<Record<string, string | null>> {
+  const columns = summaryColumns(family).filter((c) => tables.includes(c.table))
+  const varchar = (c: { table: string; column: string }) => family.tables.find((t) => t.name === c.table)?.columns.find((d) => d.name === c.column)?.type === 'VARCHAR'
+  const together = columns.filter((c) => rows?.[c.table] !== undefined && rows[c.table] <= ONE_STATEMENT_ROWS && varchar(c))
+  const values = together.length ? await distinctValues(con, dir, together).catch(() => undefined) : undefined
   const out: Record<string, string | null> = {}
-  for (const { table, column } of summaryColumns(family)) {
-    if (!tables.includes(table)) continue
-    // a column the table lacks (chunks written before it was declared) gets no summary: queries build none either
-    const bloom = await buildSummary(con, dir, table, column).catch(() => undefined)
-    if (bloom !== undefined) out[summaryKey(table, column)] = bloom?.toBase64() ?? null
+  for (const c of columns) {
+    const i = together.indexOf(c)
+    const bloom = values && i >= 0 ? bloomOf(values[i]) : await buildSummary(con, dir, c.table, c.column).catch(() => undefined)
+    if (bloom !== undefined) out[summaryKey(c.table, c.column)] = bloom?.toBase64() ?? null
   }
   return out
 }
+
+/** Per column, its distinct non-null values (the set `buildSummary` reads), in one statement; each table's file is read once. */
+async function distinctValues(con: Sql, dir: string, columns: { table: string; column: string }[]): Promise<unknown[][]> {
+  const tables = [...new Set(columns.map((c) => c.table))]
+  const reads = tables.map((t, i) => {
+    const cols = columns.filter((c) => c.table === t).map((c) => ident(c.column))
+    return `t${i} AS MATERIALIZED (SELECT ${cols.join(', ')} FROM read_parquet(${lit(path.join(dir, `${t}.parquet`))}))`
+  })
+  const distinct = columns.map((c, i) => `(SELECT DISTINCT ${i} AS i, ${ident(c.column)} AS v FROM t${tables.indexOf(c.table)} WHERE ${ident(c.column)} IS NOT NULL)`)
+  const [index = [], value = []] = (await con.runAndReadAll(`WITH ${reads.join(', ')} ${distinct.join(' UNION ALL ')}`)).getColumnsJS()
+  const out: unknown[][] = columns.map(() => [])
+  index.forEach((i, k) => out[Number(i)].push(value[k]))
+  return out
+}
+
+const bloomOf = (values: unknown[]): Bloom | null => (values.length > MAX_DISTINCT ? null : Bloom.of(values.map(String)))

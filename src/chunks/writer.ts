@@ -194,7 +194,7 @@ export class ChunkBuilder {
         } else if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
         else await this.writeTable(con, this.decl(name))
       }
-      summaries = await chunkSummaries(con, this.tmpDir, this.family, this.tables)
+      summaries = await chunkSummaries(con, this.tmpDir, this.family, this.tables, Object.fromEntries(this.tables.map((t) => [t, this.rowCounts.get(t) ?? 0])))
     } finally {
       if (spool) await spool.release(con, prefix).catch(() => undefined)
       con.closeSync()

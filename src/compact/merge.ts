@@ -56,7 +56,7 @@ export async function writeMerged(family: FamilyDecl, buildRoot: string, input: 
             )
         rows[name] = Number(written.getRows()[0][0])
       }
-      summaries = await chunkSummaries(con, tmpDir, family, firstMeta.tables)
+      summaries = await chunkSummaries(con, tmpDir, family, firstMeta.tables, rows)
     } finally {
       con.closeSync()
     }

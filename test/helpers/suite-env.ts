@@ -1,9 +1,19 @@
 /*
  * Loaded into every test file's process by `npm test` (`node --import`), and inherited by the
- * commands the tests start. Two test files run at once on a 2-core machine; with DuckDB's default
- * of a thread per core, each statement's calling thread polls for work while another thread runs
- * its last task (docs/serving.md, `--db-threads`), which on a subset of the heaviest files cost
- * about a fifth more CPU than one thread for the same tests. A test that checks the defaults
- * removes the variable from its own process (test/duckdb-resources.test.ts).
+ * commands the tests start. Two settings of resources, not of behaviour, for a suite that runs two
+ * test files at once on a 2-core machine (each is measured in the README's "Tests"):
+ *
+ * - One DuckDB thread per process. With DuckDB's default of a thread per core, each statement's
+ *   calling thread polls for work while another thread runs its last task (docs/serving.md,
+ *   `--db-threads`), which on a subset of the heaviest files cost about a fifth more CPU than one
+ *   thread for the same tests.
+ * - jemalloc's own decay times for DuckDB's memory (10 s) instead of the 250 ms the commands set
+ *   for a serving worker's RSS (src/fast-path.ts): returning freed pages that soon made a fifth of
+ *   the suite's CPU time kernel time (page faults on re-touched memory, TLB shootdowns), and the
+ *   heaviest test file took a fifth more CPU.
+ *
+ * A test that checks the defaults removes the variables from its own process
+ * (test/duckdb-resources.test.ts).
  */
 process.env.BLOCK_ARCHIVE_DB_THREADS ??= '1'
+process.env.DUCKDB_JE_MALLOC_CONF ??= 'dirty_decay_ms:10000,muzzy_decay_ms:10000'
