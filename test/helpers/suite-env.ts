@@ -1,7 +1,7 @@
 /*
  * Loaded into every test file's process by `npm test` (`node --import`), and inherited by the
  * commands the tests start. Two settings of resources, not of behaviour, for a suite that runs two
- * test files at once on a 2-core machine (each is measured in the README's "Tests"):
+ * test files at once on a 2-core machine:
  *
  * - One DuckDB thread per process. With DuckDB's default of a thread per core, each statement's
  *   calling thread polls for work while another thread runs its last task (docs/serving.md,
