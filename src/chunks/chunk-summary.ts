@@ -122,7 +122,7 @@ export function summaryColumns(family: FamilyDecl): { table: string; column: str
 /**
  * Tables of at most this many rows get the summaries of all their columns from one statement: below
  * it a statement's fixed cost outweighs reading a column alone (a one-block EVM chunk: 5 ms instead of
- * 24 for its 21 columns; a 200-block mainnet-like chunk: 100 ms column by column, 140–300 ms at once).
+ * 21–24 for its 21 columns; a 200-block mainnet-like chunk: 100–209 ms column by column, 181–327 at once).
  */
 export const ONE_STATEMENT_ROWS = 10_000
 

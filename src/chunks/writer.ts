@@ -194,7 +194,7 @@ export class ChunkBuilder {
         } else if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
         else await this.writeTable(con, this.decl(name))
       }
-      summaries = await chunkSummaries(con, this.tmpDir, this.family, this.tables, Object.fromEntries(this.tables.map((t) => [t, this.rowCounts.get(t) ?? 0])))
+      summaries = await chunkSummaries(con, this.tmpDir, this.family, this.tables, this.tableRows())
     } finally {
       if (spool) await spool.release(con, prefix).catch(() => undefined)
       con.closeSync()
@@ -209,7 +209,7 @@ export class ChunkBuilder {
       blockCount: this.blockCount,
       rowBytes: this.bytes,
       tables: this.tables,
-      rows: Object.fromEntries(this.tables.map((t) => [t, this.rowCounts.get(t) ?? 0])),
+      rows: this.tableRows(),
       summaries,
       files: await this.manifest(),
     }
@@ -220,6 +220,11 @@ export class ChunkBuilder {
     await mkdir(path.dirname(dest), { recursive: true })
     await rename(this.tmpDir, dest)
     return parseChunkPath(rel)!
+  }
+
+  /** Rows per table of the chunk (0 for a table without rows). */
+  private tableRows(): Record<string, number> {
+    return Object.fromEntries(this.tables.map((t) => [t, this.rowCounts.get(t) ?? 0]))
   }
 
   /** Size and SHA-256 of each Parquet file; anything else in the folder (an NDJSON temp file) is a bug. */
