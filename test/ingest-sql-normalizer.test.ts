@@ -24,7 +24,7 @@ import { FaultProxy } from './helpers/fault-proxy.js'
  * with upper-case hex (which the SQL path must lower-case like the JS path).
  */
 
-type Run = (out: string, normalizer: 'sql' | 'js') => Promise<IngestResult>
+type Run = (out: string, normalizer: 'sql' | 'js' | 'auto') => Promise<IngestResult>
 
 describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 900_000 }, () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
@@ -36,13 +36,22 @@ describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 900_00
     await tmp?.cleanup()
   })
 
-  /** Ingest both ways (or the SQL way only, against a JS ingest given); assert equal chunks and rows; returns both results. */
-  const same = async (run: Run, given?: { js: IngestResult; dir: string }) => {
+  /**
+   * Ingest both ways (or the spooled way only, against a JS ingest given); assert equal chunks and
+   * rows; returns both results. `spooled`: `sql` (every chunk's statements) or `auto` (small chunks
+   * normalised in JS at their close, `JS_BELOW_BYTES`).
+   */
+  const same = async (run: Run, given?: { js: IngestResult; dir: string }, spooled: 'sql' | 'auto' = 'sql') => {
     const dirs = { js: given?.dir ?? path.join(tmp.dir, `js${++n}`), sql: path.join(tmp.dir, `sql${given ? ++n : n}`) }
     const js = given?.js ?? (await run(dirs.js, 'js'))
-    const sql = await run(dirs.sql, 'sql')
+    const sql = await run(dirs.sql, spooled)
     assert.ok(js.stages.normalizeMs > 0, 'the JS path normalised in JS')
-    assert.equal(sql.stages.normalizeMs, 0, 'the SQL path did not normalise in JS')
+    assert.equal(js.stages.spooledBlocks, 0, 'the JS path spooled nothing')
+    assert.equal(sql.stages.spooledBlocks, sql.blocks, 'every block spooled')
+    if (spooled === 'sql') {
+      assert.equal(sql.stages.normalizeMs, 0, 'the SQL path did not normalise in JS')
+      assert.equal(sql.stages.closedInJsBlocks, 0)
+    }
     assert.deepEqual(sql.rows, js.rows)
     await assertSameDatasets(dirs.js, dirs.sql)
     return { js, sql, jsDir: dirs.js }
@@ -54,8 +63,12 @@ describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 900_00
     it(`${chain}: every recorded block with its receipts${missingReceipts ? ', and those without (--missing-receipts null)' : ''}`, async () => {
       const recorded = loadRecordedChain(chain)
       const blocks = recorded.filter((b) => b.block && (b.receipts || missingReceipts)).map((b) => b.number)
-      const { sql } = await same((out, normalizer) => ingestRecorded(out, chain, { chain: chain as RecordedChainName, blocks, normalizer, missingReceipts }))
+      const run: Run = (out, normalizer) => ingestRecorded(out, chain, { chain: chain as RecordedChainName, blocks, normalizer, missingReceipts })
+      const { sql, js, jsDir } = await same(run)
       assert.equal(sql.blocks, blocks.length)
+      // the default, --normalizer auto: the same spooled answers normalised in JS at the close of these small chunks
+      const auto = await same(run, { js, dir: jsDir }, 'auto')
+      assert.equal(auto.sql.stages.closedInJsBlocks, blocks.length)
     })
   }
 
@@ -69,7 +82,8 @@ describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 900_00
       // One JS ingest (no fetch workers, one chunk closing at a time) is what both SQL ingests must equal.
       let reference: { js: IngestResult; dir: string } | undefined
       for (const [workers, closes] of [[0, 1], [1, 4]]) {
-        const both = await same((out, normalizer) => runIngest({ rpc: s.url, dataset: 'anvil', out, from: chain[0].number, to: last, chunkBlocks: 7, batchSize: 5, workers, closes, normalizer, progress: 'none' }), reference)
+        const run: Run = (out, normalizer) => runIngest({ rpc: s.url, dataset: 'anvil', out, from: chain[0].number, to: last, chunkBlocks: 7, batchSize: 5, workers, closes, normalizer, progress: 'none' })
+        const both = await same(run, reference)
         reference ??= { js: both.js, dir: both.jsDir }
         const { sql } = both
         assert.equal(sql.blocks, chain.length)
@@ -77,6 +91,9 @@ describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 900_00
         assert.deepEqual(sql.chunks.map((c) => c.first), sql.chunks.map((_, i) => (i === 0 ? chain[0].number : sql.chunks[i - 1].last + 1)))
         assert.equal(sql.chunks.at(-1)!.last, last)
         assert.ok(sql.rows.transactions > 100 && sql.rows.logs > 100, JSON.stringify(sql.rows))
+        // the default, --normalizer auto: these small chunks are spooled and normalised in JS at their close
+        const auto = await same(run, reference, 'auto')
+        assert.equal(auto.sql.stages.closedInJsBlocks, chain.length)
       }
       const [[creations]] = await rows(tmp.dir, `sql${n}`, 'transactions', 'count(*) FILTER (contract_address IS NOT NULL)')
       assert.ok(Number(creations) > 0, 'contract creations')
@@ -92,7 +109,17 @@ describe('SQL normaliser = JS normaliser, on recorded blocks', { timeout: 900_00
     const s = new ReplayServer(eth, { repeat: { times: 6, seed: 'sql-normalizer' } })
     await s.start()
     try {
-      await same((out, normalizer) => runIngest({ rpc: s.url, dataset: 'eth', out, from: 0, to: 23, chunkBytes: 2_000_000, batchSize: 7, normalizer, progress: 'none' }))
+      const run = (chunkBytes: number): Run => (out, normalizer) => runIngest({ rpc: s.url, dataset: 'eth', out, from: 0, to: 23, chunkBytes, batchSize: 7, normalizer, progress: 'none' })
+      const small = await same(run(2_000_000))
+      // --normalizer auto (the default): chunks of at most 4 MiB of answers are normalised in JS at their close, bigger ones in SQL
+      const auto = await same(run(2_000_000), { js: small.js, dir: small.jsDir }, 'auto')
+      assert.ok(auto.sql.chunks.length >= 4, `${auto.sql.chunks.length} chunks`)
+      assert.equal(auto.sql.stages.closedInJsBlocks, 24, 'every chunk below 4 MiB closed in JS')
+      assert.ok(auto.sql.stages.normalizeMs > 0)
+      const whole = await same(run(64_000_000), undefined, 'auto')
+      assert.equal(whole.sql.chunks.length, 1)
+      assert.equal(whole.sql.stages.closedInJsBlocks, 0, 'a chunk of more than 4 MiB of answers closed in SQL')
+      assert.equal(whole.sql.stages.normalizeMs, 0)
     } finally {
       await s.close()
     }
@@ -171,6 +198,7 @@ async function assertSameDatasets(a: string, b: string): Promise<void> {
       const metaA = JSON.parse(await readFile(path.join(a, c.path, 'meta.json'), 'utf8'))
       const metaB = JSON.parse(await readFile(path.join(b, c.path, 'meta.json'), 'utf8'))
       assert.deepEqual(metaB.rows, metaA.rows, `${c.path}: row counts`)
+      assert.deepEqual(metaB.summaries, metaA.summaries, `${c.path}: the summaries (from the rows in JS, and read by a statement)`)
       assert.deepEqual(metaB.tables, metaA.tables)
       assert.deepEqual(Object.keys(metaB.files), Object.keys(metaA.files))
       assert.deepEqual((await readdir(path.join(b, c.path))).sort(), (await readdir(path.join(a, c.path))).sort())

@@ -126,21 +126,52 @@ export function summaryColumns(family: FamilyDecl): { table: string; column: str
  */
 export const ONE_STATEMENT_ROWS = 10_000
 
+/** The summarised columns of `table` whose values are text (VARCHAR): their summaries can be taken from rows in JS (`distinctTexts`). */
+export function textSummaryColumns(family: FamilyDecl, table: string): string[] {
+  return summaryColumns(family).filter((c) => c.table === table && isVarchar(family, c)).map((c) => c.column)
+}
+
+const isVarchar = (family: FamilyDecl, c: { table: string; column: string }) =>
+  family.tables.find((t) => t.name === c.table)?.columns.find((d) => d.name === c.column)?.type === 'VARCHAR'
+
+const SURROGATE = /[\uD800-\uDFFF]/
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g
+
+/**
+ * The distinct non-null values of a VARCHAR column as the chunk's file holds them, from the rows the
+ * writer appends (a value that is not a string is stored as its text, JSON for objects; a lone UTF-16
+ * surrogate becomes U+FFFD in UTF-8), up to one more than `MAX_DISTINCT`.
+ */
+export function distinctTexts(rows: readonly Record<string, unknown>[], column: string): string[] {
+  const seen = new Set<string>()
+  for (const r of rows) {
+    const v = r[column]
+    if (v == null) continue
+    const text = typeof v === 'string' ? v : typeof v === 'object' ? JSON.stringify(v) : String(v)
+    seen.add(SURROGATE.test(text) ? text.replace(LONE_SURROGATE, '\uFFFD') : text)
+    if (seen.size > MAX_DISTINCT) break
+  }
+  return [...seen]
+}
+
 /**
  * The summaries of a chunk just written in `dir` (its `tables`, with their `rows` when known), for
- * its meta.json: base64 filters, null for too many values. A column the table lacks (chunks written
- * before the column was declared) gets no summary, as queries build none: if the statement for the
- * small tables fails, their columns are read one by one.
+ * its meta.json: base64 filters, null for too many values. `known`: the distinct values of columns
+ * taken from the rows in JS (`distinctTexts`), by `summaryKey`; no statement reads those. A column
+ * the table lacks (chunks written before the column was declared) gets no summary, as queries build
+ * none: if the statement for the small tables fails, their columns are read one by one.
  */
-export async function chunkSummaries(con: Sql, dir: string, family: FamilyDecl, tables: readonly string[], rows?: Record<string, number>): Promise<Record<string, string | null>> {
+export async function chunkSummaries(
+  con: Sql, dir: string, family: FamilyDecl, tables: readonly string[], rows?: Record<string, number>, known?: ReadonlyMap<string, string[]>,
+): Promise<Record<string, string | null>> {
   const columns = summaryColumns(family).filter((c) => tables.includes(c.table))
-  const varchar = (c: { table: string; column: string }) => family.tables.find((t) => t.name === c.table)?.columns.find((d) => d.name === c.column)?.type === 'VARCHAR'
-  const together = columns.filter((c) => rows?.[c.table] !== undefined && rows[c.table] <= ONE_STATEMENT_ROWS && varchar(c))
+  const together = columns.filter((c) => !known?.has(summaryKey(c.table, c.column)) && rows?.[c.table] !== undefined && rows[c.table] <= ONE_STATEMENT_ROWS && isVarchar(family, c))
   const values = together.length ? await distinctValues(con, dir, together).catch(() => undefined) : undefined
   const out: Record<string, string | null> = {}
   for (const c of columns) {
     const i = together.indexOf(c)
-    const bloom = values && i >= 0 ? bloomOf(values[i]) : await buildSummary(con, dir, c.table, c.column).catch(() => undefined)
+    const given = known?.get(summaryKey(c.table, c.column))
+    const bloom = given ? bloomOf(given) : values && i >= 0 ? bloomOf(values[i]) : await buildSummary(con, dir, c.table, c.column).catch(() => undefined)
     if (bloom !== undefined) out[summaryKey(c.table, c.column)] = bloom?.toBase64() ?? null
   }
   return out

@@ -6,7 +6,7 @@ import type { DuckDBAppender, DuckDBConnection, DuckDBListType } from '@duckdb/n
 import { connect, duckdbApi, ident, lit } from '../db.js'
 import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
-import { chunkSummaries } from './chunk-summary.js'
+import { chunkSummaries, distinctTexts, summaryKey, textSummaryColumns } from './chunk-summary.js'
 import { ndjsonTables, ndjsonText, textSize, type BlockRows, type Row, type RowsText } from './rows.js'
 
 /** How a chunk is written: its Parquet settings (`ParquetSettings`, defaults `PARQUET_DEFAULTS`) and more. */
@@ -45,10 +45,18 @@ export interface SpoolWriter {
   /** The error to stop with when `prepare` or a statement over its SELECTs failed (malformed answers: naming the block and the method). */
   failure(error: unknown, files: Record<string, string>[], first: number, last: number): Promise<unknown>
   release(con: DuckDBConnection, prefix: string): Promise<void>
+  /**
+   * The chunk's rows per table, normalised in JS, when the chunk is small enough for that to cost less
+   * than the statements (`bytes`: the size of its answers); undefined: `prepare`'s SELECTs. Throws
+   * what `failure` would return for malformed answers.
+   */
+  rows?(files: Record<string, string>[], first: number, last: number, bytes: number): Promise<Record<string, Row[]> | undefined>
 }
 
 /** Time spent in `finish`, per step (for measurements). */
 export interface FinishTimes {
+  /** Normalising a small chunk's spooled answers in JS (`SpoolWriter.rows`). */
+  normalizeMs: number
   /** Sorting the rows in JS. */
   sortMs: number
   /** Handing the rows to DuckDB (Appender). */
@@ -77,6 +85,10 @@ export class ChunkBuilder {
   private readonly spoolFiles = new Map<string, Record<string, string>>()
   private spooledBlocks = 0
   private spoolChecked = false
+  /** Distinct values of the summarised text columns of tables written from rows in JS (no statement reads them again). */
+  private readonly summaryValues = new Map<string, string[]>()
+  /** The spooled answers were normalised in JS at close (`SpoolWriter.rows`). */
+  closedInJs = false
   private ready: Promise<void>
   /**
    * Size of the rows added so far: the length of their text as NDJSON (values, column names and
@@ -90,7 +102,7 @@ export class ChunkBuilder {
   lastHash = ''
   firstParentHash = ''
   /** Filled by `finish`. */
-  readonly times: FinishTimes = { sortMs: 0, appendMs: 0, parquetMs: 0 }
+  readonly times: FinishTimes = { normalizeMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0 }
 
   constructor(
     private readonly family: FamilyDecl,
@@ -171,10 +183,23 @@ export class ChunkBuilder {
   private async write(top: number, inOrder?: () => Promise<unknown>): Promise<ChunkRef> {
     await this.ready
     for (const s of this.streams.values()) await new Promise<void>((resolve, reject) => s.end((e?: Error | null) => (e ? reject(e) : resolve())))
-    const con = await connect()
-    const spool = this.spooledBlocks > 0 ? this.opts.spool! : undefined
+    let spool = this.spooledBlocks > 0 ? this.opts.spool! : undefined
     if (spool && this.spooledBlocks !== this.blockCount) throw new Error('a chunk cannot mix spooled blocks and blocks given as rows')
     const files = [...this.spoolFiles.values()]
+    if (spool?.rows) {
+      const t0 = performance.now()
+      const rows = await spool.rows(files, this.first, this.last, this.bytes)
+      if (rows) {
+        for (const [table, list] of Object.entries(rows)) {
+          this.blockRows.set(table, [list])
+          this.rowCounts.set(table, list.length)
+        }
+        spool = undefined
+        this.closedInJs = true
+        this.times.normalizeMs += performance.now() - t0
+      }
+    }
+    const con = await connect()
     const prefix = `s_${randomBytes(3).toString('hex')}`
     let summaries: Record<string, string | null> | undefined
     try {
@@ -194,7 +219,7 @@ export class ChunkBuilder {
         } else if (this.ndjson.has(name)) await this.writeTableFromNdjson(con, this.decl(name))
         else await this.writeTable(con, this.decl(name))
       }
-      summaries = await chunkSummaries(con, this.tmpDir, this.family, this.tables, this.tableRows())
+      summaries = await chunkSummaries(con, this.tmpDir, this.family, this.tables, this.tableRows(), this.summaryValues)
     } finally {
       if (spool) await spool.release(con, prefix).catch(() => undefined)
       con.closeSync()
@@ -269,6 +294,7 @@ export class ChunkBuilder {
     const rows = (this.blockRows.get(table.name) ?? []).flat()
     this.blockRows.delete(table.name)
     sortRows(rows, table.sortBy)
+    for (const column of textSummaryColumns(this.family, table.name)) this.summaryValues.set(summaryKey(table.name, column), distinctTexts(rows, column))
     this.times.sortMs += performance.now() - t0
     await con.run(`CREATE TEMP TABLE ${ident(tmpName)} (${columns})`)
     try {

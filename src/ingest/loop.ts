@@ -169,6 +169,8 @@ export interface IngestStages {
    * upper-case hex) and `parquetMs` its statements (read_json → normaliser → ORDER BY → Parquet).
    */
   spooledBlocks: number
+  /** Spooled blocks of chunks small enough to be normalised in JS at their close (`--normalizer auto`: `normalizeMs` counts it). */
+  closedInJsBlocks: number
 }
 
 
@@ -336,7 +338,7 @@ async function ingestPass(o: IngestOptions, claimOwner: string): Promise<Pass> {
     else if (!bounded && lastChunk) log.info({ resumeAt: start, lastChunk: lastChunk.path }, 'resuming after the last complete chunk')
 
     const progress = new IngestProgress(o.progress ?? 'auto')
-    const stages: IngestStages = { fetchWaitMs: 0, normalizeMs: 0, addBlockMs: 0, finishWaitMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0, cpuMs: 0, spooledBlocks: 0 }
+    const stages: IngestStages = { fetchWaitMs: 0, normalizeMs: 0, addBlockMs: 0, finishWaitMs: 0, sortMs: 0, appendMs: 0, parquetMs: 0, cpuMs: 0, spooledBlocks: 0, closedInJsBlocks: 0 }
     const cpu0 = process.cpuUsage()
     const result: IngestResult = { blocks: 0, rows: {}, chunks: [], last: prev?.number ?? -1, elapsedMs: 0, rpc: transfer, stages, ...(target.upload ? { upload: target.upload } : {}), finality, reorgs: [] }
     compactor = o.follow && o.compact ? startCompactor(target, source.family, o.dataset, chunkBlocks, chunkBytes, { maxBlock: mergeBelow, excluded: () => otherClaims(target), ...o.compact }) : undefined
@@ -385,6 +387,8 @@ async function ingestPass(o: IngestOptions, claimOwner: string): Promise<Pass> {
       const previous = placed
       const done = b.finish(top, () => previous).then((ref) => target.publish(ref)).then(async (ref) => {
         await spool?.consumed(ref.last)
+        stages.normalizeMs += b.times.normalizeMs
+        if (b.closedInJs) stages.closedInJsBlocks += b.blockCount
         stages.sortMs += b.times.sortMs
         stages.appendMs += b.times.appendMs
         stages.parquetMs += b.times.parquetMs

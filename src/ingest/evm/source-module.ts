@@ -13,11 +13,12 @@ export interface EvmIngestOptions {
   /** A transaction without receipt: stop (`error`, default) or store it without receipt fields. */
   missingReceipts?: MissingReceipts
   /**
-   * Blocks, transactions and logs: `sql` (default) spools the raw RPC answers to disk and normalises
-   * them in DuckDB when the chunk closes; `js` normalises each block in JS as it arrives (the way
-   * traces and state diffs always go; with them, the whole block does).
+   * Blocks, transactions and logs: `auto` (default) spools the raw RPC answers to disk and normalises
+   * them when the chunk closes, in DuckDB, or in JS for a small chunk (at most 4 MiB of answers);
+   * `sql` always in DuckDB; `js` normalises each block in JS as it arrives (the way traces and state
+   * diffs always go; with them, the whole block does).
    */
-  normalizer?: 'sql' | 'js'
+  normalizer?: 'auto' | 'sql' | 'js'
 }
 
 /** EVM nodes over JSON-RPC (src/ingest/evm/). */
@@ -28,16 +29,17 @@ export const evmSource: SourceModule<EvmIngestOptions, EvmSourceOptions, 'evm'> 
     { flags: '--traces <how>', description: 'traces table: none; EVM: trace_block (parity/erigon/reth/nethermind) or callTracer (debug_traceBlockByNumber, geth)', env: 'BLOCK_ARCHIVE_TRACES', choices: ['none', 'trace_block', 'callTracer'], default: 'none' },
     { flags: '--state-diffs <how>', description: 'statediffs table: none, replay (trace_replayBlockTransactions stateDiff) or prestateTracer (debug_traceBlockByNumber diffMode)', env: 'BLOCK_ARCHIVE_STATE_DIFFS', choices: ['none', 'replay', 'prestateTracer'], default: 'none' },
     { flags: '--missing-receipts <what>', description: 'a transaction the node has no receipt for (early Cronos): error stops, null stores it without receipt fields and logs', env: 'BLOCK_ARCHIVE_MISSING_RECEIPTS', choices: ['error', 'null'], default: 'error', ignoredElsewhere: true },
-    { flags: '--normalizer <how>', description: 'EVM blocks, transactions and logs: sql spools the raw RPC answers to disk and normalises them in DuckDB when the chunk closes; js normalises each block in the fetch workers (traces and state diffs always go that way, and with them the whole block)', env: 'BLOCK_ARCHIVE_NORMALIZER', choices: ['sql', 'js'], default: 'sql', ignoredElsewhere: true },
+    { flags: '--normalizer <how>', description: 'EVM blocks, transactions and logs: auto spools the raw RPC answers to disk and normalises them when the chunk closes, in DuckDB, or in JS for a chunk of at most 4 MiB of answers; sql always in DuckDB; js normalises each block in the fetch workers (traces and state diffs always go that way, and with them the whole block)', env: 'BLOCK_ARCHIVE_NORMALIZER', choices: ['auto', 'sql', 'js'], default: 'auto', ignoredElsewhere: true },
   ],
   spec(o) {
     const traces = o.traces ?? 'none'
     const stateDiffs = o.stateDiffs ?? 'none'
+    const normalizer = o.normalizer ?? 'auto'
     return {
       rpc: jsonRpcConnection(o),
-      options: { receipts: o.receipts, traces, stateDiffs, missingReceipts: o.missingReceipts, batchSize: o.batchSize },
-      // raw answers spooled to disk and normalised in SQL at the chunk's close; traces and state diffs are normalised in JS, and with them the whole block
-      spool: (o.normalizer ?? 'sql') === 'sql' && traces === 'none' && stateDiffs === 'none',
+      options: { receipts: o.receipts, traces, stateDiffs, missingReceipts: o.missingReceipts, batchSize: o.batchSize, smallChunksInJs: normalizer === 'auto' },
+      // raw answers spooled to disk and normalised at the chunk's close; traces and state diffs are normalised in JS, and with them the whole block
+      spool: normalizer !== 'js' && traces === 'none' && stateDiffs === 'none',
     }
   },
   async create(spec, stats) {

@@ -3,7 +3,7 @@ import { RpcError, type RpcCall, type RpcClient } from '../rpc.js'
 import { evmFamily } from '../../families/evm.js'
 import { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable, type BlockSource, type FetchOptions, type FinalityLevel, type RowsBatch } from '../source.js'
 import { fetchRows, methodOf } from './fetch.js'
-import { EvmSpoolWriter } from './spool-write.js'
+import { EvmSpoolWriter, JS_BELOW_BYTES } from './spool-write.js'
 import { bundleTables, type EvmBlockBundle } from './normalize.js'
 
 export { BadRpcAnswer, BlockChanged, BlockNotAvailable, MethodNotAvailable }
@@ -45,6 +45,8 @@ export interface EvmSourceOptions {
    * diffs (those go through the JS normaliser, and with them the whole block does).
    */
   spoolDir?: string
+  /** Spooled chunks of at most `JS_BELOW_BYTES` of answers are normalised in JS at their close (`--normalizer auto`). */
+  smallChunksInJs?: boolean
 }
 
 /** A fetched block with its identity, for continuity checks. */
@@ -77,6 +79,7 @@ export class EvmRpcSource implements BlockSource {
   receiptsByTx = false
   /** Where blocks are spooled (see EvmSourceOptions.spoolDir); undefined: normalised in JS. */
   readonly spoolDir?: string
+  private readonly smallChunksInJs: boolean
 
   constructor(readonly rpc: RpcClient, opts: EvmSourceOptions = {}) {
     this.receipts = opts.receipts ?? 'auto'
@@ -86,10 +89,11 @@ export class EvmRpcSource implements BlockSource {
     this.batchSize = Math.max(1, opts.batchSize ?? 20)
     this.receiptsByTx = this.receipts === 'transaction'
     if (this.traces === 'none' && this.stateDiffs === 'none') this.spoolDir = opts.spoolDir
+    this.smallChunksInJs = opts.smallChunksInJs ?? false
   }
 
   spoolWriter(): EvmSpoolWriter | undefined {
-    return this.spoolDir ? new EvmSpoolWriter((message) => methodOf(message, this)) : undefined
+    return this.spoolDir ? new EvmSpoolWriter((message) => methodOf(message, this), this.smallChunksInJs ? JS_BELOW_BYTES : 0) : undefined
   }
 
   tables(): string[] {

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import type { DuckDBConnection } from '@duckdb/node-api'
 import { ident } from '../../sql-text.js'
+import type { BlockRows, Row } from '../../chunks/rows.js'
 import type { SpoolWriter } from '../../chunks/writer.js'
 import { BadRpcAnswer, MalformedRpcData } from '../source.js'
 import { lowerHexDeep, normalizeEvmBlock } from './normalize.js'
@@ -13,13 +14,40 @@ import { jsonToLower, SPOOLED_TABLES, spoolCheckFailure, spoolQueries } from './
  * DuckDB cannot read an answer as the declared types), the chunk's answers are read again in JS,
  * block by block, through the checks of today's JS path (`checkBlock`, `normalizeEvmBlock`), so the
  * ingest stops with the same error naming the block and the method as without a spool.
+ *
+ * A small chunk (its answers at most `jsBelowBytes`, `--normalizer auto`) is normalised in JS at its
+ * close instead, through the same checks and normaliser: the statements cost about 70 ms of planning
+ * and setting up each however few rows they read, the JS path a few ms per small block.
  */
+
+/**
+ * `--normalizer auto`: chunks with at most this many bytes of answers are normalised in JS at close.
+ * CPU per chunk of mainnet blocks (0.79 MB of answers each), SQL against JS, one DuckDB thread: 1 block
+ * 218–249 / 63–93 ms, 4 blocks 266–373 / 181–216, 8 blocks 375–503 / 232–277, 16 blocks 511–546 /
+ * 421–466, 32 blocks 696–769 / 862–985 (docs/ingest.md, "Small chunks"). Below the crossover, with a
+ * margin for the close's time on the loop's thread, which the statements leave free.
+ */
+export const JS_BELOW_BYTES = 4 * 1024 * 1024
 
 export class EvmSpoolWriter implements SpoolWriter {
   readonly tables = SPOOLED_TABLES
 
-  /** `methodOf`: the RPC method a normaliser complaint is about (fetch.ts). */
-  constructor(private readonly methodOf: (message: string) => string) {}
+  /**
+   * `methodOf`: the RPC method a normaliser complaint is about (fetch.ts). `jsBelowBytes`: chunks with
+   * at most this many bytes of answers are normalised in JS (0: every chunk in SQL).
+   */
+  constructor(private readonly methodOf: (message: string) => string, private readonly jsBelowBytes = 0) {}
+
+  /** A small chunk's rows, normalised in JS (block order; the writer sorts them); undefined: the SQL way. */
+  async rows(files: Record<string, string>[], first: number, last: number, bytes: number): Promise<Record<string, Row[]> | undefined> {
+    if (bytes > this.jsBelowBytes) return undefined
+    const out: Record<string, Row[]> = Object.fromEntries(this.tables.map((t) => [t, []]))
+    const failed = await this.eachBlock(files, first, last, (rows) => {
+      for (const t of this.tables) for (const r of rows[t] ?? []) out[t].push(r)
+    })
+    if (failed) throw failed
+    return out
+  }
 
   /**
    * The tables' SELECTs over the spool. Checked (some answer had upper-case hex): the rows go into temp
@@ -60,7 +88,16 @@ export class EvmSpoolWriter implements SpoolWriter {
   }
 
   /** The first block of the range that the JS checks reject, as the error they raise (one file pair in memory at a time). */
-  private async explain(files: Record<string, string>[], first: number, last: number): Promise<Error | undefined> {
+  private explain(files: Record<string, string>[], first: number, last: number): Promise<Error | undefined> {
+    return this.eachBlock(files, first, last, () => undefined)
+  }
+
+  /**
+   * Each block of `first`..`last` in the files through the JS checks and normaliser, in block order
+   * per file pair (one pair in memory at a time); the first block they reject ends it, as the error
+   * they raise.
+   */
+  private async eachBlock(files: Record<string, string>[], first: number, last: number, each: (rows: BlockRows) => void): Promise<Error | undefined> {
     for (const f of files) {
       const lines = async (file: string): Promise<{ id: number; result: any }[]> => (await readFile(file, 'utf8')).split('\n').filter((x) => x).map((x) => JSON.parse(x))
       const blocks = await lines(f.blocks)
@@ -69,7 +106,7 @@ export class EvmSpoolWriter implements SpoolWriter {
         if (id < first || id > last) continue
         try {
           checkBlock(id, result)
-          normalizeEvmBlock({ block: result, receipts: receipts.get(id) ?? [] })
+          each(normalizeEvmBlock({ block: result, receipts: receipts.get(id) ?? [] }))
         } catch (e: any) {
           return e instanceof MalformedRpcData ? new BadRpcAnswer(id, this.methodOf(e.message), e.message) : e
         }
