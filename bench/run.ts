@@ -218,7 +218,7 @@ program
   .option('--seconds <n>', 'how long new blocks are followed per storage', int, 60)
   .option('--targets <which...>', 'storage: folder, s3', ['folder', 's3'])
   .option('--txs <n>', 'transfers sent per second meanwhile', int, 2)
-  .option('--normalizer <how>', 'the ingest\'s --normalizer (default: its default, sql)')
+  .option('--normalizer <how>', 'the ingest\'s --normalizer (default: its default, auto)')
   .option('--stages', 'also break the lag into stages (ingest, upload, head.json, router, worker download), from the processes\' debug logs')
   .option('--stages-log <file>', 'with --stages: append every log record to this file too')
   .option('--fresh-part-blocks <n>', 'then the query time over a fresh part of this many one-block chunks before and after compaction (as `bench compact`; 0: skip)', int, 64)
