@@ -64,7 +64,7 @@ describe('@subsquid/substrate-processor on chopsticks (RPC) + our router (gatewa
     last = scenario.blocks.at(-1)!.number
     lap(`scenario submitted (blocks ${scenario.blocks.map((b) => b.number)})`)
 
-    const ingest = await runIngest({ family: 'substrate', rpc: node.url, dataset: 'asset-hub', out: path.join(tmp.dir, 'asset-hub'), from: 0, to: last, progress: 'none', confirmations: 0 })
+    const ingest = await runIngest({ family: 'substrate', rpc: node.url, dataset: 'asset-hub', out: path.join(tmp.dir, 'asset-hub'), from: 0, to: last, progress: 'none', confirmations: 0, workers: 1 }) // through a fetch worker
     lap(`ingested blocks 0..${ingest.last} (${JSON.stringify(ingest.rows)})`)
 
     let heights: Record<string, number>

@@ -61,7 +61,7 @@ describe('Substrate: Moonbeam through ingest, router + 2 workers, real archive c
   before(async () => {
     tmp = await tempDir('ba-substrate-')
     const t0 = performance.now()
-    const r = await ingestRecordedSidecar(path.join(tmp.dir, 'moonbeam'), 'moonbeam', 'moonbeam')
+    const r = await ingestRecordedSidecar(path.join(tmp.dir, 'moonbeam'), 'moonbeam', 'moonbeam', { workers: 1 }) // through a fetch worker (a short range alone takes none)
     const rows = Object.values(r.rows).reduce((a, b) => a + b, 0)
     console.log(`# moonbeam ingest from the replay Sidecar: ${r.blocks} block, ${rows} rows in ${((performance.now() - t0) / 1000).toFixed(2)} s`)
     await writeDataset(path.join(tmp.dir, 'anvil'), 'anvil', (await anvilRecords()).slice(0, 4), 4)

@@ -63,7 +63,7 @@ export function registerIngest(program: Command): void {
   command
     .addOption(opt('--batch-size <n>', 'blocks per fetch = calls per JSON-RPC batch request (1 = no batching)', 'BLOCK_ARCHIVE_BATCH_SIZE', int(1), 20))
     .addOption(opt('--concurrency <n>', 'fetches and HTTP requests in flight at once', 'BLOCK_ARCHIVE_INGEST_CONCURRENCY', int(1), 4))
-    .addOption(opt('--workers <n>', 'worker threads that fetch, parse and normalise blocks (0: the main thread does it; default: cores − 1, 1 to 4)', 'BLOCK_ARCHIVE_INGEST_WORKERS', int(0)))
+    .addOption(opt('--workers <n>', 'worker threads that fetch, parse and normalise blocks (0: the main thread does it; default: cores − 1, 1 to 4; none for at most two batches of blocks)', 'BLOCK_ARCHIVE_INGEST_WORKERS', int(0)))
     .addOption(opt('--attempts <n>', 'tries per RPC request on connection errors, timeouts, HTTP 429/5xx and rate-limit answers', 'BLOCK_ARCHIVE_RPC_ATTEMPTS', int(1), 8))
     .addOption(opt('--backoff-ms <ms>', 'first retry delay, doubled on each retry', 'BLOCK_ARCHIVE_RPC_BACKOFF_MS', int(0), 200))
     .addOption(opt('--max-backoff-ms <ms>', 'longest retry delay', 'BLOCK_ARCHIVE_RPC_MAX_BACKOFF_MS', int(0), 10_000))

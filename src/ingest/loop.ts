@@ -101,7 +101,8 @@ export interface IngestOptions extends Partial<SourceOptions> {
   closes?: number
   /**
    * Worker threads that fetch, parse and normalise blocks; 0: the loop's own thread does it. Default:
-   * one per core beyond the first, at most 4 (at least 1). The `concurrency` fetches are spread over them.
+   * one per core beyond the first, at most 4 (at least 1); none for a pass of at most two batches
+   * (a short range or block list). The `concurrency` fetches are spread over them.
    */
   workers?: number
   /** RPC retries per request and back-off. */
@@ -255,7 +256,6 @@ async function ingestPass(o: IngestOptions, claimOwner: string): Promise<Pass> {
   const pollMs = o.pollMs ?? DEFAULT_POLL_MS
   const batchSize = Math.max(1, o.batchSize ?? 20)
   const concurrency = Math.max(1, o.concurrency ?? 4)
-  const workers = Math.max(0, o.workers ?? defaultWorkers())
   if (o.blocks && (o.from != null || o.to != null || o.follow)) throw new Error('a block list cannot be combined with --from, --to or --follow')
   if (o.from != null && o.to != null && o.to < o.from) throw new Error(`--to ${o.to} is below --from ${o.from}`)
 
@@ -409,6 +409,10 @@ async function ingestPass(o: IngestOptions, claimOwner: string): Promise<Pass> {
     const hashes = new DatasetHashes(target, () => written, maxReorgDepth + 1)
     /** Whether `f` does not continue the dataset's chain (its parent is not the block before it). */
     const forks = (f: { number: number; parentHash: string }) => prev != null && prev.number === f.number - 1 && prev.hash !== f.parentHash
+    // A pass of at most two batches is fetched by the loop's own thread unless --workers says otherwise:
+    // starting a worker thread (loading the source's modules again) costs more than such a pass.
+    const blocksToFetch = o.blocks ? o.blocks.length : stop != null && !o.follow ? stop - start + 1 : Infinity
+    const workers = Math.max(0, o.workers ?? (blocksToFetch <= 2 * batchSize ? 0 : defaultWorkers()))
     const pool = workers > 0
       ? new FetchPool(workers, {
         // The requests in flight are spread over the workers.
