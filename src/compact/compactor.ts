@@ -7,6 +7,7 @@ import type { FamilyDecl } from '../families/declaration.js'
 import { LeaseLost } from '../ingest/locked.js'
 import type { IngestTarget } from '../ingest/target.js'
 import { log } from '../log.js'
+import { mapLimit } from '../semaphore.js'
 import { writeMerged } from './merge.js'
 import {
   compactionChunksMerged,
@@ -59,6 +60,9 @@ export interface PassResult {
   open: number
   waiting: number
 }
+
+/** Superseded chunks deleted at once. */
+const REMOVALS = 4
 
 /** Without `all`: the backward scan for open chunks stops after this many closed ones in a row. */
 const CLOSED_RUN = 16
@@ -201,21 +205,22 @@ export class Compactor {
     return out.reverse()
   }
 
+  /** Deletes the superseded chunks whose grace has passed, `REMOVALS` at once (in object storage each is a few round trips). */
   private async removeSuperseded(superseded: Superseded<ChunkRef>[]): Promise<number> {
     const now = Date.now()
     let removed = 0
-    for (const { chunk, by } of superseded) {
-      if (this.stopped) break
+    await mapLimit(superseded, REMOVALS, async ({ chunk, by }) => {
+      if (this.stopped) return
       const at = Date.parse((await this.meta(by)).compactedAt ?? '')
       const since = Number.isFinite(at) ? at : this.firstSeen.get(by.path) ?? (this.firstSeen.set(by.path, now), now)
-      if (now - since < this.o.graceMs) continue
+      if (now - since < this.o.graceMs || this.stopped) return
       await this.target.removeChunk(chunk)
       this.metas.delete(chunk.path)
       this.known = this.known?.filter((c) => c.path !== chunk.path)
       removed++
       compactionRemoved.inc({ dataset: this.o.dataset })
       log.info({ dataset: this.o.dataset, chunk: chunk.path, supersededBy: by.path }, 'superseded chunk removed')
-    }
+    })
     return removed
   }
 
@@ -224,7 +229,10 @@ export class Compactor {
     const opened: { dir: string; done(): Promise<void> }[] = []
     let ref: ChunkRef
     try {
-      for (const c of m.chunks) opened.push(await this.target.chunkFolder(c.ref))
+      // at once: from object storage each is a download, whose time is mostly the round trips
+      const folders = await Promise.allSettled(m.chunks.map((c) => this.target.chunkFolder(c.ref)))
+      for (const f of folders) if (f.status === 'fulfilled') opened.push(f.value)
+      for (const f of folders) if (f.status === 'rejected') throw f.reason
       ref = await writeMerged(this.family, this.target.buildRoot, { merge: m, folders: opened.map((f) => f.dir), top: m.chunks[0].ref.top }, this.o.write)
     } finally {
       for (const f of opened) await f.done()

@@ -219,11 +219,8 @@ export class S3IngestTarget implements IngestTarget {
     const dir = await mkdtemp(path.join(this.buildRoot, '.tmp-read-'))
     const base = this.key(ref.path) + '/'
     try {
-      for (const o of await listObjects(this.loc.bucket, base)) {
-        const name = o.key.slice(base.length)
-        if (name.includes('/')) continue
-        await downloadObject(this.loc.bucket, o.key, path.join(dir, name))
-      }
+      const files = (await listObjects(this.loc.bucket, base)).filter((o) => !o.key.slice(base.length).includes('/'))
+      await mapLimit(files, this.concurrency, (o) => downloadObject(this.loc.bucket, o.key, path.join(dir, o.key.slice(base.length))))
     } catch (e) {
       await rm(dir, { recursive: true, force: true })
       throw e
