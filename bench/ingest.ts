@@ -150,12 +150,15 @@ const median = (xs: number[]) => {
  * `BENCH_INGEST_RUNS` runs (default 3); with `BENCH_INGEST_BASELINE=<other build>/dist/src/cli.js`
  * that build's replay server + ingest run too, alternating with this one, so both see the same
  * machine load; `BENCH_INGEST_WORKERS0=1` adds this build with `--workers 0` (no fetch workers);
- * `BENCH_INGEST_VARIANT="<ingest flags>"` adds this build with those flags;
+ * `BENCH_INGEST_VARIANT="<ingest flags>"` adds this build with those flags, and
+ * `BENCH_INGEST_VARIANT_ENV="NAME=value …"` this build with those variables in the ingest's environment;
  * `BENCH_INGEST_TWO_BLOCKS=1` adds this build over the two recorded blocks repeated as they are.
  */
 async function replayIngest(blocks: number): Promise<void> {
   const runs = Math.max(1, Number(process.env.BENCH_INGEST_RUNS ?? 3))
-  const builds: [string, string, string[], boolean][] = [['this build', CLI, [], true]]
+  const builds: [string, string, string[], boolean, Record<string, string>?][] = [['this build', CLI, [], true]]
+  const variantEnv = process.env.BENCH_INGEST_VARIANT_ENV?.split(' ').filter(Boolean)
+  if (variantEnv?.length) builds.unshift([`this build, ${variantEnv.join(' ')}`, CLI, [], true, Object.fromEntries(variantEnv.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]))])
   if (process.env.BENCH_INGEST_WORKERS0) builds.unshift(['this build, --workers 0', CLI, ['--workers', '0'], true])
   const variant = process.env.BENCH_INGEST_VARIANT?.split(' ').filter(Boolean)
   if (variant?.length) builds.unshift([`this build, ${variant.join(' ')}`, CLI, variant, true])
@@ -163,7 +166,7 @@ async function replayIngest(blocks: number): Promise<void> {
   if (process.env.BENCH_INGEST_BASELINE) builds.unshift(['baseline', path.resolve(process.env.BENCH_INGEST_BASELINE), [], true])
   const results: E2eRun[] = []
   for (let r = 0; r < runs; r++) {
-    for (const [build, cli, args, distinct] of builds) results.push(await replayIngestOnce(build, cli, args, blocks, r, distinct))
+    for (const [build, cli, args, distinct, env] of builds) results.push(await replayIngestOnce(build, cli, args, blocks, r, distinct, env))
   }
   const fmt = (x: number | undefined, d = 1) => (x == null ? '—' : x.toFixed(d))
   const total = (x: E2eRun) => Object.values(x.rows).reduce((a, b) => a + b, 0)
@@ -230,7 +233,7 @@ async function replayIngest(blocks: number): Promise<void> {
   console.log(`machine load (1/5/15 min): ${loadavg().map((x) => x.toFixed(2)).join(' ')} on ${cpus().length} cores`)
 }
 
-async function replayIngestOnce(build: string, cli: string, args: string[], blocks: number, run: number, distinct: boolean): Promise<E2eRun> {
+async function replayIngestOnce(build: string, cli: string, args: string[], blocks: number, run: number, distinct: boolean, env: Record<string, string> = {}): Promise<E2eRun> {
   const out = path.join(benchRoot(), `ingest-replay-${process.pid}-${run}`)
   await rm(out, { recursive: true, force: true })
   const source = distinct ? ['--distinct', String(DISTINCT), '--repeat', String(Math.ceil(blocks / DISTINCT))] : ['--repeat', String(Math.ceil(blocks / 2))]
@@ -251,7 +254,7 @@ async function replayIngestOnce(build: string, cli: string, args: string[], bloc
     let stages: Record<string, number> | undefined
     await new Promise<void>((resolve, reject) => {
       const child = spawn(process.execPath, [cli, 'ingest', '--rpc', url, '--dataset', 'replay', '--out', out, '--from', '0', '--to', String(blocks - 1),
-        '--progress', 'none', ...args], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } })
+        '--progress', 'none', ...args], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info', ...env } })
       const poll = setInterval(() => {
         ingestCpuS = cpuSeconds(child.pid) ?? ingestCpuS
         try {
