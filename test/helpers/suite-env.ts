@@ -1,6 +1,6 @@
 /*
  * Loaded into every test file's process by `npm test` (`node --import`), and inherited by the
- * commands the tests start. Two settings of resources, not of behaviour, for a suite that runs two
+ * commands the tests start. Two settings of resources, not of behaviour, for a suite that runs three
  * test files at once on a 2-core machine:
  *
  * - One DuckDB thread per process. With DuckDB's default of a thread per core, each statement's
