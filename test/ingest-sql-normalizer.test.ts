@@ -12,10 +12,11 @@ import { anvilRecords, tempDir } from './helpers/dataset.js'
 import { FaultProxy } from './helpers/fault-proxy.js'
 
 /*
- * The SQL normaliser (raw answers spooled, normalised in DuckDB at chunk close: the default) against
- * the JS normaliser (`--normalizer js`): the same recorded blocks ingested both ways must give the
- * same chunks (paths, meta.json row counts) and, table by table, the same rows in the same order
- * (the same columns and types, and the files' rows in file order). Covers every recorded EVM chain
+ * The SQL normaliser (raw answers spooled, normalised in DuckDB at chunk close: `--normalizer sql`)
+ * against the JS normaliser (`--normalizer js`), and the default `auto` (spooled, small chunks
+ * normalised in JS at their close, bigger ones in SQL): the same recorded blocks ingested each way
+ * must give the same chunks (paths, meta.json row counts and summaries) and, table by table, the
+ * same rows in the same order (the same columns and types, and the files' rows in file order). Covers every recorded EVM chain
  * (Ethereum 1000000 / 4369999 / 18000000 / 18500000: type 0 and 2 transactions, access lists,
  * withdrawals; Polygon; Arbitrum's l1BlockNumber; Tempo 0x76 transactions with calls, fee payer
  * signatures and key authorizations; Stable's per-transaction log indexes; Cronos receipts the node
