@@ -118,7 +118,7 @@ describe('chunk summaries written at ingest', { timeout: 600_000 }, () => {
       for (const c of await listLocalChunks(withSummaries)) {
         const meta = await readChunkMeta(withSummaries, c)
         const dir = path.join(withSummaries, c.path)
-        assert.ok(Object.values(meta.rows).every((n) => n <= ONE_STATEMENT_ROWS), `${c.path}: small tables, read in one statement`)
+        assert.ok(Object.values(meta.rows).every((n) => n <= ONE_STATEMENT_ROWS), `${c.path}: small tables (those not written from rows in JS are read in one statement)`)
         const huge = Object.fromEntries(meta.tables.map((t) => [t, ONE_STATEMENT_ROWS + 1]))
         assert.deepEqual(await chunkSummaries(con, dir, evmFamily, meta.tables, huge), meta.summaries, `${c.path}: column by column`)
         for (const { table, column } of summaryColumns(evmFamily)) {

@@ -1,6 +1,7 @@
 import path from 'node:path'
 import { ident, lit } from '../db.js'
 import type { FamilyDecl } from '../families/declaration.js'
+import { asText } from './rows.js'
 
 /*
  * Chunk summaries: for each (table, column) a list filter of the family can name, a Bloom filter
@@ -139,7 +140,7 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 
 /**
  * The distinct non-null values of a VARCHAR column as the chunk's file holds them, from the rows the
- * writer appends (a value that is not a string is stored as its text, JSON for objects; a lone UTF-16
+ * writer appends (a value that is not a string is stored as `asText` gives it; a lone UTF-16
  * surrogate becomes U+FFFD in UTF-8), up to one more than `MAX_DISTINCT`.
  */
 export function distinctTexts(rows: readonly Record<string, unknown>[], column: string): string[] {
@@ -147,7 +148,7 @@ export function distinctTexts(rows: readonly Record<string, unknown>[], column: 
   for (const r of rows) {
     const v = r[column]
     if (v == null) continue
-    const text = typeof v === 'string' ? v : typeof v === 'object' ? JSON.stringify(v) : String(v)
+    const text = typeof v === 'string' ? v : asText(v)
     seen.add(SURROGATE.test(text) ? text.replace(LONE_SURROGATE, '\uFFFD') : text)
     if (seen.size > MAX_DISTINCT) break
   }

@@ -23,6 +23,12 @@ export interface RowsText {
   rows: number
 }
 
+/**
+ * Text of a value that is not of its column's JS type, as DuckDB's JSON reader would see it (DuckDB
+ * casts it): what the chunk writer appends, and what the chunk summaries count, for such a value.
+ */
+export const asText = (v: unknown): string => (typeof v === 'object' ? JSON.stringify(v) : String(v))
+
 // ---------------------------------------------------------------- sizes
 
 /** NDJSON length of a value (strings without escapes). */

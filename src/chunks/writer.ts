@@ -7,7 +7,7 @@ import { connect, duckdbApi, ident, lit } from '../db.js'
 import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
 import { chunkSummaries, distinctTexts, summaryKey, textSummaryColumns } from './chunk-summary.js'
-import { ndjsonTables, ndjsonText, textSize, type BlockRows, type Row, type RowsText } from './rows.js'
+import { asText, ndjsonTables, ndjsonText, textSize, type BlockRows, type Row, type RowsText } from './rows.js'
 
 /** How a chunk is written: its Parquet settings (`ParquetSettings`, defaults `PARQUET_DEFAULTS`) and more. */
 export interface WriteOptions extends ParquetSettings {
@@ -465,8 +465,6 @@ const loadListTypes = () => (listTypes ??= Promise.resolve().then(() => {
 }))
 const HEX = /^0x[0-9a-fA-F]*$/
 
-/** Text of a value that is not of its column's JS type, as DuckDB's JSON reader would see it (DuckDB casts it). */
-const asText = (v: unknown) => (typeof v === 'object' ? JSON.stringify(v) : String(v))
 
 /**
  * Append rows column by column with the typed Appender calls (DuckDB casts where the JS type differs:
