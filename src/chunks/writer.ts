@@ -465,7 +465,6 @@ const loadListTypes = () => (listTypes ??= Promise.resolve().then(() => {
 }))
 const HEX = /^0x[0-9a-fA-F]*$/
 
-
 /**
  * Append rows column by column with the typed Appender calls (DuckDB casts where the JS type differs:
  * decimal strings into UBIGINT, …). Yields to the event loop now and then, so that fetching goes on.

@@ -112,7 +112,11 @@ export async function prepareKeyed(con: Sql, sql: ChunkSql, texts: RowTexts, inc
   if (k.length - headers > keyedPlan.maxRows) return undefined
   if (repeats) {
     const keep = firstOccurrences(k, r, headers)
-    if (keep) [k, b, w, r, x] = [k.filter((_, i) => keep[i]), b.filter((_, i) => keep[i]), w.filter((_, i) => keep[i]), r.filter((_, i) => keep[i]), x?.filter((_, i) => keep[i])]
+    if (keep) {
+      const kept = <T extends Int32Array | Float64Array>(values: T) => values.filter((_, i) => keep[i]) as T
+      ;[k, b, w, r] = [kept(k), kept(b), kept(w), kept(r)]
+      if (x) x = kept(x)
+    }
   }
   const weights = new Map<number, number>()
   const selected: KeyedRows[] = kinds.map((kind, i) => {
