@@ -14,6 +14,14 @@
  *
  * A test that checks the defaults removes the variables from its own process
  * (test/duckdb-resources.test.ts).
+ *
+ * And one setting of the machine left out: `NODE_EXTRA_CA_CERTS`. Node reads and parses that file
+ * (often the whole system bundle, 220 KB) as every process starts, about 45 ms of CPU each on a
+ * 2-core VM, and the suite starts some 350 Node processes (test files, the commands they run,
+ * chopsticks). Every server the tests talk to is on 127.0.0.1 over plain HTTP, so no process of the
+ * suite needs those certificates. The runner loads this module too, so the test files it starts
+ * (and what they start) inherit the environment without it.
  */
 process.env.BLOCK_ARCHIVE_DB_THREADS ??= '1'
 process.env.DUCKDB_JE_MALLOC_CONF ??= 'dirty_decay_ms:10000,muzzy_decay_ms:10000'
+delete process.env.NODE_EXTRA_CA_CERTS
