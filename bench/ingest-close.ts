@@ -2,6 +2,7 @@ import { mkdir, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { loadTemplates } from '../src/bench-data/templates.js'
 import { templateFor, tileBlock } from '../src/bench-data/tile.js'
+import { ndjsonObjectBound } from '../src/chunks/ndjson-bound.js'
 import { parquetOptions, sortOrder } from '../src/chunks/writer.js'
 import { duckdbApi, lit } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
@@ -48,7 +49,7 @@ export async function closeStages(blocks: number): Promise<void> {
       await writeFile(blockFiles.at(-1)!, b.join('\n') + '\n')
       await writeFile(receiptFiles.at(-1)!, r.join('\n') + '\n')
     }
-    const queries = spoolQueries({ blockFiles, receiptFiles, first: 0, last: blocks - 1, checked: false })
+    const queries = spoolQueries({ blockFiles, receiptFiles, first: 0, last: blocks - 1, checked: false, maxObjectBytes: await ndjsonObjectBound([...blockFiles, ...receiptFiles]) })
     /** CPU ms of the statement's fastest of RUNS runs. */
     const best = async (sql: string) => (await timeInterleaved([() => con.run(sql)], RUNS, 0, cpuClock))[0].min
     const rows: string[][] = []

@@ -7,6 +7,7 @@ import { connect, duckdbApi, ident, lit } from '../db.js'
 import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
 import { chunkSummaries, distinctTexts, summaryKey, textSummaryColumns } from './chunk-summary.js'
+import { ndjsonObjectBound } from './ndjson-bound.js'
 import { asText, ndjsonTables, ndjsonText, textSize, type BlockRows, type Row, type RowsText } from './rows.js'
 
 /** How a chunk is written: its Parquet settings (`ParquetSettings`, defaults `PARQUET_DEFAULTS`) and more. */
@@ -344,7 +345,7 @@ export class ChunkBuilder {
         const spec = table.columns.map((c) => `${lit(c.name)}: ${lit(c.type)}`).join(', ')
         await con.run(
           `INSERT INTO temp.main.${ident(tmpName)} SELECT * FROM read_json(${lit(src)}, format = 'newline_delimited', ` +
-            `columns = {${spec}}, maximum_object_size = 268435456)`,
+            `columns = {${spec}}, maximum_object_size = ${await ndjsonObjectBound([src])})`,
         )
       }
       await con.run(`COPY (SELECT * FROM temp.main.${ident(tmpName)} ORDER BY ${sortOrder(table)}) TO ${lit(out)} ${this.parquetOptions(table)}`)

@@ -194,6 +194,8 @@ export interface SpoolInput {
   last: number
   /** Validate every hex character and lower-case (some answer had upper-case hex digits or a backslash), or trust them. */
   checked: boolean
+  /** Bytes of the longest answer the files may hold (`ndjsonObjectBound`): `read_json`'s `maximum_object_size`. */
+  maxObjectBytes: number
 }
 
 // the raw fields read: those the columns name, and those the checks in `spoolQueries` read
@@ -206,7 +208,7 @@ const RECEIPTS_LOGS = `${struct(rawFields('logs', 'r', { transactionHash: V, blo
 /** The spool's answers of the chunk's blocks, read with explicit types (each consumer reads the files again: cheaper than keeping nested values in a table). */
 const readSpool = (files: string[], result: string, s: SpoolInput) =>
   `(SELECT id AS n, result FROM read_json([${files.map(lit).join(', ')}], format = 'newline_delimited', columns = {id: 'BIGINT', result: ${lit(result)}}, ` +
-  `maximum_object_size = 1073741824) WHERE id BETWEEN ${s.first} AND ${s.last})`
+  `maximum_object_size = ${s.maxObjectBytes}) WHERE id BETWEEN ${s.first} AND ${s.last})`
 
 const ok = (x: string) => `coalesce(${x}, false)`
 
