@@ -16,7 +16,7 @@
  * (test/duckdb-resources.test.ts).
  *
  * And one setting of the machine left out: `NODE_EXTRA_CA_CERTS`. Node reads and parses that file
- * (often the whole system bundle, 220 KB) as every process starts, about 45 ms of CPU each on a
+ * (often the whole system bundle, 220 KB) as every process starts, about 40 ms of CPU each on a
  * 2-core VM, and the suite starts some 350 Node processes (test files, the commands they run,
  * chopsticks). Every server the tests talk to is on 127.0.0.1 over plain HTTP, so no process of the
  * suite needs those certificates. The runner loads this module too, so the test files it starts
