@@ -1,7 +1,7 @@
 import { stat } from 'node:fs/promises'
 
-/** DuckDB's own default for `read_json`'s `maximum_object_size`. */
-const DUCKDB_DEFAULT = 16 * 1024 * 1024
+/** DuckDB's own default for `read_json`'s `maximum_object_size`: the least any reader here asks for. */
+export const DUCKDB_JSON_OBJECT_DEFAULT = 16 * 1024 * 1024
 
 /**
  * `maximum_object_size` for DuckDB's `read_json` over NDJSON files: no line is longer than its file,
@@ -12,5 +12,5 @@ const DUCKDB_DEFAULT = 16 * 1024 * 1024
  */
 export async function ndjsonObjectBound(files: string[]): Promise<number> {
   const sizes = await Promise.all(files.map(async (f) => (await stat(f)).size))
-  return Math.max(DUCKDB_DEFAULT, ...sizes)
+  return Math.max(DUCKDB_JSON_OBJECT_DEFAULT, ...sizes)
 }

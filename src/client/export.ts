@@ -1,5 +1,6 @@
 import { open, rename, rm, stat, type FileHandle } from 'node:fs/promises'
 import path from 'node:path'
+import { DUCKDB_JSON_OBJECT_DEFAULT } from '../chunks/ndjson-bound.js'
 import { connect, ident, lit } from '../db.js'
 import type { Block } from './archive-client.js'
 
@@ -267,7 +268,7 @@ const ROW_GROUP_BYTES = 64 << 20
 export async function ndjsonToTable(src: string, dest: string, format: 'parquet' | 'csv', sizes: { longestLine: number; averageLine: number }): Promise<void> {
   const con = await connect()
   try {
-    const maxObject = Math.max(16 << 20, sizes.longestLine + 1024)
+    const maxObject = Math.max(DUCKDB_JSON_OBJECT_DEFAULT, sizes.longestLine + 1024)
     const read = `read_json(${lit(src)}, format = 'newline_delimited', maximum_object_size = ${maxObject}`
     // Detect the schema over every line (a list empty in the first blocks gets its type from later ones).
     const detected = (await con.runAndReadAll(`DESCRIBE SELECT * FROM ${read}, sample_size = -1)`)).getRowObjects()
