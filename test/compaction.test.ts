@@ -16,8 +16,8 @@ import { startS3, uploadDataset } from './helpers/s3.js'
 import { WorkerServer } from '../src/server/worker-http.js'
 import { killChildren, runCli, until } from './helpers/cli.js'
 import { serveMetrics } from '../src/compact/metrics.js'
-import { anvilRecords, startStandaloneWorker, tempDir, writeDataset, type AnvilRecord } from './helpers/dataset.js'
-import { answers, writeSmallChunks } from './helpers/compaction.js'
+import { anvilRecords, startStandaloneWorker, tempDir, writeDataset, writeDatasetChunks, type AnvilRecord } from './helpers/dataset.js'
+import { answers } from './helpers/compaction.js'
 import { freePort, postJson } from './helpers/http.js'
 
 /*
@@ -52,7 +52,7 @@ describe('compaction', { timeout: 600_000 }, () => {
 
   it('merged chunks answer byte for byte as the small ones, the tail stays in its bound, and superseded chunks go after the grace', async () => {
     const dir = path.join(tmp.dir, 'merge')
-    const small = await writeSmallChunks(dir, 'm', records, SIZES)
+    const small = await writeDatasetChunks(dir, 'm', records, SIZES)
     const reference = path.join(tmp.dir, 'merge-reference')
     await cp(dir, reference, { recursive: true })
     const refWorker = await startStandaloneWorker(reference)
@@ -117,7 +117,7 @@ describe('compaction', { timeout: 600_000 }, () => {
 
   it('the compact command: one pass, clear one-line errors, refused beside an ingest; /metrics', async () => {
     const dir = path.join(tmp.dir, 'cli')
-    await writeSmallChunks(dir, 'c', records, [1, 1, 1, 1, 2])
+    await writeDatasetChunks(dir, 'c', records, [1, 1, 1, 1, 2])
     const missing = await runCli(['compact', '--out', path.join(tmp.dir, 'nothing')])
     assert.equal(missing.code, 1)
     assert.match(missing.stderr.trim(), /^[^\n]*is not a dataset \(no dataset\.json\)$/)

@@ -8,8 +8,8 @@ import { listLocalChunks, readChunkMeta, scanLocalChunks, type ChunkRef } from '
 import { resolveChunks } from '../src/chunks/supersede.js'
 import { getText, listObjects, putText } from '../src/storage/s3.js'
 import { CLI, children, killChildren } from './helpers/cli.js'
-import { answers, writeSmallChunks } from './helpers/compaction.js'
-import { anvilRecords, startStandaloneWorker, tempDir, type AnvilRecord } from './helpers/dataset.js'
+import { answers } from './helpers/compaction.js'
+import { anvilRecords, startStandaloneWorker, tempDir, writeDatasetChunks, type AnvilRecord } from './helpers/dataset.js'
 import { FaultProxy, prng } from './helpers/fault-proxy.js'
 import { assertNoPartialChunk, downloadDataset } from './helpers/faults.js'
 import { startS3, uploadDataset, type S3Server } from './helpers/s3.js'
@@ -45,7 +45,7 @@ describe('compact killed at random moments', { timeout: 600_000 }, () => {
     tmp = await tempDir('ba-compact-kill-')
     records = await anvilRecords()
     small = path.join(tmp.dir, 'small')
-    await writeSmallChunks(small, 'k', records, Array(BLOCKS).fill(1))
+    await writeDatasetChunks(small, 'k', records, Array(BLOCKS).fill(1))
     const worker = await startStandaloneWorker(small)
     want = await answers(`${worker.url}/datasets/k/query`, BLOCKS - 1)
     await worker.stop()

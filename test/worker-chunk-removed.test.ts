@@ -4,8 +4,7 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import type { ChunkRef } from '../src/chunks/layout.js'
 import type { WorkerServer } from '../src/server/worker-http.js'
-import { writeSmallChunks } from './helpers/compaction.js'
-import { anvilRecords, startStandaloneWorker, tempDir } from './helpers/dataset.js'
+import { anvilRecords, startStandaloneWorker, tempDir, writeDatasetChunks } from './helpers/dataset.js'
 import { postJson } from './helpers/http.js'
 
 /*
@@ -27,7 +26,7 @@ describe('a chunk removed under a worker that still serves it', { timeout: 600_0
   before(async () => {
     tmp = await tempDir('ba-chunk-removed-')
     dir = path.join(tmp.dir, 'data')
-    chunks = await writeSmallChunks(dir, 'r', await anvilRecords(), [4, 4, 4, 4])
+    chunks = await writeDatasetChunks(dir, 'r', await anvilRecords(), [4, 4, 4, 4])
     // a standalone worker lists its storage at every heartbeat: a long one keeps the removed chunk in its view
     worker = await startStandaloneWorker(dir, { heartbeatMs: 600_000 })
   })

@@ -1,6 +1,4 @@
 import assert from 'node:assert/strict'
-import type { ChunkRef } from '../../src/chunks/layout.js'
-import { writeChunk, writeDataset, type AnvilRecord } from './dataset.js'
 import { postJson } from './http.js'
 
 /* Compaction tests: small chunks of the recorded anvil chain and real queries over every table. */
@@ -13,17 +11,6 @@ export const QUERIES = [
   { fromBlock: 0, stateDiffs: [{}], fields: { stateDiff: { address: true, key: true, kind: true, prev: true, next: true } } },
   { fromBlock: 5, transactions: [{ sighash: ['0xa9059cbb'] }], logs: [{ topic0: ['0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef'] }], fields: { transaction: { hash: true, input: true }, log: { data: true, topics: true } } },
 ]
-
-/** A dataset of chunks holding `sizes[i]` consecutive blocks each, from block 0. */
-export async function writeSmallChunks(dir: string, name: string, records: AnvilRecord[], sizes: number[]): Promise<ChunkRef[]> {
-  const chunks = await writeDataset(dir, name, [], 1)
-  let at = 0
-  for (const n of sizes) {
-    await writeChunk(dir, records.slice(at, at + n), chunks)
-    at += n
-  }
-  return chunks
-}
 
 /** The answers to QUERIES (or those at indexes `which`) up to `last` (each must be 200). */
 export async function answers(url: string, last: number, which?: number[]): Promise<string[]> {

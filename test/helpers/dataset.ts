@@ -1,4 +1,5 @@
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { createHash, randomBytes } from 'node:crypto'
+import { cp, mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import { gunzipSync } from 'node:zlib'
 import os from 'node:os'
 import path from 'node:path'
@@ -49,14 +50,77 @@ export function anvilBundle(r: AnvilRecord): EvmBlockBundle {
  * consecutive blocks: a sparse selection gives a sparse dataset).
  */
 export async function writeDataset(dir: string, name: string, records: AnvilRecord[], chunkBlocks: number): Promise<ChunkRef[]> {
+  const sizes: number[] = []
+  for (let i = 0; i < records.length; i += chunkBlocks) sizes.push(Math.min(chunkBlocks, records.length - i))
+  return writeDatasetChunks(dir, name, records, sizes)
+}
+
+/** Write `records` as an EVM dataset into `dir`: the first `sizes[0]` records in one chunk, the next `sizes[1]` in the next, …; records left over are not written. */
+export async function writeDatasetChunks(dir: string, name: string, records: AnvilRecord[], sizes: number[]): Promise<ChunkRef[]> {
   await mkdir(dir, { recursive: true })
   const meta: DatasetMeta = { name, family: 'evm' }
   await writeFile(path.join(dir, 'dataset.json'), JSON.stringify(meta))
-  const chunks: ChunkRef[] = []
-  for (let i = 0; i < records.length; i += chunkBlocks) {
-    await writeChunk(dir, records.slice(i, i + chunkBlocks), chunks)
+  const write = async (into: string) => {
+    const chunks: ChunkRef[] = []
+    let at = 0
+    for (const n of sizes) {
+      await writeChunk(into, records.slice(at, at + n), chunks)
+      at += n
+    }
+    return chunks
   }
-  return chunks
+  const cache = process.env[DATASET_CACHE_ENV]
+  if (!cache || sizes.length === 0) return write(dir)
+  return copyCached(cache, datasetKey(records, sizes), dir, write)
+}
+
+/*
+ * The chunks of a `writeDataset` or `writeDatasetChunks` call are written once per suite run and
+ * copied after that. Most test files write the same records of the anvil chain, and writing them
+ * (normalise, DuckDB, zstd Parquet) costs 1–1.5 CPU s a time (64 one-block chunks: 4–5 s) against a
+ * few ms for a copy; the chunk writer is deterministic, so a copy holds the same bytes. `npm test` names the folder (helpers/suite-env.ts, which removes
+ * it when the run ends); a test file run without it writes every dataset itself. The files are
+ * copied, not linked, so a test may change or corrupt its copy.
+ */
+export const DATASET_CACHE_ENV = 'BLOCK_ARCHIVE_TEST_DATASETS'
+
+const recordHashes = new WeakMap<AnvilRecord, string>()
+
+/** What identifies a dataset's chunks: the chunk sizes and the content of each record written (tests may pass changed records). */
+function datasetKey(records: AnvilRecord[], sizes: number[]): string {
+  const hash = createHash('sha256').update(`sizes ${sizes.join(',')}\n`)
+  for (const r of records.slice(0, sizes.reduce((a, b) => a + b, 0))) {
+    let h = recordHashes.get(r)
+    if (!h) {
+      h = createHash('sha256').update(JSON.stringify(r)).digest('hex')
+      recordHashes.set(r, h)
+    }
+    hash.update(h)
+  }
+  return hash.digest('hex').slice(0, 32)
+}
+
+/** Copy the chunk folders cached under `key` into `dir`, writing them into the cache first if no process has. */
+async function copyCached(cache: string, key: string, dir: string, write: (into: string) => Promise<ChunkRef[]>): Promise<ChunkRef[]> {
+  const entry = path.join(cache, key)
+  const refsFile = path.join(entry, 'refs.json')
+  let refs = await readFile(refsFile, 'utf8').then((t) => JSON.parse(t) as ChunkRef[], () => undefined)
+  if (!refs) {
+    // Written beside the entry and renamed into place: a concurrent test file sees all of it or none.
+    const staging = path.join(cache, `${key}.${process.pid}.${randomBytes(4).toString('hex')}`)
+    refs = await write(path.join(staging, 'chunks'))
+    await writeFile(path.join(staging, 'refs.json'), JSON.stringify(refs))
+    await rename(staging, entry).catch(() => rm(staging, { recursive: true, force: true }))
+  }
+  // Chunk by chunk into a temp folder and renamed into place, as the chunk writer does: a server
+  // listing `dir` meanwhile never sees a partial chunk.
+  for (const ref of refs) {
+    const tmp = path.join(dir, `.tmp-${process.pid}-${randomBytes(4).toString('hex')}`)
+    await cp(path.join(entry, 'chunks', ref.path), tmp, { recursive: true })
+    await mkdir(path.dirname(path.join(dir, ref.path)), { recursive: true })
+    await rename(tmp, path.join(dir, ref.path))
+  }
+  return refs
 }
 
 /** Append one chunk holding `records` to the dataset in `dir` (and to `existing`); `extraMeta` goes into its meta.json. */

@@ -21,7 +21,20 @@
  * chopsticks). Every server the tests talk to is on 127.0.0.1 over plain HTTP, so no process of the
  * suite needs those certificates. The runner loads this module too, so the test files it starts
  * (and what they start) inherit the environment without it.
+ *
+ * And one folder for the run: the datasets `writeDataset` writes are kept there and copied by the
+ * test files that write the same ones (helpers/dataset.ts). The first process to load this module,
+ * the runner, makes it and removes it when it exits.
  */
+import { mkdtempSync, rmSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+
 process.env.BLOCK_ARCHIVE_DB_THREADS ??= '1'
 process.env.DUCKDB_JE_MALLOC_CONF ??= 'dirty_decay_ms:10000,muzzy_decay_ms:10000'
 delete process.env.NODE_EXTRA_CA_CERTS
+if (!process.env.BLOCK_ARCHIVE_TEST_DATASETS) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'ba-test-datasets-'))
+  process.env.BLOCK_ARCHIVE_TEST_DATASETS = dir
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
+}
