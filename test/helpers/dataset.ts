@@ -78,15 +78,20 @@ export async function writeDatasetChunks(dir: string, name: string, records: Anv
  * The chunks of a `writeDataset` or `writeDatasetChunks` call are written once per suite run and
  * copied after that. Most test files write the same records of the anvil chain, and writing them
  * (normalise, DuckDB, zstd Parquet) costs 1–1.5 CPU s a time (64 one-block chunks: 4–5 s) against a
- * few ms for a copy; the chunk writer is deterministic, so a copy holds the same bytes. `npm test` names the folder (helpers/suite-env.ts, which removes
- * it when the run ends); a test file run without it writes every dataset itself. The files are
- * copied, not linked, so a test may change or corrupt its copy.
+ * few ms for a copy; the chunk writer is deterministic, so a copy holds the same bytes. `npm test`
+ * names the folder (helpers/suite-env.ts, which removes it when the run ends); a test file run
+ * without it writes every dataset itself. The files are copied, not linked, so a test may change or
+ * corrupt its copy.
  */
 export const DATASET_CACHE_ENV = 'BLOCK_ARCHIVE_TEST_DATASETS'
 
 const recordHashes = new WeakMap<AnvilRecord, string>()
 
-/** What identifies a dataset's chunks: the chunk sizes and the content of each record written (tests may pass changed records). */
+/**
+ * What identifies a dataset's chunks: the chunk sizes and the content of each record written (tests
+ * may pass changed records). A record object is hashed once per process: `anvilRecords()` hands the
+ * same objects to every test of a file, so a test that changes a record changes a copy.
+ */
 function datasetKey(records: AnvilRecord[], sizes: number[]): string {
   const hash = createHash('sha256').update(`sizes ${sizes.join(',')}\n`)
   for (const r of records.slice(0, sizes.reduce((a, b) => a + b, 0))) {
