@@ -9,6 +9,8 @@ import { REPO_ROOT } from './helpers/dataset.js'
  * some locked package depends on, optional ones included. DuckDB's bindings and anvil ship one
  * optional package per platform; a lock written on one platform by an older npm kept only that
  * platform's, and `npm ci` failed on a fresh clone. What npm checks, read here from the files.
+ * And the install scripts: npm 11.19 asks that each dependency with one be approved or denied in
+ * package.json's `allowScripts`.
  */
 
 interface LockEntry {
@@ -63,5 +65,20 @@ describe('package-lock.json', () => {
     const root: LockEntry = (await readJson('package-lock.json')).packages['']
     assert.deepEqual(root.dependencies, pkg.dependencies)
     assert.deepEqual(root.devDependencies, pkg.devDependencies)
+  })
+
+  it('names every locked package that has an install script in package.json\'s allowScripts', async () => {
+    // npm 11.19 ends every install with a warning listing the packages with install scripts that
+    // `allowScripts` does not name, and its help says it skips their scripts.
+    const [lock, pkg] = await Promise.all([readJson('package-lock.json'), readJson('package.json')])
+    const withScripts = Object.entries(lock.packages as Record<string, LockEntry & { hasInstallScript?: boolean }>)
+      .filter(([key, entry]) => key && entry.hasInstallScript)
+      .map(([key]) => key.slice(key.lastIndexOf('node_modules/') + 'node_modules/'.length))
+    assert.ok(withScripts.includes('sqlite3') && withScripts.includes('@foundry-rs/anvil'), withScripts.join(', '))
+    const allow: Record<string, boolean> = pkg.allowScripts ?? {}
+    assert.deepEqual(withScripts.filter((name) => typeof allow[name] !== 'boolean'), [], 'not in allowScripts')
+    assert.deepEqual(Object.keys(allow).filter((name) => !withScripts.includes(name)), [], 'in allowScripts but without an install script')
+    // chopsticks (the Substrate test node) needs sqlite3's binding, anvil's package checks its binary
+    for (const name of ['sqlite3', '@foundry-rs/anvil']) assert.equal(allow[name], true, name)
   })
 })
