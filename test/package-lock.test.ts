@@ -21,6 +21,7 @@ interface LockEntry {
   dependencies?: Record<string, string>
   devDependencies?: Record<string, string>
   optionalDependencies?: Record<string, string>
+  hasInstallScript?: boolean
 }
 
 const readJson = async (file: string) => JSON.parse(await readFile(path.join(REPO_ROOT, file), 'utf8'))
@@ -71,7 +72,7 @@ describe('package-lock.json', () => {
     // npm 11.19 ends every install with a warning listing the packages with install scripts that
     // `allowScripts` does not name, and its help says it skips their scripts.
     const [lock, pkg] = await Promise.all([readJson('package-lock.json'), readJson('package.json')])
-    const withScripts = Object.entries(lock.packages as Record<string, LockEntry & { hasInstallScript?: boolean }>)
+    const withScripts = Object.entries(lock.packages as Record<string, LockEntry>)
       .filter(([key, entry]) => key && entry.hasInstallScript)
       .map(([key]) => key.slice(key.lastIndexOf('node_modules/') + 'node_modules/'.length))
     assert.ok(withScripts.includes('sqlite3') && withScripts.includes('@foundry-rs/anvil'), withScripts.join(', '))
