@@ -2,11 +2,10 @@ import { mkdir, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { loadTemplates } from '../src/bench-data/templates.js'
 import { templateFor, tileBlock } from '../src/bench-data/tile.js'
-import { ndjsonObjectBound } from '../src/chunks/ndjson-bound.js'
 import { parquetOptions, sortOrder } from '../src/chunks/writer.js'
 import { duckdbApi, lit } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
-import { spoolQueries } from '../src/ingest/evm/sql-normalize.js'
+import { spoolQueriesOver } from '../src/ingest/evm/sql-normalize.js'
 import { benchRoot } from './lib/dataset.js'
 import { cpuClock, timeInterleaved } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
@@ -49,7 +48,7 @@ export async function closeStages(blocks: number): Promise<void> {
       await writeFile(blockFiles.at(-1)!, b.join('\n') + '\n')
       await writeFile(receiptFiles.at(-1)!, r.join('\n') + '\n')
     }
-    const queries = spoolQueries({ blockFiles, receiptFiles, first: 0, last: blocks - 1, checked: false, maxObjectBytes: await ndjsonObjectBound([...blockFiles, ...receiptFiles]) })
+    const queries = await spoolQueriesOver({ blockFiles, receiptFiles, first: 0, last: blocks - 1, checked: false })
     /** CPU ms of the statement's fastest of RUNS runs. */
     const best = async (sql: string) => (await timeInterleaved([() => con.run(sql)], RUNS, 0, cpuClock))[0].min
     const rows: string[][] = []

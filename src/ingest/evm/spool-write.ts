@@ -2,12 +2,11 @@ import { readFile } from 'node:fs/promises'
 import type { DuckDBConnection } from '@duckdb/node-api'
 import { ident } from '../../sql-text.js'
 import type { BlockRows, Row } from '../../chunks/rows.js'
-import { ndjsonObjectBound } from '../../chunks/ndjson-bound.js'
 import type { SpoolWriter } from '../../chunks/writer.js'
 import { BadRpcAnswer, MalformedRpcData } from '../source.js'
 import { lowerHexDeep, normalizeEvmBlock } from './normalize.js'
 import { checkBlock } from './source.js'
-import { jsonToLower, SPOOLED_TABLES, spoolCheckFailure, spoolQueries } from './sql-normalize.js'
+import { jsonToLower, SPOOLED_TABLES, spoolCheckFailure, spoolQueriesOver } from './sql-normalize.js'
 
 /*
  * The chunk writer's side of the EVM spool (spool-fetch.ts): at chunk close the spooled answers
@@ -55,10 +54,7 @@ export class EvmSpoolWriter implements SpoolWriter {
    * tables first, so that JSON-valued columns with upper-case hex can be rewritten lower-cased (rare).
    */
   async prepare(con: DuckDBConnection, files: Record<string, string>[], first: number, last: number, prefix: string, checked: boolean): Promise<Record<string, string>> {
-    const blockFiles = files.map((f) => f.blocks)
-    const receiptFiles = files.map((f) => f.receipts)
-    const maxObjectBytes = await ndjsonObjectBound([...blockFiles, ...receiptFiles])
-    const queries = spoolQueries({ blockFiles, receiptFiles, first, last, checked, maxObjectBytes })
+    const queries = await spoolQueriesOver({ blockFiles: files.map((f) => f.blocks), receiptFiles: files.map((f) => f.receipts), first, last, checked })
     if (!checked) return queries
     const tables: Record<string, string> = {}
     for (const [table, select] of Object.entries(queries)) {

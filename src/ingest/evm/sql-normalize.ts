@@ -1,5 +1,6 @@
 import type { DuckDBConnection } from '@duckdb/node-api'
 import { ident, lit } from '../../sql-text.js'
+import { ndjsonObjectBound } from '../../chunks/ndjson-bound.js'
 import { evmFamily } from '../../families/evm.js'
 import { columnsOf, EVM_COLUMNS, isDerived, sourcePath, type Conversion, type EvmSpooledTable, type JsonShape, type RawObject, type SourcePath } from './columns.js'
 
@@ -230,6 +231,11 @@ function guarded(outer: string, first: string, what: string, also = 'true'): str
 export function spoolCheckFailure(message: string): { block: number; what: string } | undefined {
   const m = new RegExp(`${CHECK_FAILED}: block (\\d+): (\\w+)`).exec(message)
   return m ? { block: Number(m[1]), what: m[2] } : undefined
+}
+
+/** `spoolQueries` over spool files as they are on disk: `read_json`'s bound taken from their sizes (`ndjsonObjectBound`). */
+export async function spoolQueriesOver(s: Omit<SpoolInput, 'maxObjectBytes'>): Promise<Record<'blocks' | 'transactions' | 'logs', string>> {
+  return spoolQueries({ ...s, maxObjectBytes: await ndjsonObjectBound([...s.blockFiles, ...s.receiptFiles]) })
 }
 
 /**
