@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict'
-import { writeFile } from 'node:fs/promises'
+import { mkdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { after, before, describe, it } from 'node:test'
+import { describe, it } from 'node:test'
 import { ndjsonObjectBound } from '../src/chunks/ndjson-bound.js'
 import { connect } from '../src/db.js'
 import { EvmSpoolWriter } from '../src/ingest/evm/spool-write.js'
-import { anvilRecords, tempDir } from './helpers/dataset.js'
+import { anvilRecords, freshFolders } from './helpers/dataset.js'
 
 /*
  * The spooled path reads the spool with `read_json`'s `maximum_object_size` bounded by the files'
@@ -18,17 +18,13 @@ import { anvilRecords, tempDir } from './helpers/dataset.js'
 const MIB = 1024 * 1024
 
 describe('read_json bounded by the spool files', () => {
-  let tmp: Awaited<ReturnType<typeof tempDir>>
-  before(async () => {
-    tmp = await tempDir('ba-ndjson-bound-')
-  })
-  after(async () => {
-    await tmp?.cleanup()
-  })
+  const folder = freshFolders('ba-ndjson-bound-')
 
   it('is the largest file\'s size, at least DuckDB\'s default of 16 MiB', async () => {
-    const small = path.join(tmp.dir, 'small.ndjson')
-    const big = path.join(tmp.dir, 'big.ndjson')
+    const dir = folder()
+    await mkdir(dir)
+    const small = path.join(dir, 'small.ndjson')
+    const big = path.join(dir, 'big.ndjson')
     await writeFile(small, '{"id":1}\n')
     await writeFile(big, `{"id":2,"x":"${'a'.repeat(20 * MIB)}"}\n`)
     assert.equal(await ndjsonObjectBound([small]), 16 * MIB)
@@ -41,7 +37,9 @@ describe('read_json bounded by the spool files', () => {
     const input = `0x${'ab'.repeat(20 * MIB)}`
     block.transactions[0].input = input
     const n = parseInt(block.number, 16)
-    const files = { blocks: path.join(tmp.dir, 'spool.blocks.ndjson'), receipts: path.join(tmp.dir, 'spool.receipts.ndjson') }
+    const dir = folder()
+    await mkdir(dir)
+    const files = { blocks: path.join(dir, 'spool.blocks.ndjson'), receipts: path.join(dir, 'spool.receipts.ndjson') }
     await writeFile(files.blocks, JSON.stringify({ jsonrpc: '2.0', id: n, result: block }) + '\n')
     await writeFile(files.receipts, JSON.stringify({ jsonrpc: '2.0', id: n, result: record.receipts }) + '\n')
 
