@@ -227,6 +227,14 @@ program
     if (o.freshPartBlocks > 0) await (await import('./compact.js')).runCompact({ blocks: o.freshPartBlocks, fanout: 4, runs: 3 })
   })
 
+program
+  .command('suite')
+  .description('where the test suite\'s time goes: runs it as npm test does, with each test file\'s wall and CPU, its own and that of the commands it started, and the machine\'s idle time (Linux)')
+  .argument('[files...]', 'built test files (default: every dist/test/*.test.js)')
+  .option('--concurrency <n>', 'test files at once (npm test: 3)', int, 3)
+  .option('--top <n>', 'test files listed', int, 30)
+  .action(async (files: string[], o) => (await import('./suite.js')).runSuite({ ...o, files }))
+
 /** What `all` runs, each in its own process (DuckDB settings are per process), with bounded sizes. */
 const ALL: string[][] = [
   ['generate', '--blocks', '1000', '--force'],
