@@ -35,7 +35,9 @@ interface ProcessLog {
  * A process with handlers of its own is left to them and writes its line when it exits.
  */
 const HOOK = `const fs = require('node:fs')
-if (require('node:worker_threads').isMainThread) {
+// Once per process, should NODE_OPTIONS name a hook twice (bench suite run from a test of a run of bench suite).
+if (require('node:worker_threads').isMainThread && !globalThis.__blockArchiveSuiteCpu) {
+  globalThis.__blockArchiveSuiteCpu = true
   const t0 = Date.now()
   let written = false
   const write = () => {
