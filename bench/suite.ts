@@ -4,14 +4,15 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { USER_HZ, waitedChildrenCpuSeconds } from './lib/procs.js'
 import { machine, note, printTable } from './lib/report.js'
 
 /*
  * Where the test suite's time goes (`npm run bench -- suite`). Runs the suite as `npm test` does
  * (the runner with test/helpers/suite-env.ts, `--concurrency` files at once) while every Node
  * process of the run logs its CPU time as it exits: a `--require` hook in NODE_OPTIONS, which the
- * test files and every command they start inherit. The machine's busy cores are sampled each
- * second. Prints each test file's wall time, its own CPU and that of the processes it started, the
+ * test files and every command they start inherit. The machine's idle time is read from /proc/stat
+ * before and after. Prints each test file's wall time, its own CPU and that of the processes it started, the
  * commands started by kind, and how much of the machine the run left idle. Linux only (/proc).
  */
 
@@ -58,18 +59,10 @@ if (require('node:worker_threads').isMainThread && !globalThis.__blockArchiveSui
 }
 `
 
-/** CPU seconds of this process's waited-for children and their descendants (/proc/self/stat cutime + cstime). */
-function childrenCpu(): number {
-  const stat = readFileSync('/proc/self/stat', 'utf8')
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  return (Number(fields[13]) + Number(fields[14])) / 100 // USER_HZ, 100 on Linux
-}
-
-/** Busy and total jiffies of every core since boot (/proc/stat). */
-function cpuTimes(): { busy: number; total: number } {
+/** Idle core-seconds of the machine since boot, every core summed: idle + iowait of /proc/stat. */
+function idleCoreSeconds(): number {
   const v = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number)
-  const total = v.reduce((a, b) => a + b, 0)
-  return { busy: total - v[3] - (v[4] ?? 0), total }
+  return (v[3] + (v[4] ?? 0)) / USER_HZ
 }
 
 export interface SuiteOptions {
@@ -88,9 +81,9 @@ export async function runSuite(o: SuiteOptions): Promise<void> {
   const cores = os.availableParallelism()
   console.log(`${files.length} test files, ${o.concurrency} at once, on ${cores} cores; the suite's own output is summed up at the end`)
 
-  const cpu0 = childrenCpu()
+  const cpu0 = waitedChildrenCpuSeconds()
   const t0 = Date.now()
-  const first = cpuTimes()
+  const idle0 = idleCoreSeconds()
   // A runner started from a test file would report to it in the runner's internal format (NODE_TEST_CONTEXT).
   const { NODE_TEST_CONTEXT: _, ...env } = process.env
   const child = spawn(process.execPath, ['--import', path.join(DIST_TEST, 'helpers/suite-env.js'), '--test', `--test-concurrency=${o.concurrency}`, ...files], {
@@ -110,9 +103,8 @@ export async function runSuite(o: SuiteOptions): Promise<void> {
   const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)))
   clearInterval(progress)
   const wall = (Date.now() - t0) / 1000
-  const last = cpuTimes()
-  const total = childrenCpu() - cpu0
-  const idleCores = ((last.total - first.total - (last.busy - first.busy)) / Math.max(1, last.total - first.total)) * cores
+  const idle = idleCoreSeconds() - idle0
+  const total = waitedChildrenCpuSeconds() - cpu0
 
   const procs: ProcessLog[] = (await readFile(log, 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l))
   await rm(dir, { recursive: true, force: true })
@@ -172,7 +164,7 @@ export async function runSuite(o: SuiteOptions): Promise<void> {
     ['CPU of the runner and every process under it', `${s(total)} s (${s(total / wall)} cores on average)`],
     ['of which Node processes that logged theirs as they exited', `${s(logged)} s`],
     ['not logged: processes killed (SIGKILL), native binaries (anvil, chromium)', `${s(Math.max(0, total - logged))} s`],
-    ['idle core-seconds of the machine meanwhile', `${s(idleCores * wall)} of ${s(cores * wall)}`],
+    ['idle core-seconds of the machine meanwhile', `${s(idle)} of ${s(cores * wall)}`],
     [`time with fewer than ${o.concurrency} test files running`, `${s(freeSlot / 1000)} s`],
     ['runner exit code', String(code)],
   ])

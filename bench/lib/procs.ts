@@ -166,13 +166,27 @@ export function rss(pid: number): { rss: number; peak: number } {
   return { rss: kb('VmRSS'), peak: kb('VmHWM') }
 }
 
+/** The fields of /proc/<pid>/stat after the command name, from `state` on (Linux). */
+function statFields(pid: number | 'self'): string[] {
+  return readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
+}
+
+/** /proc's clock ticks per second (USER_HZ), 100 on Linux. */
+export const USER_HZ = 100
+
 /** CPU seconds (user + system, all threads) a process has used so far; undefined once it is gone. */
 export function cpuSeconds(pid: number | undefined): number | undefined {
   if (!pid) return undefined
   try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / 100 // USER_HZ is 100 on Linux
+    const fields = statFields(pid)
+    return (Number(fields[11]) + Number(fields[12])) / USER_HZ
   } catch {
     return undefined
   }
+}
+
+/** CPU seconds of this process's children it has waited for, and of their descendants (cutime + cstime). */
+export function waitedChildrenCpuSeconds(): number {
+  const fields = statFields('self')
+  return (Number(fields[13]) + Number(fields[14])) / USER_HZ
 }
