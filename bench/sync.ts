@@ -90,8 +90,9 @@ function reportSyncTargets(o: SyncBenchOptions, figures: SyncFigure[]): void {
     reportTarget({ n, measure, now: `${fmt(now)} (${local === undefined ? 'Parquet' : 'local forms'})`, value: now, baseline: base === undefined ? undefined : `${fmt(base)} (Parquet)`, baselineValue: base,
       goal: `≥ ${goal.toLocaleString('en-US')} ${unit}`, atLeast: goal })
   }
-  report(3, `all tx+logs full sync, router + ${o.workers} workers, our client (blocks() stream)`, 'all tx+logs', false, 'itemsPerS', 'items/s', 200_000, 'blocks')
-  report(3, `all tx+logs full sync, router + ${o.workers} workers, our client (batches())`, 'all tx+logs', false, 'itemsPerS', 'items/s', 200_000, 'batches')
+  report(3, `all tx+logs full sync, router + ${o.workers} workers, our client (blocks() stream)`, 'all tx+logs', false, 'itemsPerS', 'items/s', 400_000, 'blocks')
+  report(3, `all tx+logs full sync, router + ${o.workers} workers, our client (batches())`, 'all tx+logs', false, 'itemsPerS', 'items/s', 400_000, 'batches')
+  report(3, `all tx+logs full sync, router + ${o.workers} workers, @subsquid/evm-processor`, 'all tx+logs', true, 'itemsPerS', 'items/s', 150_000)
   report(4, `a query matching nothing, ${o.blocks.toLocaleString('en-US')} blocks, our client (warm)`, 'logs, no match', false, 'blocksPerS', 'blocks/s', 1_000_000)
   report(4, `a query matching nothing, ${o.blocks.toLocaleString('en-US')} blocks, @subsquid/evm-processor`, 'logs, no match', true, 'blocksPerS', 'blocks/s', 100_000)
   report(4, `the same, the SDK's HTTP library loaded before the timer (its one-time import)`, 'logs, no match', true, 'blocksPerS', 'blocks/s', 100_000, undefined, true)

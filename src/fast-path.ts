@@ -1,5 +1,6 @@
 import type { DuckDBDataChunk } from '@duckdb/node-api'
 import { isMainThread, resourceLimits } from 'node:worker_threads'
+import { pageFaultMicros } from './page-faults.js'
 import { startServingThread as startThread } from './commands/serving-thread.js'
 import * as raw from './query/raw-rows.js'
 import { loadStringCopy, RowTexts, SLAB_BYTES, type TextReader } from './query/row-texts.js'
@@ -16,7 +17,7 @@ import type { QueryStream } from './query/types.js'
  *   the HTTP layer says when with `answerSent`);
  * - `worker`, `serve` and `demo` running in a worker thread with a 12 MB V8 young generation
  *   (src/commands/serving-thread.ts);
- * - DuckDB's jemalloc told to return freed pages after 250 ms (below).
+ * - DuckDB's jemalloc told to return freed pages after 250 ms where a page fault is cheap (below).
  *
  * `BLOCK_ARCHIVE_PLAIN=1` turns them all off: columns are read through `@duckdb/node-api`'s values
  * (a JS string per VARCHAR, encoded again as UTF-8), rows live in their own buffers, the server
@@ -35,14 +36,32 @@ const isOff = (v: string | undefined) => ['off', '0', 'false', 'no'].includes((v
 /** The plain path: no speed trick (BLOCK_ARCHIVE_PLAIN=1). */
 export const plainPath = isOn(process.env.BLOCK_ARCHIVE_PLAIN)
 
-/*
- * DuckDB's bundled jemalloc keeps freed pages for a while before returning them to the system, so a
- * busy worker's RSS sits far above what DuckDB uses. Returning them after 250 ms cut the worker's
- * peak RSS under 16 heavy clients from 515–583 MB to 454–513 MB, for about 10 % fewer answers/s
- * (immediately: 340–370 MB but a third fewer answers; docs/benchmark-history.md, step 19). jemalloc
- * reads this when DuckDB's library first allocates. A value set by the user wins.
+/**
+ * DuckDB's jemalloc settings: how soon freed pages go back to the system. Returning them after 250
+ * ms keeps a busy worker's RSS near what DuckDB uses (peak under 16 heavy clients 454–513 MB instead
+ * of 515–583; docs/benchmark-history.md, step 19), and costs about 10 % of the answers where a page
+ * fault is cheap. Where it is dear, every query faults its memory in again: on a VM whose fault took
+ * 13 µs, the worker served 2.3–2.6× fewer MB/s and a chunk's logs+tx took 2–3× longer than with
+ * jemalloc's own 10 s (BENCHMARKS.md, "Page faults"). So the lean setting is taken only where a fault
+ * costs less than `DEAR_FAULT_MICROS`.
  */
-if (!plainPath) process.env.DUCKDB_JE_MALLOC_CONF ??= 'dirty_decay_ms:250,muzzy_decay_ms:0'
+export const LEAN_MALLOC_CONF = 'dirty_decay_ms:250,muzzy_decay_ms:0'
+export const KEEPING_MALLOC_CONF = 'dirty_decay_ms:10000,muzzy_decay_ms:10000'
+export const DEAR_FAULT_MICROS = 3
+
+export const mallocConfFor = (faultMicros: number): string => (faultMicros < DEAR_FAULT_MICROS ? LEAN_MALLOC_CONF : KEEPING_MALLOC_CONF)
+
+/*
+ * jemalloc reads the variable when DuckDB's library first allocates, so it is set here, in the main
+ * thread, before anything loads DuckDB (about 1 ms to measure, 13 ms where faults are dear). A value
+ * set by the user wins. The measured cost goes to the serving thread and `/status` through
+ * BLOCK_ARCHIVE_PAGE_FAULT_US.
+ */
+if (!plainPath && process.env.DUCKDB_JE_MALLOC_CONF === undefined && isMainThread) {
+  const micros = pageFaultMicros()
+  process.env.BLOCK_ARCHIVE_PAGE_FAULT_US = micros.toFixed(2)
+  process.env.DUCKDB_JE_MALLOC_CONF = mallocConfFor(micros)
+}
 
 /**
  * In the main thread, for a serving command: runs the CLI in the serving thread (see
@@ -130,8 +149,22 @@ export function piecesSent(stream: QueryStream, pieces: number): void {
   answers.get(stream)?.released(pieces)
 }
 
-/** For the worker's `/status`: where its JS runs (the serving thread's young generation), and which tricks are on. */
-export function fastPathStatus(): { thread: 'serving' | 'main'; young_generation_mb: number | null; native_row_copy: boolean; plain_path: boolean } {
+/** For the worker's `/status`: where its JS runs (the serving thread's young generation), which tricks are on, DuckDB's jemalloc settings and the page fault cost they were chosen by (null: set by the user). */
+export function fastPathStatus(): {
+  thread: 'serving' | 'main'
+  young_generation_mb: number | null
+  native_row_copy: boolean
+  plain_path: boolean
+  jemalloc: string | null
+  page_fault_us: number | null
+} {
   const thread = isMainThread ? { thread: 'main' as const, young_generation_mb: null } : { thread: 'serving' as const, young_generation_mb: resourceLimits.maxYoungGenerationSizeMb ?? null }
-  return { ...thread, native_row_copy: slabsEnabled, plain_path: plainPath }
+  const fault = process.env.BLOCK_ARCHIVE_PAGE_FAULT_US
+  return {
+    ...thread,
+    native_row_copy: slabsEnabled,
+    plain_path: plainPath,
+    jemalloc: process.env.DUCKDB_JE_MALLOC_CONF ?? null,
+    page_fault_us: fault === undefined || fault === '' ? null : Number(fault),
+  }
 }

@@ -8,6 +8,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url'
 import { after, before, describe, it } from 'node:test'
 import { configureDb, connect, dbSettings } from '../src/db.js'
 import { workerDbThreads } from '../src/commands/serve.js'
+import { DEAR_FAULT_MICROS, KEEPING_MALLOC_CONF, LEAN_MALLOC_CONF, mallocConfFor } from '../src/fast-path.js'
 import { spillFolder } from '../src/storage/chunk-cache.js'
 import { LocalStorage } from '../src/server/storage.js'
 import { WorkerServer } from '../src/server/worker-http.js'
@@ -82,14 +83,20 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
     const routerUrl = router.lines.get('router')![0]
     const cache = path.join(tmp.dir, 'cache')
     await mkdir(path.join(cache, `.duckdb-spill-${GONE}`), { recursive: true })
-    const worker = async (...flags: string[]) => {
-      const w = await startCli(['worker', '--router', routerUrl, '--port', '0', '--heartbeat-ms', '200', ...flags], ['worker'])
+    const worker = async (...flags: string[]) => workerWith({}, ...flags)
+    const workerWith = async (env: Record<string, string>, ...flags: string[]) => {
+      const w = await startCli(['worker', '--router', routerUrl, '--port', '0', '--heartbeat-ms', '200', ...flags], ['worker'], env)
       const url = w.lines.get('worker')![0]
       return { pid: w.child.pid!, status: async () => (await (await fetch(`${url}/status`)).json()) as any }
     }
 
     const forms = await worker('--cache', cache, '--forms-after', '0')
     const s = await forms.status()
+    // DuckDB's jemalloc decay, chosen by what a page fault costs on this machine (src/fast-path.ts);
+    // the serving thread reports what the main thread measured and set.
+    assert.equal(s.node.thread, 'serving')
+    assert.ok(typeof s.node.page_fault_us === 'number' && s.node.page_fault_us >= 0, `page_fault_us: ${s.node.page_fault_us}`)
+    assert.equal(s.node.jemalloc, mallocConfFor(s.node.page_fault_us))
     // DuckDB threads: the cores left beside the worker's 2 queries at once (its default --concurrency), at least 1.
     assert.equal(workerDbThreads(2), Math.max(1, availableParallelism() - 1))
     assert.deepEqual(s.duckdb, { memory_limit: '183.1 MiB', threads: workerDbThreads(2), temp_directory: path.join(cache, `.duckdb-spill-${forms.pid}`), max_temp_directory_size: '3.7 GiB' })
@@ -102,6 +109,10 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
     assert.equal((await set.status()).duckdb.threads, 3)
     assert.equal((await set.status()).duckdb.max_temp_directory_size, '953.6 MiB')
 
+    // A jemalloc setting of the user's is kept as it is, and nothing is measured.
+    const own = (await (await workerWith({ DUCKDB_JE_MALLOC_CONF: 'dirty_decay_ms:500,muzzy_decay_ms:0' })).status()).node
+    assert.deepEqual([own.jemalloc, own.page_fault_us], ['dirty_decay_ms:500,muzzy_decay_ms:0', null])
+
     // Without a cache folder there are no forms: DuckDB's own limit (80 % of RAM) and spill folder.
     const plain = (await (await worker()).status()).duckdb
     assert.notEqual(plain.memory_limit, '183.1 MiB')
@@ -112,6 +123,13 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
     assert.notEqual(bad.code, 0)
     assert.match(bad.stderr, /--db-memory/)
     assert.match(bad.stderr, /512MB/)
+  })
+
+  it('returns freed memory to the system after 250 ms only where a page fault is cheap', () => {
+    assert.equal(mallocConfFor(0.3), LEAN_MALLOC_CONF)
+    assert.equal(mallocConfFor(DEAR_FAULT_MICROS - 0.01), LEAN_MALLOC_CONF)
+    assert.equal(mallocConfFor(DEAR_FAULT_MICROS), KEEPING_MALLOC_CONF)
+    assert.equal(mallocConfFor(13), KEEPING_MALLOC_CONF)
   })
 
   it('a process that configures no DuckDB of its own (the engine as a library) takes its threads from BLOCK_ARCHIVE_DB_THREADS', () => {

@@ -1,6 +1,7 @@
 import { cpus, totalmem } from 'node:os'
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
+import { pageFaultMicros } from '../../src/page-faults.js'
 
 /** A result table, printed as Markdown so it can go into BENCHMARKS.md as is. */
 export function printTable(title: string, header: string[], rows: (string | number)[][]): void {
@@ -24,7 +25,7 @@ export function machine(): string {
   }
   const cpu = cpus()
   return `${cpu.length} × ${cpu[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB RAM, node ${process.version}, ` +
-    `@duckdb/node-api ${duckdb}, ${new Date().toISOString().slice(0, 10)}`
+    `@duckdb/node-api ${duckdb}, ${new Date().toISOString().slice(0, 10)}, a page fault ≈ ${pageFaultMicros(64 * 2 ** 20, 3).toFixed(1)} µs`
 }
 
 export function note(text: string): void {
