@@ -108,9 +108,11 @@ describe('the plain path (BLOCK_ARCHIVE_PLAIN=1) and the fast path give the same
 
   it('the worker says which path it runs', async () => {
     const node = async (s: Served) => ((await (await fetch(`${s.worker}/status`)).json()) as Obj).node
-    // The plain path sets no jemalloc option of its own (nothing measured): it runs with what it was given, here the suite's.
+    // The plain path sets no jemalloc option of its own: it runs with what it was given (the suite's, or what this process chose).
     assert.deepEqual(await node(plain), {
-      thread: 'main', young_generation_mb: null, native_row_copy: false, plain_path: true, jemalloc: process.env.DUCKDB_JE_MALLOC_CONF ?? null, page_fault_us: null,
+      thread: 'main', young_generation_mb: null, native_row_copy: false, plain_path: true,
+      jemalloc: process.env.DUCKDB_JE_MALLOC_CONF ?? null,
+      page_fault_us: process.env.BLOCK_ARCHIVE_PAGE_FAULT_US ? Number(process.env.BLOCK_ARCHIVE_PAGE_FAULT_US) : null,
     })
     const f = await node(fast)
     assert.equal(f.plain_path, false)
