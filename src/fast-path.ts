@@ -40,10 +40,10 @@ export const plainPath = isOn(process.env.BLOCK_ARCHIVE_PLAIN)
  * DuckDB's jemalloc settings: how soon freed pages go back to the system. Returning them after 250
  * ms keeps a busy worker's RSS near what DuckDB uses (peak under 16 heavy clients 454–513 MB instead
  * of 515–583; docs/benchmark-history.md, step 19), and costs about 10 % of the answers where a page
- * fault is cheap. Where it is dear, every query faults its memory in again: on a VM whose fault took
- * 13 µs, the worker served 2.3–2.6× fewer MB/s and a chunk's logs+tx took 2–3× longer than with
- * jemalloc's own 10 s (BENCHMARKS.md, "Page faults and jemalloc's decay"). So the lean setting is taken only where a fault
- * costs less than `DEAR_FAULT_MICROS`.
+ * fault is cheap. Where it is dear, every query faults its memory in again: on a VM whose fault
+ * took 13 µs, the worker served 2.3–2.6× fewer MB/s and a chunk's logs+tx took 2–3× longer than
+ * with jemalloc's own 10 s (BENCHMARKS.md, "Page faults and jemalloc's decay"). So the lean setting
+ * is taken only where a fault costs less than `DEAR_FAULT_MICROS`.
  */
 export const LEAN_MALLOC_CONF = 'dirty_decay_ms:250,muzzy_decay_ms:0'
 export const KEEPING_MALLOC_CONF = 'dirty_decay_ms:10000,muzzy_decay_ms:10000'
