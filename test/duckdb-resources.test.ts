@@ -87,7 +87,7 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
     const workerWith = async (env: Record<string, string>, ...flags: string[]) => {
       const w = await startCli(['worker', '--router', routerUrl, '--port', '0', '--heartbeat-ms', '200', ...flags], ['worker'], env)
       const url = w.lines.get('worker')![0]
-      return { pid: w.child.pid!, status: async () => (await (await fetch(`${url}/status`)).json()) as any }
+      return { pid: w.child.pid!, stderr: w.stderr, status: async () => (await (await fetch(`${url}/status`)).json()) as any }
     }
 
     const forms = await worker('--cache', cache, '--forms-after', '0')
@@ -109,9 +109,13 @@ describe('DuckDB resources of a worker', { timeout: 600_000 }, () => {
     assert.equal((await set.status()).duckdb.threads, 3)
     assert.equal((await set.status()).duckdb.max_temp_directory_size, '953.6 MiB')
 
-    // A jemalloc setting of the user's is kept as it is, and nothing is measured.
-    const own = (await (await workerWith({ DUCKDB_JE_MALLOC_CONF: 'dirty_decay_ms:500,muzzy_decay_ms:0' })).status()).node
+    // A jemalloc setting of the user's is kept as it is, and nothing is measured; the start line says which.
+    const ownWorker = await workerWith({ DUCKDB_JE_MALLOC_CONF: 'dirty_decay_ms:500,muzzy_decay_ms:0', LOG_LEVEL: 'info', LOG_FORMAT: 'json' })
+    const own = (await ownWorker.status()).node
     assert.deepEqual([own.jemalloc, own.page_fault_us], ['dirty_decay_ms:500,muzzy_decay_ms:0', null])
+    const listening = ownWorker.stderr().split('\n').filter((l) => l.includes('"worker listening"')).map((l) => JSON.parse(l))
+    assert.equal(listening.length, 1, ownWorker.stderr())
+    assert.deepEqual([listening[0].jemalloc, listening[0].pageFaultUs], ['dirty_decay_ms:500,muzzy_decay_ms:0', null])
 
     // Without a cache folder there are no forms: DuckDB's own limit (80 % of RAM) and spill folder.
     const plain = (await (await worker()).status()).duckdb

@@ -91,7 +91,8 @@ export class WorkerServer {
       pingHeaders: secret ? () => ({ [WORKER_TOKEN_HEADER]: workerToken(secret) }) : undefined,
     })
     await this.node.start()
-    log.info({ url: this.url, id: this.node.opts.id, router: this.opts.routerUrl ?? null }, 'worker listening')
+    const { jemalloc, page_fault_us } = fastPathStatus()
+    log.info({ url: this.url, id: this.node.opts.id, router: this.opts.routerUrl ?? null, jemalloc, pageFaultUs: page_fault_us }, 'worker listening')
     return this.url
   }
 
