@@ -7,7 +7,7 @@ import { mkdir, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { floorServer, pacedLoad, type PacedLoadFigures } from './lib/paced-load.js'
-import { startCli, rss, type Proc } from './lib/procs.js'
+import { startCli, rss, until, type Proc } from './lib/procs.js'
 import { machine, printTable } from './lib/report.js'
 import { appendSyntheticIndex, syntheticChunk, syntheticIndex, writeSyntheticFolder } from './lib/synthetic-chunks.js'
 import { CHUNK_INDEX_FILE } from '../src/chunks/chunk-index.js'
@@ -340,19 +340,6 @@ console.log('port ' + port)`
       if (m) resolve({ port: Number(m[1]), stop: () => child.kill('SIGTERM') })
     })
   })
-}
-
-async function until(probe: () => Promise<boolean>, timeoutMs: number, what = 'a condition'): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    try {
-      if (await probe()) return
-    } catch {
-      // not up yet
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`)
-    await sleep(100)
-  }
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))

@@ -11,6 +11,7 @@ import { ChunkCache } from '../src/storage/chunk-cache.js'
 import { LocalForms } from '../src/storage/local-forms.js'
 import { startWorker } from '../src/server/worker-http.js'
 import { benchChunk } from './lib/chunk.js'
+import { until } from './lib/procs.js'
 import { mb, ms, timeInterleaved } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
 import { SHAPES, shapeByName } from './lib/shapes.js'
@@ -63,13 +64,7 @@ export async function runWorker(o: WorkerBenchOptions): Promise<void> {
     ? new ArchiveStorage({ roots: [root], cache: new ChunkCache({ root: `${root}-forms-http`, label: 'bench-forms', localForms: true, formsAfterReads: 0 }) })
     : undefined
   const formsWorker = formsStorage ? await startWorker({ storage: formsStorage, ...workerOpts }) : undefined
-  if (formsStorage) {
-    const until = Date.now() + 10 * 60_000
-    while (!formsStorage.hasLocalForm(name, view.chunks[0])) {
-      if (Date.now() > until) throw new Error('the worker did not build its local form within 10 minutes')
-      await new Promise((resolve) => setTimeout(resolve, 200))
-    }
-  }
+  if (formsStorage) await until(() => formsStorage.hasLocalForm(name, view.chunks[0]), 10 * 60_000, "the worker's local form")
   const engine = async (query: unknown, budgets: QueryBudgets = UNCUT, v: DatasetView = view) => {
     const s = await prepareQuery(v, query, budgets)
     let n = 0

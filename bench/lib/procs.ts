@@ -190,3 +190,17 @@ export function waitedChildrenCpuSeconds(): number {
   const fields = statFields('self')
   return (Number(fields[13]) + Number(fields[14])) / USER_HZ
 }
+
+/** Until `probe` says yes (a probe that throws counts as not yet), asking every 100 ms; an error naming `what` after `timeoutMs`. */
+export async function until(probe: () => Promise<boolean> | boolean, timeoutMs: number, what = 'a condition'): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    try {
+      if (await probe()) return
+    } catch {
+      // not up yet
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
