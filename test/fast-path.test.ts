@@ -6,7 +6,7 @@ import { listLocalChunks, readDatasetMeta } from '../src/chunks/layout.js'
 import { familyByName } from '../src/families/index.js'
 import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
 import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
-import { killChildren, startCli, until } from './helpers/cli.js'
+import { jemallocInherited, killChildren, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { allFieldsQuery, declaredQueries } from './helpers/declared-queries.js'
 
@@ -108,12 +108,8 @@ describe('the plain path (BLOCK_ARCHIVE_PLAIN=1) and the fast path give the same
 
   it('the worker says which path it runs', async () => {
     const node = async (s: Served) => ((await (await fetch(`${s.worker}/status`)).json()) as Obj).node
-    // The plain path sets no jemalloc option of its own: it runs with what it was given (the suite's, or what this process chose).
-    assert.deepEqual(await node(plain), {
-      thread: 'main', young_generation_mb: null, native_row_copy: false, plain_path: true,
-      jemalloc: process.env.DUCKDB_JE_MALLOC_CONF ?? null,
-      page_fault_us: process.env.BLOCK_ARCHIVE_PAGE_FAULT_US ? Number(process.env.BLOCK_ARCHIVE_PAGE_FAULT_US) : null,
-    })
+    // The plain path sets no jemalloc option of its own: it runs with what it was given.
+    assert.deepEqual(await node(plain), { thread: 'main', young_generation_mb: null, native_row_copy: false, plain_path: true, ...jemallocInherited() })
     const f = await node(fast)
     assert.equal(f.plain_path, false)
     assert.equal(f.thread, 'serving')

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import type { ChildProcess } from 'node:child_process'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import { STALL_TOLERANT_ROUTER, killChildren, runCli, startCli, until } from './helpers/cli.js'
+import { STALL_TOLERANT_ROUTER, jemallocInherited, killChildren, runCli, startCli, until } from './helpers/cli.js'
 import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
 import { slabsEnabled } from '../src/fast-path.js'
 
@@ -31,12 +31,6 @@ describe('the serving thread', { timeout: 600_000 }, () => {
     await tmp?.cleanup()
   })
 
-  // The workers inherit this process's jemalloc setting (the suite's, or what importing src/fast-path.ts chose), so measure nothing.
-  const jemallocGiven = () => ({
-    jemalloc: process.env.DUCKDB_JE_MALLOC_CONF ?? null,
-    page_fault_us: process.env.BLOCK_ARCHIVE_PAGE_FAULT_US ? Number(process.env.BLOCK_ARCHIVE_PAGE_FAULT_US) : null,
-  })
-
   const worker = async (env: Record<string, string> = {}, global: string[] = []) => {
     const w = await startCli([...global, 'worker', '--router', routerUrl, '--port', '0', '--heartbeat-ms', '200'], ['worker'], env)
     const url = w.lines.get('worker')![0]
@@ -45,7 +39,7 @@ describe('the serving thread', { timeout: 600_000 }, () => {
 
   it('a worker serves from a thread with the small young generation and stops cleanly on SIGTERM', async () => {
     const w = await worker()
-    assert.deepEqual((await w.status()).node, { thread: 'serving', young_generation_mb: 12, native_row_copy: slabsEnabled, plain_path: false, ...jemallocGiven() })
+    assert.deepEqual((await w.status()).node, { thread: 'serving', young_generation_mb: 12, native_row_copy: slabsEnabled, plain_path: false, ...jemallocInherited() })
     const base = `${routerUrl}/datasets/anvil`
     const target = await until('the worker holds block 0', async () => {
       const r = await fetch(`${base}/0/worker`)
@@ -65,7 +59,7 @@ describe('the serving thread', { timeout: 600_000 }, () => {
 
   it('runs in the main thread with BLOCK_ARCHIVE_SERVE_THREAD=off; a global option or BLOCK_ARCHIVE_NATIVE=off keep the thread, which stops on SIGINT; --help and bad options answer as before', async () => {
     const w = await worker({ BLOCK_ARCHIVE_SERVE_THREAD: 'off' })
-    assert.deepEqual((await w.status()).node, { thread: 'main', young_generation_mb: null, native_row_copy: slabsEnabled, plain_path: false, ...jemallocGiven() })
+    assert.deepEqual((await w.status()).node, { thread: 'main', young_generation_mb: null, native_row_copy: slabsEnabled, plain_path: false, ...jemallocInherited() })
     const code = exited(w.child)
     w.child.kill('SIGTERM')
     assert.equal(await code, 0)
@@ -74,7 +68,7 @@ describe('the serving thread', { timeout: 600_000 }, () => {
     // does not hide it (still the serving thread), and without the native string copy
     // (BLOCK_ARCHIVE_NATIVE=off) rows are copied as the bindings do. It stops on SIGINT (Ctrl-C).
     const json = await worker({ BLOCK_ARCHIVE_NATIVE: 'off' }, ['--log-format', 'json'])
-    assert.deepEqual((await json.status()).node, { thread: 'serving', young_generation_mb: 12, native_row_copy: false, plain_path: false, ...jemallocGiven() })
+    assert.deepEqual((await json.status()).node, { thread: 'serving', young_generation_mb: 12, native_row_copy: false, plain_path: false, ...jemallocInherited() })
     const code3 = exited(json.child)
     json.child.kill('SIGINT')
     assert.equal(await code3, 0)

@@ -72,3 +72,13 @@ export async function metricSum(baseUrl: string, name: string): Promise<number> 
 
 /** Router flags of a test whose test is not about dead workers (see stallTolerant in dataset.ts): pings every 200 ms, dead after 30 s. */
 export const STALL_TOLERANT_ROUTER = ['--heartbeat-ms', '200', '--missed-heartbeats', '150']
+
+/**
+ * The jemalloc fields of a worker's `/status` → `node` when it inherits this process's environment:
+ * the setting as given (the suite's, or what importing src/fast-path.ts chose here) and the page fault
+ * cost it was chosen by, if measured; the worker measures nothing itself.
+ */
+export function jemallocInherited(): { jemalloc: string | null; page_fault_us: number | null } {
+  const fault = process.env.BLOCK_ARCHIVE_PAGE_FAULT_US
+  return { jemalloc: process.env.DUCKDB_JE_MALLOC_CONF ?? null, page_fault_us: fault ? Number(fault) : null }
+}
