@@ -91,19 +91,27 @@ export function interleave(
   lo: number,
   hi: number,
 ): SliceRows {
-  // Headers come in the header table's order, by block as a rule.
-  let order = headerBlocks.map((_, i) => i)
-  if (headerBlocks.some((b, i) => i > 0 && b < headerBlocks[i - 1])) order = order.sort((x, y) => headerBlocks[x] - headerBlocks[y])
-  const total = headers.length + kinds.reduce((n, k) => n + k.json.length, 0)
+  // Headers come in the header table's order, by block as a rule. (Loops, not closures made per
+  // slice: V8 would compile those again every few queries, keyed-plan.ts.)
+  let order: number[] | Int32Array = new Int32Array(headerBlocks.length)
+  let ordered = true
+  for (let i = 0; i < order.length; i++) {
+    order[i] = i
+    if (i > 0 && headerBlocks[i] < headerBlocks[i - 1]) ordered = false
+  }
+  if (!ordered) order = [...order].sort((x, y) => headerBlocks[x] - headerBlocks[y])
+  let total = headers.length
+  for (const k of kinds) total += k.json.length
   const rows = { block: new Float64Array(total), kind: new Int32Array(total), json: new Int32Array(total) }
   let at = 0
-  const next = kinds.map(() => 0)
+  const next = new Int32Array(kinds.length)
   for (const h of order) {
     const b = headerBlocks[h]
     rows.block[at] = b
     rows.kind[at] = 0
     rows.json[at++] = headers[h]
-    kinds.forEach(({ block, json }, i) => {
+    for (let i = 0; i < kinds.length; i++) {
+      const { block, json } = kinds[i]
       for (; next[i] < json.length && block[next[i]] === b; next[i]++) {
         const row = json[next[i]]
         if (row < 0) throw new Error(`row of ${kindDecls[i].selector} in block ${b} missing from its slice`)
@@ -111,7 +119,7 @@ export function interleave(
         rows.kind[at] = i + 1
         rows.json[at++] = row
       }
-    })
+    }
   }
   // Every block with items has its header (the header part reads every candidate block).
   if (at !== total) throw new Error(`${total - at} rows of blocks ${lo}..${hi} without their block's header`)

@@ -249,7 +249,8 @@ export class ChunkSql {
  * every header's JSON of the range (measured 3.1 against 1.3 ms for 160 of 200 blocks).
  */
 function candidatesIn(column: string, candidates: SelectedBlock[], lo: number, hi: number): string {
-  const list = candidates.filter((b) => b.number >= lo && b.number <= hi).map((b) => b.number)
+  const list: number[] = []
+  for (const b of candidates) if (b.number >= lo && b.number <= hi) list.push(b.number)
   if (list.length > MAX_IN_LIST) return ''
   return ` AND ${column} IN (${list.length ? list.join(', ') : 'NULL'})`
 }
