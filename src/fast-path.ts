@@ -149,16 +149,20 @@ export function piecesSent(stream: QueryStream, pieces: number): void {
   answers.get(stream)?.released(pieces)
 }
 
-/** For the worker's `/status`: where its JS runs (the serving thread's young generation), which tricks are on, DuckDB's jemalloc settings and the page fault cost they were chosen by (null: set by the user). */
+/** For the worker's `/status`: where its JS runs (the serving thread's young generation and the old generation it starts with), which tricks are on, DuckDB's jemalloc settings and the page fault cost they were chosen by (null: set by the user). */
 export function fastPathStatus(): {
   thread: 'serving' | 'main'
   young_generation_mb: number | null
+  initial_old_space_mb: number | null
   native_row_copy: boolean
   plain_path: boolean
   jemalloc: string | null
   page_fault_us: number | null
 } {
-  const thread = isMainThread ? { thread: 'main' as const, young_generation_mb: null } : { thread: 'serving' as const, young_generation_mb: resourceLimits.maxYoungGenerationSizeMb ?? null }
+  const oldSpace = Number(process.env.BLOCK_ARCHIVE_INITIAL_OLD_SPACE_MB) || null
+  const thread = isMainThread
+    ? { thread: 'main' as const, young_generation_mb: null, initial_old_space_mb: null }
+    : { thread: 'serving' as const, young_generation_mb: resourceLimits.maxYoungGenerationSizeMb ?? null, initial_old_space_mb: oldSpace }
   const fault = process.env.BLOCK_ARCHIVE_PAGE_FAULT_US
   return {
     ...thread,

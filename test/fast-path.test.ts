@@ -109,7 +109,7 @@ describe('the plain path (BLOCK_ARCHIVE_PLAIN=1) and the fast path give the same
   it('the worker says which path it runs', async () => {
     const node = async (s: Served) => ((await (await fetch(`${s.worker}/status`)).json()) as Obj).node
     // The plain path sets no jemalloc option of its own: it runs with what it was given.
-    assert.deepEqual(await node(plain), { thread: 'main', young_generation_mb: null, native_row_copy: false, plain_path: true, ...jemallocInherited() })
+    assert.deepEqual(await node(plain), { thread: 'main', young_generation_mb: null, initial_old_space_mb: null, native_row_copy: false, plain_path: true, ...jemallocInherited() })
     const f = await node(fast)
     assert.equal(f.plain_path, false)
     assert.equal(f.thread, 'serving')
