@@ -9,7 +9,7 @@ import { machine, note, printTable } from './lib/report.js'
 
 /*
  * Where the test suite's time goes (`npm run bench -- suite`). Runs the suite as `npm test` does
- * (the runner with test/helpers/suite-env.ts, `--concurrency` files at once) while every Node
+ * (test/helpers/run-suite.ts with test/helpers/suite-env.ts, `--concurrency` files at once) while every Node
  * process of the run logs its CPU time as it exits: a `--require` hook in NODE_OPTIONS, which the
  * test files and every command they start inherit. The machine's idle time is read from /proc/stat
  * before and after. Prints each test file's wall time, its own CPU and that of the processes it started, the
@@ -46,7 +46,7 @@ if (require('node:worker_threads').isMainThread && !globalThis.__blockArchiveSui
     written = true
     const u = process.cpuUsage()
     const line = { pid: process.pid, ppid: process.ppid, cpu: (u.user + u.system) / 1e6, wall: (Date.now() - t0) / 1000, end: Date.now(),
-      script: process.argv[1] ?? '', args: process.argv.slice(2, 4).join(' '), runner: process.execArgv.includes('--test') }
+      script: process.argv[1] ?? '', args: process.argv.slice(2, 4).join(' '), runner: process.execArgv.includes('--test') || /run-suite\\.js$/.test(process.argv[1] ?? '') }
     try { fs.appendFileSync(process.env.BLOCK_ARCHIVE_SUITE_CPU_LOG, JSON.stringify(line) + '\\n') } catch {}
   }
   process.on('exit', write)
@@ -86,7 +86,7 @@ export async function runSuite(o: SuiteOptions): Promise<void> {
   const idle0 = idleCoreSeconds()
   // A runner started from a test file would report to it in the runner's internal format (NODE_TEST_CONTEXT).
   const { NODE_TEST_CONTEXT: _, ...env } = process.env
-  const child = spawn(process.execPath, ['--import', path.join(DIST_TEST, 'helpers/suite-env.js'), '--test', `--test-concurrency=${o.concurrency}`, ...files], {
+  const child = spawn(process.execPath, ['--import', path.join(DIST_TEST, 'helpers/suite-env.js'), path.join(DIST_TEST, 'helpers/run-suite.js'), '--concurrency', String(o.concurrency), ...files], {
     stdio: ['ignore', 'pipe', 'inherit'],
     env: { ...env, NODE_OPTIONS: `${env.NODE_OPTIONS ?? ''} --require ${hook}`.trim(), BLOCK_ARCHIVE_SUITE_CPU_LOG: log },
   })
