@@ -161,7 +161,8 @@ export async function prepareKeyed(con: Sql, sql: ChunkSql, texts: RowTexts, inc
 /*
  * The per-row work of statement 1 lives in module-level functions, not in closures made per
  * query: V8 keeps a closure's optimised code only while a closure of it lives, so closures made per
- * query were compiled again every few queries (about 7 ms of CPU per logs+tx answer).
+ * query were compiled again every few queries (with the slice's, 214 ms of compiling per 30 logs+tx
+ * answers before, 91–115 ms after; docs/benchmark-history.md, step 49).
  */
 
 /** Adds each row's weight `w` in `at..end` to its block's (`b`) total. */
