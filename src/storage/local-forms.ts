@@ -431,11 +431,12 @@ export class LocalForms {
 
   /**
    * Drop forms no query reads, least recently used first, until `need` bytes are freed: room for
-   * downloads, or with `idleSince` (only forms last read before it) for a form being built.
+   * downloads, or with `idleSince` (only forms last read at or before it: idle for `formIdle.ms`
+   * or longer, also when that is 0 and the form was read in this millisecond) for a form being built.
    */
   async free(need: number, idleSince = Infinity): Promise<void> {
     let freed = 0
-    for (const f of [...this.forms.values()].filter((f) => f.refs === 0 && f.lastUsed < idleSince).sort((a, b) => a.lastUsed - b.lastUsed)) {
+    for (const f of [...this.forms.values()].filter((f) => f.refs === 0 && f.lastUsed <= idleSince).sort((a, b) => a.lastUsed - b.lastUsed)) {
       if (freed >= need) break
       freed += f.bytes
       log.debug({ worker: this.opts.label, chunk: f.key, mb: +(f.bytes / MiB).toFixed(1) }, 'local forms: form no query reads dropped for room')
