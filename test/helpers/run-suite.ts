@@ -3,6 +3,7 @@ import path from 'node:path'
 import { run } from 'node:test'
 import { spec, tap } from 'node:test/reporters'
 import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
 import { suiteOrder } from './suite-order.js'
 
 /*
@@ -16,19 +17,14 @@ import { suiteOrder } from './suite-order.js'
  */
 
 async function main(): Promise<void> {
-  const args = process.argv.slice(2)
-  let concurrency = 3
-  const at = args.indexOf('--concurrency')
-  if (at >= 0) {
-    concurrency = Number(args[at + 1])
-    if (!Number.isInteger(concurrency) || concurrency < 1) {
-      console.error(`error: --concurrency must be a whole number ≥ 1, not ${args[at + 1]}`)
-      process.exit(2)
-    }
-    args.splice(at, 2)
+  const { values, positionals } = parseArgs({ options: { concurrency: { type: 'string', default: '3' } }, allowPositionals: true })
+  const concurrency = Number(values.concurrency)
+  if (!Number.isInteger(concurrency) || concurrency < 1) {
+    console.error(`error: --concurrency must be a whole number ≥ 1, not ${values.concurrency}`)
+    process.exit(2)
   }
   const dir = path.dirname(path.dirname(fileURLToPath(import.meta.url)))
-  const files = args.length > 0 ? args.map((f) => path.resolve(f)) : readdirSync(dir).filter((f) => f.endsWith('.test.js')).map((f) => path.join(dir, f))
+  const files = positionals.length > 0 ? positionals.map((f) => path.resolve(f)) : readdirSync(dir).filter((f) => f.endsWith('.test.js')).map((f) => path.join(dir, f))
   const stream = run({ files: suiteOrder(files), concurrency })
   // Any failure (a test, a file that did not load, a cancelled test) fails the run, as with `node --test`.
   stream.on('test:fail', () => (process.exitCode = 1))
