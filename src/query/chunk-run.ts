@@ -46,6 +46,7 @@ export class ChunkRun {
     if (ruledOut && !includeAllBlocks && (await sql.isDense(con))) {
       this.plan = await boundaryHeaders(con, sql, texts)
     } else {
+      if (!ruledOut) await sql.loadNulls(con)
       const keyed = !ruledOut && sql.kinds.length > 0 && keyedPlan.maxRows >= 0 && !sql.plan.scans.some(unfiltered)
       this.plan = (keyed ? await prepareKeyed(con, sql, texts, includeAllBlocks) : undefined) ??
         (await prepareTempTables(con, sql, texts, includeAllBlocks, ruledOut))

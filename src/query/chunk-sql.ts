@@ -5,7 +5,8 @@ import type { Sql } from './lazy-connection.js'
 import { narrowFlag } from './narrow-columns.js'
 import { unfiltered, type QueryPlan, type ScanPlan } from './plan.js'
 import type { SelectedBlock } from './chunk-plan.js'
-import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightSql } from './sql.js'
+import { columnNulls, type ColumnNulls } from './column-nulls.js'
+import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightSql, type Nulls } from './sql.js'
 import { chunkIsDense } from './summary.js'
 import type { HeldChunk } from './types.js'
 
@@ -38,6 +39,8 @@ export class ChunkSql {
   readonly kinds: ItemDecl[]
   /** Block-number column of the header table (`number`). */
   readonly blockCol: string
+  /** What the chunk's tables hold of NULLs, once `loadNulls` read it (else nothing is known). */
+  private nulls = new Map<string, ColumnNulls>()
 
   constructor(
     readonly plan: QueryPlan,
@@ -70,6 +73,17 @@ export class ChunkSql {
   /** Whether the chunk holds every block of its range (summary.ts). */
   isDense(con: Sql): Promise<boolean> {
     return chunkIsDense(con, this.chunk.dir, this.plan.family.header.table, this.blockCol)
+  }
+
+  /** Reads what the tables of the query's kinds and headers hold of NULLs (column-nulls.ts). */
+  async loadNulls(con: Sql): Promise<void> {
+    const tables = [this.plan.family.header.table, ...this.kinds.map((k) => k.table)]
+    this.nulls = await columnNulls(con, this.chunk.dir, tables)
+  }
+
+  private nullsOf(table: string): (column: string) => Nulls {
+    const known = this.nulls.get(table)
+    return (column) => known?.get(column) ?? 'some'
   }
 
   selected(item: ItemDecl): string[] {
@@ -154,12 +168,13 @@ export class ChunkSql {
 
   /** A header row's JSON text. */
   headerText(alias: string): string {
-    return itemJsonSql(this.plan.family.header, this.selected(this.plan.family.header), alias)
+    const header = this.plan.family.header
+    return itemJsonSql(header, this.selected(header), alias, '', undefined, this.nullsOf(header.table))
   }
 
   /** An item row's JSON after a comma: `,{…}` (the engine drops the comma of a block's first item). */
   itemJson(kind: ItemDecl, stored?: (column: string) => string): string {
-    return itemJsonSql(kind, this.selected(kind), 'src', ',', stored)
+    return itemJsonSql(kind, this.selected(kind), 'src', ',', stored, this.nullsOf(kind.table))
   }
 
   /**

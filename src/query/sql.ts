@@ -71,17 +71,73 @@ function qualifyCondition(cond: string, q: (column: string) => string): string {
 const keyLit = (key: string, comma: boolean) => lit(`${comma ? ',' : ''}${JSON.stringify(key)}:`)
 
 /**
+ * What a chunk's file says of a column's NULLs: none, every row, or some (or unknown). A column
+ * without NULLs needs no NULL case in its text, and a column of NULLs is the literal `null`
+ * (column-nulls.ts reads this from the chunk's Parquet statistics).
+ */
+export type Nulls = 'none' | 'all' | 'some'
+
+/**
+ * A top-level field's text as pieces of a `concat`: a literal (`{ text }`) or an SQL expression.
+ * A field on one column whose file has no NULLs is its value without the NULL case (a hex value is
+ * the column between two quote literals, which merge with the keys around them); a column of NULLs
+ * is `null`. `concat` with fewer, merged arguments and no CASE per field: measured below a third of
+ * DuckDB's time for a log row's text (docs/benchmark-history.md, step 50).
+ */
+function fieldPieces(f: FieldDecl, q: (column: string) => string, nulls: (column: string) => Nulls): Piece[] {
+  const e = f.encoding
+  const state = f.when || e.kind === 'sql' ? 'some' : nulls(e.column)
+  if (state === 'all') return [{ text: 'null' }]
+  if (state === 'none' && e.kind !== 'sql') {
+    if (e.kind === 'hex') return [{ text: '"' }, q(e.column), { text: '"' }]
+    return [valueText(f, q)]
+  }
+  return [fieldText(f, q)]
+}
+
+type Piece = string | { text: string }
+
+/** `concat(…)` of the pieces, adjacent literals merged into one. */
+function concatSql(pieces: Piece[]): string {
+  const args: string[] = []
+  let text: string | undefined
+  for (const p of pieces) {
+    if (typeof p === 'string') {
+      if (text !== undefined) args.push(lit(text))
+      text = undefined
+      args.push(p)
+    } else {
+      text = (text ?? '') + p.text
+    }
+  }
+  if (text !== undefined) args.push(lit(text))
+  return `concat(${args.join(', ')})`
+}
+
+/**
  * JSON text of one item row, as a VARCHAR expression. Top-level fields are always present (null
  * when the value is null). Nested objects (trace `action`/`result`) appear only when one of their
  * selected fields applies to the row (`when`), leave out null members, and with `dropIfEmpty` are
  * left out when every member is null. `prefix` is written before the object (item rows carry the
  * comma that separates them in their array, so that rows lying back to back in DuckDB's memory
  * are already the array's text). `stored` names the column a value is read from (a local form's
- * narrow copy of a column, say).
+ * narrow copy of a column, say); `nulls` what the chunk holds of a (declared) column's NULLs.
  */
-export function itemJsonSql(item: ItemDecl, selected: string[], alias = '', prefix = '', stored: (column: string) => string = (c) => c): string {
+export function itemJsonSql(
+  item: ItemDecl,
+  selected: string[],
+  alias = '',
+  prefix = '',
+  stored: (column: string) => string = (c) => c,
+  nulls: (column: string) => Nulls = () => 'some',
+): string {
   const q = (c: string) => (alias ? `${alias}.${ident(stored(c))}` : ident(stored(c)))
-  const parts: string[] = []
+  const pieces: Piece[] = [{ text: `${prefix}{` }]
+  let first = true
+  const key = (name: string) => {
+    pieces.push({ text: `${first ? '' : ','}${JSON.stringify(name)}:` })
+    first = false
+  }
   const nested = new Map<string, { key: string; f: FieldDecl }[]>()
   for (const name of outputFields(item, selected)) {
     const f = item.fields[name]
@@ -90,7 +146,8 @@ export function itemJsonSql(item: ItemDecl, selected: string[], alias = '', pref
       list.push({ key: f.path[1], f })
       nested.set(f.path[0], list)
     } else {
-      parts.push(keyLit(f.path?.[0] ?? name, parts.length > 0), fieldText(f, q))
+      key(f.path?.[0] ?? name)
+      pieces.push(...fieldPieces(f, q, nulls))
     }
   }
   for (const decl of item.nested ?? []) {
@@ -103,11 +160,13 @@ export function itemJsonSql(item: ItemDecl, selected: string[], alias = '', pref
     const cond = decl.dropIfEmpty ? `(${applies}) AND (${values.map((v) => `${v} IS NOT NULL`).join(' OR ')})` : applies
     // Each present member is written with a leading comma; the object drops the first one.
     const body = `concat(${members.map((m, i) => `CASE WHEN ${values[i]} IS NOT NULL THEN concat(${keyLit(m.key, true)}, ${values[i]}) ELSE '' END`).join(', ')})`
-    parts.push(`CASE WHEN ${cond} THEN concat(${keyLit(decl.name, parts.length > 0)}, '{', substr(${body}, 2), '}') ELSE '' END`)
+    pieces.push(`CASE WHEN ${cond} THEN concat(${keyLit(decl.name, !first)}, '{', substr(${body}, 2), '}') ELSE '' END`)
+    first = false
   }
   // An item with no identifier fields and nothing selected (Starknet `stateUpdates: [{}]`) is `{}`.
-  if (parts.length === 0) return lit(`${prefix}{}`)
-  return `concat(${lit(`${prefix}{`)}, ${parts.join(', ')}, '}')`
+  if (first) return lit(`${prefix}{}`)
+  pieces.push({ text: '}' })
+  return concatSql(pieces)
 }
 
 /** Estimated JSON size of an item row: fixed weights plus stored size columns (terms to add). */
