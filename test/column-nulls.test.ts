@@ -1,0 +1,112 @@
+import assert from 'node:assert/strict'
+import { rm } from 'node:fs/promises'
+import path from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { connect, lit } from '../src/db.js'
+import { chunkTableNames, listLocalChunks, readDatasetMeta } from '../src/chunks/layout.js'
+import { familyByName } from '../src/families/index.js'
+import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
+import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
+import { columnNulls } from '../src/query/column-nulls.js'
+import { itemJsonSql } from '../src/query/sql.js'
+import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+
+/*
+ * A row's JSON text built with what a chunk's Parquet statistics say of its columns' NULLs
+ * (src/query/column-nulls.ts, `itemJsonSql`) is byte for byte the text built without: every item
+ * and header of real recorded EVM, Starknet and Moonbeam chunks, every field selected. And the
+ * statistics are read as they are: a column with NULLs in some rows, none, or every row.
+ */
+
+describe('row texts from the chunks\' NULL statistics', () => {
+  let tmp: Awaited<ReturnType<typeof tempDir>>
+  const roots: string[] = []
+
+  before(async () => {
+    tmp = await tempDir('ba-column-nulls-')
+    const evm = path.join(tmp.dir, 'evm')
+    await writeDataset(evm, 'evm', (await anvilRecords()).slice(0, 32), 16)
+    const starknet = path.join(tmp.dir, 'starknet')
+    await ingestRecordedStarknet(starknet, 'starknet')
+    const moonbeam = path.join(tmp.dir, 'moonbeam')
+    await ingestRecordedSidecar(moonbeam, 'moonbeam', 'moonbeam', { workers: 0 })
+    roots.push(evm, starknet, moonbeam)
+  })
+  after(async () => tmp?.cleanup())
+
+  it('the statistics of a recorded EVM chunk: some, none and all NULL', async () => {
+    const con = await connect()
+    try {
+      const chunk = (await listLocalChunks(roots[0]))[0]
+      const dir = path.join(roots[0], chunk.path)
+      const nulls = (await columnNulls(con, dir, ['transactions', 'blocks'])).get('transactions')!
+      // Blocks 0–15 of the anvil chain deploy contracts (no `to`) and call them (a `to`).
+      const [[withTo, rows]] = (await con.runAndReadAll(`SELECT count("to")::INTEGER, count(*)::INTEGER FROM read_parquet(${lit(path.join(dir, 'transactions.parquet'))})`)).getRows() as number[][]
+      assert.ok(withTo > 0 && withTo < rows, `${withTo} of ${rows} transactions with a recipient`)
+      assert.equal(nulls.get('to'), undefined, 'to: some NULL')
+      assert.equal(nulls.get('hash'), 'none')
+      assert.equal(nulls.get('contract_address'), undefined, 'contract_address: some NULL')
+      const [[l1Fee]] = (await con.runAndReadAll(`SELECT count(l1_fee)::INTEGER FROM read_parquet(${lit(path.join(dir, 'transactions.parquet'))})`)).getRows() as number[][]
+      assert.equal(l1Fee, 0)
+      assert.equal(nulls.get('l1_fee'), 'all')
+      // Kept: the same answer without a statement.
+      let ran = 0
+      const counting = { runAndReadAll: (...a: Parameters<typeof con.runAndReadAll>) => (ran++, con.runAndReadAll(...a)), run: con.run.bind(con), stream: con.stream.bind(con) }
+      assert.equal((await columnNulls(counting, dir, ['transactions'])).get('transactions'), nulls)
+      assert.equal(ran, 0)
+    } finally {
+      con.closeSync()
+    }
+  })
+
+  it('a table whose file is missing: nothing known, asked again next time', async () => {
+    const con = await connect()
+    try {
+      const src = (await listLocalChunks(roots[0]))[1]
+      const dir = path.join(tmp.dir, 'copy')
+      await import('node:fs/promises').then((fs) => fs.cp(path.join(roots[0], src.path), dir, { recursive: true }))
+      await rm(path.join(dir, 'logs.parquet'))
+      const first = await columnNulls(con, dir, ['logs', 'transactions'])
+      assert.equal(first.get('logs')!.size, 0)
+      assert.equal(first.get('transactions')!.size, 0)
+      // Now one at a time: the transactions are read.
+      assert.equal((await columnNulls(con, dir, ['transactions'])).get('transactions')!.get('hash'), 'none')
+    } finally {
+      con.closeSync()
+    }
+  })
+
+  it('every item and header, every field: the same bytes as without the statistics', async () => {
+    const con = await connect()
+    try {
+      let compared = 0
+      let simpler = 0
+      for (const root of roots) {
+        const family = familyByName((await readDatasetMeta(root))!.family)
+        for (const chunk of await listLocalChunks(root)) {
+          const dir = path.join(root, chunk.path)
+          const tables = await chunkTableNames(dir)
+          const items = [family.header, ...family.items].filter((i) => tables.includes(i.table))
+          const nulls = await columnNulls(con, dir, items.map((i) => i.table))
+          for (const item of items) {
+            const fields = Object.keys(item.fields)
+            const known = nulls.get(item.table)!
+            const plain = itemJsonSql(item, fields, 't', ',')
+            const withNulls = itemJsonSql(item, fields, 't', ',', undefined, (c) => known.get(c) ?? 'some')
+            if (withNulls.length < plain.length) simpler++
+            const file = `read_parquet(${lit(path.join(dir, `${item.table}.parquet`))}) t`
+            const rows = await con.runAndReadAll(`SELECT ${plain} = ${withNulls}, ${plain}, ${withNulls} FROM ${file}`)
+            for (const [same, a, b] of rows.getRows()) {
+              assert.equal(same, true, `${root} ${chunk.path} ${item.table}:\n${a}\n${b}`)
+              compared++
+            }
+          }
+        }
+      }
+      console.log(`# ${compared} rows compared, ${simpler} item texts simpler with the statistics`)
+      assert.ok(compared > 1000 && simpler > 10, `${compared} rows, ${simpler} simpler texts`)
+    } finally {
+      con.closeSync()
+    }
+  })
+})
