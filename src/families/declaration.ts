@@ -56,6 +56,8 @@ export type FieldEncoding =
   | { kind: 'bigint'; column: string }
   | { kind: 'boolean'; column: string }
   | { kind: 'json'; column: string }
+  /** Hex columns as a JSON array of those not null, in order (`[]` when all are null). */
+  | { kind: 'hexList'; columns: string[] }
   | { kind: 'sql'; expr: string; columns: string[] }
 
 export interface FieldDecl {

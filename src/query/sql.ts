@@ -46,6 +46,9 @@ function valueText(f: FieldDecl, q: (column: string) => string): string {
     case 'json':
       v = q(e.column)
       break
+    case 'hexList':
+      v = hexListSql(e.columns.map(q))
+      break
     case 'sql':
       v = `CAST(${e.columns.reduce((expr, c) => expr.replace(new RegExp(`\\b${c}\\b`, 'g'), q(c)), e.expr)} AS VARCHAR)`
       break
@@ -77,6 +80,11 @@ const keyLit = (key: string, comma: boolean) => lit(`${comma ? ',' : ''}${JSON.s
  */
 export type Nulls = 'none' | 'all' | 'some'
 
+/** Hex values as a JSON array of those not null: never NULL itself. */
+function hexListSql(values: string[]): string {
+  return `CASE WHEN coalesce(${values.join(', ')}) IS NULL THEN '[]' ELSE concat('["', concat_ws('","', ${values.join(', ')}), '"]') END`
+}
+
 /**
  * A top-level field's text as pieces of a `concat`: a literal (`{ text }`) or an SQL expression.
  * A field on one column whose file has no NULLs is its value without the NULL case (a hex value is
@@ -86,7 +94,14 @@ export type Nulls = 'none' | 'all' | 'some'
  */
 function fieldPieces(f: FieldDecl, q: (column: string) => string, nulls: (column: string) => Nulls): Piece[] {
   const e = f.encoding
-  const state = f.when || e.kind === 'sql' ? 'some' : nulls(e.column)
+  if (e.kind === 'hexList' && !f.when) {
+    // Columns of NULLs add nothing; a first column without NULLs makes the list never empty.
+    const present = e.columns.filter((c) => nulls(c) !== 'all')
+    if (present.length === 0) return [{ text: '[]' }]
+    if (nulls(present[0]) !== 'none') return [hexListSql(present.map(q))]
+    return [{ text: '["' }, present.length === 1 ? q(present[0]) : `concat_ws('","', ${present.map(q).join(', ')})`, { text: '"]' }]
+  }
+  const state = f.when || e.kind === 'sql' || e.kind === 'hexList' ? 'some' : nulls(e.column)
   if (state === 'all') return [{ text: 'null' }]
   if (state === 'none' && e.kind !== 'sql') {
     if (e.kind === 'hex') return [{ text: '"' }, q(e.column), { text: '"' }]
