@@ -5,11 +5,10 @@ import { after, before, describe, it } from 'node:test'
 import { connect, lit } from '../src/db.js'
 import { chunkTableNames, listLocalChunks, readDatasetMeta } from '../src/chunks/layout.js'
 import { familyByName } from '../src/families/index.js'
-import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
-import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
 import { columnNulls } from '../src/query/column-nulls.js'
 import { itemJsonSql } from '../src/query/sql.js'
-import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { tempDir } from './helpers/dataset.js'
+import { familyDatasets } from './helpers/family-datasets.js'
 
 /*
  * A row's JSON text built with what a chunk's Parquet statistics say of its columns' NULLs
@@ -24,13 +23,7 @@ describe('row texts from the chunks\' NULL statistics', () => {
 
   before(async () => {
     tmp = await tempDir('ba-column-nulls-')
-    const evm = path.join(tmp.dir, 'evm')
-    await writeDataset(evm, 'evm', (await anvilRecords()).slice(0, 32), 16)
-    const starknet = path.join(tmp.dir, 'starknet')
-    await ingestRecordedStarknet(starknet, 'starknet')
-    const moonbeam = path.join(tmp.dir, 'moonbeam')
-    await ingestRecordedSidecar(moonbeam, 'moonbeam', 'moonbeam', { workers: 0 })
-    roots.push(evm, starknet, moonbeam)
+    roots.push(...(await familyDatasets(tmp.dir)))
   })
   after(async () => tmp?.cleanup())
 

@@ -5,13 +5,12 @@ import { duckdbApi } from '../src/db.js'
 import { chunkTableNames, listLocalChunks, readDatasetMeta } from '../src/chunks/layout.js'
 import { blockOrders, type FamilyDecl } from '../src/families/declaration.js'
 import { familyByName } from '../src/families/index.js'
-import { ingestRecordedStarknet } from '../src/ingest/recorded.js'
-import { ingestRecordedSidecar } from '../src/ingest/substrate/sidecar/recorded.js'
 import { keyedPlan } from '../src/query/keyed-plan.js'
 import { prepareQuery } from '../src/query/engine.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import { BY_BLOCK_SUFFIX, LocalForms, narrowCopies } from '../src/storage/local-forms.js'
-import { anvilRecords, tempDir, writeDataset } from './helpers/dataset.js'
+import { tempDir } from './helpers/dataset.js'
+import { familyDatasets } from './helpers/family-datasets.js'
 import { allFieldsQuery, declaredQueries } from './helpers/declared-queries.js'
 import { streamText } from './helpers/http.js'
 
@@ -146,15 +145,7 @@ describe('the keyed and the temp-table plan give the same answers', { timeout: 6
 
   before(async () => {
     tmp = await tempDir('ba-plans-')
-    const evm = path.join(tmp.dir, 'evm')
-    // 32 blocks in 2 chunks of 16: the contract deployments of blocks 1–7, then the chain's 3-block
-    // cycle of transfers (blocks above 32 repeat it); every block is bigger than a 4 KiB slice.
-    await writeDataset(evm, 'evm', (await anvilRecords()).slice(0, 32), 16)
-    const starknet = path.join(tmp.dir, 'starknet')
-    await ingestRecordedStarknet(starknet, 'starknet')
-    const moonbeam = path.join(tmp.dir, 'moonbeam')
-    await ingestRecordedSidecar(moonbeam, 'moonbeam', 'moonbeam', { workers: 0 })
-    for (const root of [evm, starknet, moonbeam]) datasets.push(await openDataset(root, path.join(tmp.dir, `${path.basename(root)}-forms.duckdb`)))
+    for (const root of await familyDatasets(tmp.dir)) datasets.push(await openDataset(root, path.join(tmp.dir, `${path.basename(root)}-forms.duckdb`)))
   })
 
   after(async () => {
