@@ -89,7 +89,7 @@ function hexListSql(values: string[]): string {
  * A top-level field's text as pieces of a `concat`: a literal (`{ text }`) or an SQL expression.
  * A field on one column whose file has no NULLs is its value without the NULL case (a hex value is
  * the column between two quote literals, which merge with the keys around them); a column of NULLs
- * is `null`. `concat` with fewer, merged arguments and no CASE per field: measured below a third of
+ * is `null`. `concat` with fewer, merged arguments and no CASE per field: measured about half of
  * DuckDB's time for a log row's text (docs/benchmark-history.md, step 50).
  */
 function fieldPieces(f: FieldDecl, q: (column: string) => string, nulls: (column: string) => Nulls): Piece[] {
@@ -103,7 +103,7 @@ function fieldPieces(f: FieldDecl, q: (column: string) => string, nulls: (column
   }
   const state = f.when || e.kind === 'sql' || e.kind === 'hexList' ? 'some' : nulls(e.column)
   if (state === 'all') return [{ text: 'null' }]
-  if (state === 'none' && e.kind !== 'sql') {
+  if (state === 'none') {
     if (e.kind === 'hex') return [{ text: '"' }, q(e.column), { text: '"' }]
     return [valueText(f, q)]
   }
