@@ -15,7 +15,8 @@ import type { Nulls } from './sql.js'
 /** Columns that have no NULL (`none`) or only NULLs (`all`); a column not named may have some. */
 export type ColumnNulls = ReadonlyMap<string, Exclude<Nulls, 'some'>>
 
-const MAX_TABLES = 65_536
+/** About 170 bytes each (the key, the map's slot): at most about 3 MB. */
+const MAX_TABLES = 16_384
 const known = new Map<string, ColumnNulls>()
 /** Distinct answers, by their text: 100,000 chunks of one chain hold a handful of them. */
 const distinct = new Map<string, ColumnNulls>()
