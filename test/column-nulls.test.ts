@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict'
-import { rm } from 'node:fs/promises'
+import { cp, readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { connect, lit } from '../src/db.js'
-import { chunkTableNames, listLocalChunks, readDatasetMeta } from '../src/chunks/layout.js'
+import { footerNulls } from '../src/chunks/chunk-nulls.js'
+import { chunkTableNames, listLocalChunks, readChunkMeta, readDatasetMeta } from '../src/chunks/layout.js'
 import { familyByName } from '../src/families/index.js'
 import { columnNulls } from '../src/query/column-nulls.js'
 import { itemJsonSql } from '../src/query/sql.js'
@@ -14,7 +15,8 @@ import { familyDatasets } from './helpers/family-datasets.js'
  * A row's JSON text built with what a chunk's Parquet statistics say of its columns' NULLs
  * (src/query/column-nulls.ts, `itemJsonSql`) is byte for byte the text built without: every item
  * and header of real recorded EVM, Starknet and Moonbeam chunks, every field selected. And the
- * statistics are read as they are: a column with NULLs in some rows, none, or every row.
+ * statistics are read as they are (a column with NULLs in some rows, none, or every row), written
+ * into meta.json by the ingest, and read from the footers for a chunk without them.
  */
 
 describe('row texts from the chunks\' NULL statistics', () => {
@@ -27,24 +29,29 @@ describe('row texts from the chunks\' NULL statistics', () => {
   })
   after(async () => tmp?.cleanup())
 
-  it('the statistics of a recorded EVM chunk: some, none and all NULL', async () => {
+  it('the statistics of a recorded EVM chunk: some, none and all NULL, written into meta.json by the ingest', async () => {
     const con = await connect()
     try {
       const chunk = (await listLocalChunks(roots[0]))[0]
       const dir = path.join(roots[0], chunk.path)
-      const nulls = (await columnNulls(con, dir, ['transactions', 'blocks'])).get('transactions')!
+      const file = lit(path.join(dir, 'transactions.parquet'))
       // Blocks 0–15 of the anvil chain deploy contracts (no `to`) and call them (a `to`).
-      const [[withTo, rows]] = (await con.runAndReadAll(`SELECT count("to")::INTEGER, count(*)::INTEGER FROM read_parquet(${lit(path.join(dir, 'transactions.parquet'))})`)).getRows() as number[][]
+      const [[withTo, rows, l1Fee]] = (await con.runAndReadAll(`SELECT count("to")::INTEGER, count(*)::INTEGER, count(l1_fee)::INTEGER FROM read_parquet(${file})`)).getRows() as number[][]
       assert.ok(withTo > 0 && withTo < rows, `${withTo} of ${rows} transactions with a recipient`)
-      assert.equal(nulls.get('to'), undefined, 'to: some NULL')
-      assert.equal(nulls.get('hash'), 'none')
-      assert.equal(nulls.get('contract_address'), undefined, 'contract_address: some NULL')
-      const [[l1Fee]] = (await con.runAndReadAll(`SELECT count(l1_fee)::INTEGER FROM read_parquet(${lit(path.join(dir, 'transactions.parquet'))})`)).getRows() as number[][]
       assert.equal(l1Fee, 0)
-      assert.equal(nulls.get('l1_fee'), 'all')
-      // Kept: the same answer without a statement.
+      const footers = (await footerNulls(con, dir, ['transactions'])).transactions
+      assert.ok(!footers.none.includes('to') && !footers.all.includes('to'), 'to: some NULL')
+      assert.ok(footers.none.includes('hash'))
+      assert.ok(footers.all.includes('l1_fee'))
+      assert.deepEqual((await readChunkMeta(roots[0], chunk)).nulls?.transactions, footers, 'meta.json holds what the footers say')
+      // Read from meta.json: no statement; then kept.
       let ran = 0
       const counting = { runAndReadAll: (...a: Parameters<typeof con.runAndReadAll>) => (ran++, con.runAndReadAll(...a)), run: con.run.bind(con), stream: con.stream.bind(con) }
+      const nulls = (await columnNulls(counting, dir, ['transactions', 'blocks'])).get('transactions')!
+      assert.equal(ran, 0)
+      assert.equal(nulls.get('to'), undefined)
+      assert.equal(nulls.get('hash'), 'none')
+      assert.equal(nulls.get('l1_fee'), 'all')
       assert.equal((await columnNulls(counting, dir, ['transactions'])).get('transactions'), nulls)
       assert.equal(ran, 0)
     } finally {
@@ -52,12 +59,21 @@ describe('row texts from the chunks\' NULL statistics', () => {
     }
   })
 
-  it('a table whose file is missing: nothing known, asked again next time', async () => {
+  it('a chunk written without them: read from its footers; a missing file: nothing known, asked again next time', async () => {
     const con = await connect()
     try {
       const src = (await listLocalChunks(roots[0]))[1]
       const dir = path.join(tmp.dir, 'copy')
-      await import('node:fs/promises').then((fs) => fs.cp(path.join(roots[0], src.path), dir, { recursive: true }))
+      await cp(path.join(roots[0], src.path), dir, { recursive: true })
+      const meta = JSON.parse(await readFile(path.join(dir, 'meta.json'), 'utf8'))
+      const written = meta.nulls
+      delete meta.nulls
+      await writeFile(path.join(dir, 'meta.json'), JSON.stringify(meta))
+      let ran = 0
+      const counting = { runAndReadAll: (...a: Parameters<typeof con.runAndReadAll>) => (ran++, con.runAndReadAll(...a)), run: con.run.bind(con), stream: con.stream.bind(con) }
+      const blocks = (await columnNulls(counting, dir, ['blocks'])).get('blocks')!
+      assert.equal(ran, 1, 'one statement')
+      assert.deepEqual([...blocks].sort(), [...written.blocks.none.map((c: string) => [c, 'none']), ...written.blocks.all.map((c: string) => [c, 'all'])].sort())
       await rm(path.join(dir, 'logs.parquet'))
       const first = await columnNulls(con, dir, ['logs', 'transactions'])
       assert.equal(first.get('logs')!.size, 0)

@@ -2,10 +2,12 @@ import assert from 'node:assert/strict'
 import { cp, readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
+import { footerNulls } from '../src/chunks/chunk-nulls.js'
 import { listLocalChunks, readChunkMeta, scanLocalChunks } from '../src/chunks/layout.js'
 import { resolveChunks, supersede } from '../src/chunks/supersede.js'
 import { Compactor } from '../src/compact/compactor.js'
 import { tailBound } from '../src/compact/plan.js'
+import { connect } from '../src/db.js'
 import { evmFamily } from '../src/families/evm.js'
 import { FolderTarget } from '../src/ingest/target.js'
 import { RouterServer } from '../src/server/router-http.js'
@@ -84,6 +86,13 @@ describe('compaction', { timeout: 600_000 }, () => {
         if (!m.replaces) continue
         const rows = m.replaces.map((p) => all.find((c) => c.path === p)!)
         assert.equal(m.blockCount, (await Promise.all(rows.map((c) => readChunkMeta(dir, c)))).reduce((n, x) => n + x.blockCount, 0), kept[i].path)
+        // The merged chunk's NULL facts are those of its own files (src/chunks/chunk-nulls.ts).
+        const con = await connect()
+        try {
+          assert.deepEqual(m.nulls, await footerNulls(con, path.join(dir, kept[i].path), m.tables), kept[i].path)
+        } finally {
+          con.closeSync()
+        }
       }
       // the ingest resumes after the merged chunks: the listing it reads has no overlap
       assert.deepEqual((await listLocalChunks(dir)).map((c) => c.path), kept.map((c) => c.path))

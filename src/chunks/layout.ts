@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto'
 import { closeSync, createReadStream, openSync, readSync } from 'node:fs'
 import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
+import type { TableNulls } from './chunk-nulls.js'
 import { pipeline } from 'node:stream/promises'
 import { resolveChunks } from './supersede.js'
 
@@ -51,6 +52,8 @@ export interface ChunkMeta {
   sealed?: boolean
   /** Bloom filters of the columns list filters name, `table.column` → base64 (null: too many values); src/chunks/chunk-summary.ts. */
   summaries?: Record<string, string | null>
+  /** Per table, its columns without NULLs and with only NULLs; src/chunks/chunk-nulls.ts. Older chunks lack it. */
+  nulls?: Record<string, TableNulls>
   /**
    * Every file of the chunk folder but meta.json (the Parquet files), with its size and SHA-256
    * (hex), so that a copy can be verified. Chunks written before the manifest existed lack it.

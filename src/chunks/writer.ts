@@ -7,6 +7,7 @@ import { connect, duckdbApi, ident, lit } from '../db.js'
 import type { ColumnDecl, FamilyDecl, TableDecl } from '../families/declaration.js'
 import { chunkPath, hashFile, shortHash, type ChunkFileInfo, type ChunkMeta, type ChunkRef, parseChunkPath } from './layout.js'
 import { chunkSummaries, distinctTexts, summaryKey, textSummaryColumns } from './chunk-summary.js'
+import { footerNulls } from './chunk-nulls.js'
 import { ndjsonObjectBound } from './ndjson-bound.js'
 import { asText, ndjsonTables, ndjsonText, textSize, type BlockRows, type Row, type RowsText } from './rows.js'
 
@@ -203,6 +204,7 @@ export class ChunkBuilder {
     const con = await connect()
     const prefix = `s_${randomBytes(3).toString('hex')}`
     let summaries: Record<string, string | null> | undefined
+    let nulls: ChunkMeta['nulls']
     try {
       let spooled: Record<string, string> | undefined
       if (spool) {
@@ -221,6 +223,7 @@ export class ChunkBuilder {
         else await this.writeTable(con, this.decl(name))
       }
       summaries = await chunkSummaries(con, this.tmpDir, this.family, this.tables, this.tableRows(), this.summaryValues)
+      nulls = await footerNulls(con, this.tmpDir, this.tables)
     } finally {
       if (spool) await spool.release(con, prefix).catch(() => undefined)
       con.closeSync()
@@ -237,6 +240,7 @@ export class ChunkBuilder {
       tables: this.tables,
       rows: this.tableRows(),
       summaries,
+      nulls,
       files: await this.manifest(),
     }
     await writeFile(path.join(this.tmpDir, 'meta.json'), JSON.stringify(meta, null, 2))

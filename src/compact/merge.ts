@@ -4,6 +4,7 @@ import path from 'node:path'
 import { connect, ident, lit } from '../db.js'
 import type { FamilyDecl } from '../families/declaration.js'
 import { chunkSummaries } from '../chunks/chunk-summary.js'
+import { footerNulls } from '../chunks/chunk-nulls.js'
 import { chunkPath, exists, hashFile, parseChunkPath, shortHash, type ChunkMeta, type ChunkRef } from '../chunks/layout.js'
 import { parquetOptions, sortOrder, type ParquetSettings } from '../chunks/writer.js'
 import type { Merge } from './plan.js'
@@ -33,6 +34,7 @@ export async function writeMerged(family: FamilyDecl, buildRoot: string, input: 
   try {
     const rows: Record<string, number> = {}
     let summaries: Record<string, string | null> | undefined
+    let nulls: ChunkMeta['nulls']
     const con = await connect()
     try {
       for (const name of firstMeta.tables) {
@@ -57,6 +59,7 @@ export async function writeMerged(family: FamilyDecl, buildRoot: string, input: 
         rows[name] = Number(written.getRows()[0][0])
       }
       summaries = await chunkSummaries(con, tmpDir, family, firstMeta.tables, rows)
+      nulls = await footerNulls(con, tmpDir, firstMeta.tables)
     } finally {
       con.closeSync()
     }
@@ -74,6 +77,7 @@ export async function writeMerged(family: FamilyDecl, buildRoot: string, input: 
       tables: firstMeta.tables,
       rows,
       summaries,
+      nulls,
       files: Object.fromEntries(names.map((n, i) => [n, infos[i]])),
       tier: merge.tier,
       sealed: merge.sealed || undefined,
