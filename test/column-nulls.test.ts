@@ -2,6 +2,7 @@ import assert from 'node:assert/strict'
 import { cp, readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
+import type { DuckDBConnection } from '@duckdb/node-api'
 import { connect, lit } from '../src/db.js'
 import { footerNulls } from '../src/chunks/chunk-nulls.js'
 import { chunkTableNames, listLocalChunks, readChunkMeta, readDatasetMeta } from '../src/chunks/layout.js'
@@ -18,6 +19,17 @@ import { familyDatasets } from './helpers/family-datasets.js'
  * statistics are read as they are (a column with NULLs in some rows, none, or every row), written
  * into meta.json by the ingest, and read from the footers for a chunk without them.
  */
+
+/** The connection, counting the statements `columnNulls` runs (`ran`). */
+function countingStatements(con: DuckDBConnection) {
+  const counting = {
+    ran: 0,
+    runAndReadAll: (...a: Parameters<DuckDBConnection['runAndReadAll']>) => (counting.ran++, con.runAndReadAll(...a)),
+    run: con.run.bind(con),
+    stream: con.stream.bind(con),
+  }
+  return counting
+}
 
 describe('row texts from the chunks\' NULL statistics', () => {
   let tmp: Awaited<ReturnType<typeof tempDir>>
@@ -45,15 +57,14 @@ describe('row texts from the chunks\' NULL statistics', () => {
       assert.ok(footers.all.includes('l1_fee'))
       assert.deepEqual((await readChunkMeta(roots[0], chunk)).nulls?.transactions, footers, 'meta.json holds what the footers say')
       // Read from meta.json: no statement; then kept.
-      let ran = 0
-      const counting = { runAndReadAll: (...a: Parameters<typeof con.runAndReadAll>) => (ran++, con.runAndReadAll(...a)), run: con.run.bind(con), stream: con.stream.bind(con) }
+      const counting = countingStatements(con)
       const nulls = (await columnNulls(counting, dir, ['transactions', 'blocks'])).get('transactions')!
-      assert.equal(ran, 0)
+      assert.equal(counting.ran, 0)
       assert.equal(nulls.get('to'), undefined)
       assert.equal(nulls.get('hash'), 'none')
       assert.equal(nulls.get('l1_fee'), 'all')
       assert.equal((await columnNulls(counting, dir, ['transactions'])).get('transactions'), nulls)
-      assert.equal(ran, 0)
+      assert.equal(counting.ran, 0)
     } finally {
       con.closeSync()
     }
@@ -69,10 +80,9 @@ describe('row texts from the chunks\' NULL statistics', () => {
       const written = meta.nulls
       delete meta.nulls
       await writeFile(path.join(dir, 'meta.json'), JSON.stringify(meta))
-      let ran = 0
-      const counting = { runAndReadAll: (...a: Parameters<typeof con.runAndReadAll>) => (ran++, con.runAndReadAll(...a)), run: con.run.bind(con), stream: con.stream.bind(con) }
+      const counting = countingStatements(con)
       const blocks = (await columnNulls(counting, dir, ['blocks'])).get('blocks')!
-      assert.equal(ran, 1, 'one statement')
+      assert.equal(counting.ran, 1, 'one statement')
       assert.deepEqual([...blocks].sort(), [...written.blocks.none.map((c: string) => [c, 'none']), ...written.blocks.all.map((c: string) => [c, 'all'])].sort())
       await rm(path.join(dir, 'logs.parquet'))
       const first = await columnNulls(con, dir, ['logs', 'transactions'])
