@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto'
 import { closeSync, createReadStream, openSync, readSync } from 'node:fs'
 import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
-import type { TableNulls } from './chunk-nulls.js'
 import { pipeline } from 'node:stream/promises'
+import type { TableNulls } from './chunk-nulls.js'
 import { resolveChunks } from './supersede.js'
 
 /*

@@ -7,6 +7,7 @@ import { boundaryHeaders, readHeaders } from './headers-plan.js'
 import { keyedPlan, prepareKeyed } from './keyed-plan.js'
 import { varcharBytes } from '../fast-path.js'
 import type { RowTexts } from './row-texts.js'
+import type { ChunkMetaReader } from './summary.js'
 import { prepareTempTables } from './temp-table-plan.js'
 
 /*
@@ -39,14 +40,14 @@ export class ChunkRun {
 
   /**
    * Picks and prepares the plan; returns the candidate blocks, ascending. With `ruledOut` (from the
-   * chunk summaries) no item is read.
+   * chunk summaries) no item is read. `meta`: the reader of the chunk's meta.json the query has.
    */
-  async prepare(includeAllBlocks: boolean, ruledOut = false): Promise<SelectedBlock[]> {
+  async prepare(includeAllBlocks: boolean, ruledOut = false, meta?: ChunkMetaReader): Promise<SelectedBlock[]> {
     const { con, sql, texts } = this
     if (ruledOut && !includeAllBlocks && (await sql.isDense(con))) {
       this.plan = await boundaryHeaders(con, sql, texts)
     } else {
-      if (!ruledOut) await sql.loadNulls(con)
+      if (!ruledOut) await sql.loadNulls(con, meta)
       const keyed = !ruledOut && sql.kinds.length > 0 && keyedPlan.maxRows >= 0 && !sql.plan.scans.some(unfiltered)
       this.plan = (keyed ? await prepareKeyed(con, sql, texts, includeAllBlocks) : undefined) ??
         (await prepareTempTables(con, sql, texts, includeAllBlocks, ruledOut))

@@ -7,7 +7,7 @@ import { unfiltered, type QueryPlan, type ScanPlan } from './plan.js'
 import type { SelectedBlock } from './chunk-plan.js'
 import { columnNulls, type ColumnNulls } from './column-nulls.js'
 import { filterSql, itemJsonSql, relationJoinSql, relationSourceColumns, weightSql, type Nulls } from './sql.js'
-import { chunkIsDense } from './summary.js'
+import { chunkIsDense, type ChunkMetaReader } from './summary.js'
 import type { HeldChunk } from './types.js'
 
 /*
@@ -75,10 +75,10 @@ export class ChunkSql {
     return chunkIsDense(con, this.chunk.dir, this.plan.family.header.table, this.blockCol)
   }
 
-  /** Reads what the tables of the query's kinds and headers hold of NULLs (column-nulls.ts). */
-  async loadNulls(con: Sql): Promise<void> {
+  /** Reads what the tables of the query's kinds and headers hold of NULLs (column-nulls.ts), from the chunk's meta.json through `meta` when given. */
+  async loadNulls(con: Sql, meta?: ChunkMetaReader): Promise<void> {
     const tables = [this.plan.family.header.table, ...this.kinds.map((k) => k.table)]
-    this.nulls = await columnNulls(con, this.chunk.dir, tables)
+    this.nulls = await columnNulls(con, this.chunk.dir, tables, meta)
   }
 
   private nullsOf(table: string): (column: string) => Nulls {

@@ -1,7 +1,7 @@
 import { footerNulls, tableNullsOf, type TableNulls } from '../chunks/chunk-nulls.js'
 import type { Sql } from './lazy-connection.js'
 import type { Nulls } from './sql.js'
-import { metaReader } from './summary.js'
+import { metaReader, type ChunkMetaReader } from './summary.js'
 
 /*
  * What a chunk's tables hold of NULLs, column by column (src/chunks/chunk-nulls.ts): a row's JSON
@@ -25,11 +25,11 @@ const MAX_DISTINCT = 1024
 const NOTHING_KNOWN: ColumnNulls = new Map()
 
 /**
- * The NULLs of each of `tables` in the chunk in `dir`: from its meta.json, else one statement
- * reads the footers of the tables not known yet. If that fails (a file missing, say), nothing is
- * known of them, and the next query asks again.
+ * The NULLs of each of `tables` in the chunk in `dir`: from its meta.json (`meta`: the reader the
+ * query already read it with), else one statement reads the footers of the tables not known yet.
+ * If that fails (a file missing, say), nothing is known of them, and the next query asks again.
  */
-export async function columnNulls(con: Sql, dir: string, tables: string[]): Promise<Map<string, ColumnNulls>> {
+export async function columnNulls(con: Sql, dir: string, tables: string[], meta: ChunkMetaReader = metaReader(dir)): Promise<Map<string, ColumnNulls>> {
   const out = new Map<string, ColumnNulls>()
   let missing: string[] = []
   for (const table of tables) {
@@ -40,7 +40,7 @@ export async function columnNulls(con: Sql, dir: string, tables: string[]): Prom
   if (missing.length === 0) return out
   let stored: Record<string, unknown> | undefined
   try {
-    stored = metaReader(dir)()?.nulls
+    stored = meta()?.nulls
   } catch {
     // An unreadable meta.json: the footers say the same.
   }

@@ -153,7 +153,7 @@ export async function prepareQuery(view: DatasetView, body: unknown, budgets: Qu
   try {
     const values = await createValueTables(con, plan)
     const first = new ChunkRun(con, plan, sourceOf(view, head), Math.max(from, head.first), Math.min(to, head.last), values, texts)
-    const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, head.dir, headMeta))
+    const firstBlocks = await first.prepare(query.includeAllBlocks, await chunkCannotMatch(con, plan, head.dir, headMeta), headMeta)
     if (firstBlocks.length === 0) throw noBlocks(from, query.toBlock)
     if (query.parentBlockHash) await checkParent(con, view, from, query.parentBlockHash)
     const stats = { chunksRead: 0, blocks: 0, bytes: 0, lastBlock: -1 }
@@ -209,11 +209,11 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
   let second: Promise<Connection> | undefined
   const connection = (ci: number): Promise<Connection> =>
     ci % 2 === 0 ? Promise.resolve({ con, values: a.values }) : (second ??= secondConnection(plan))
-  const openChunk = async (ci: number, ruledOut: boolean): Promise<Prepared> => {
+  const openChunk = async (ci: number, ruledOut: boolean, meta?: ChunkMetaReader): Promise<Prepared> => {
     const chunk = chunkAt(ci)!
     const c = await connection(ci)
     const run = new ChunkRun(c.con, plan, a.source(chunk), chunk.first, Math.min(a.to, chunk.last), c.values, a.texts)
-    return { ruledOut, run, blocks: await run.prepare(plan.query.includeAllBlocks, ruledOut) }
+    return { ruledOut, run, blocks: await run.prepare(plan.query.includeAllBlocks, ruledOut, meta) }
   }
   const prepareChunk = async (ci: number): Promise<Prepared> => {
     const chunk = chunkAt(ci)!
@@ -223,7 +223,7 @@ async function* answer(a: AnswerArgs): AsyncGenerator<Uint8Array> {
     const ruledOut = await chunkCannotMatch((await connection(ci)).con, plan, chunk.dir, meta)
     // A ruled-out chunk is passed over unless the answer ends in it; then only its last block is read.
     if (ruledOut && chunkAt(ci + 1)) return { ruledOut }
-    return openChunk(ci, ruledOut)
+    return openChunk(ci, ruledOut, meta)
   }
   let ahead: { ci: number; done: Promise<Prepared> } | undefined
   const settle = async () => {
