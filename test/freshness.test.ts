@@ -11,7 +11,6 @@ import { killChildren, startCli, until } from './helpers/cli.js'
 import { tempDir } from './helpers/dataset.js'
 import { FaultProxy } from './helpers/fault-proxy.js'
 import { describeFreshness, finalizedHead, measureFreshness } from './helpers/freshness.js'
-import { freePort } from './helpers/http.js'
 import { ArchiveClient } from '../src/client/archive-client.js'
 import { startS3, type S3Server } from './helpers/s3.js'
 
@@ -213,22 +212,20 @@ async function workerKilledMidAnswer(where: 'folder' | 's3'): Promise<void> {
     cluster.push(p.child)
     return p
   }
-  const routerPort = await freePort()
-  const routerUrl = `http://127.0.0.1:${routerPort}`
-  const port = await freePort()
-  const proxy = new FaultProxy(`http://127.0.0.1:${port}`)
+  // Every process listens on a port of its own choosing (a port found free beforehand can be taken
+  // by another process of a busy machine before the command listens on it): the router first, then
+  // the workers, the proxy passing requests on to the first worker once it printed its address.
+  const proxy = new FaultProxy('http://127.0.0.1:1')
   await proxy.start()
-  const worker = async (i: number, extra: string[]) => (await start(['worker', '--router', routerUrl, '--cache', path.join(tmp.dir, `cache-kill-${where}-${i}`), '--id', `w${i}`, '--heartbeat-ms', '500', '--local-forms', 'off', ...extra], 'worker')).child
   const stopFollowing = new AbortController()
   const got: { number: number; hash: string }[] = []
   try {
-    // All three start at once (a worker pings again every 500 ms until the router listens).
-    const [router, victim] = await Promise.all([
-      start(['router', '--data', out, '--port', String(routerPort), '--relist-ms', '3600000', '--head-poll-s3-ms', '1000', '--heartbeat-ms', '500', '--missed-heartbeats', '6', '--replication', '1', '--group-chunks', '1'], 'router'),
-      worker(0, ['--port', String(port), '--public-url', proxy.url]),
-      worker(1, ['--port', '0']),
-    ])
-    assert.equal(router.lines.get('router')![0], routerUrl)
+    const router = await start(['router', '--data', out, '--port', '0', '--relist-ms', '3600000', '--head-poll-s3-ms', '1000', '--heartbeat-ms', '500', '--missed-heartbeats', '6', '--replication', '1', '--group-chunks', '1'], 'router')
+    const routerUrl = router.lines.get('router')![0]
+    const worker = (i: number, extra: string[]) => start(['worker', '--router', routerUrl, '--cache', path.join(tmp.dir, `cache-kill-${where}-${i}`), '--id', `w${i}`, '--port', '0', '--heartbeat-ms', '500', '--local-forms', 'off', ...extra], 'worker')
+    const [first] = await Promise.all([worker(0, ['--public-url', proxy.url]), worker(1, [])])
+    const victim = first.child
+    proxy.setUpstream(first.lines.get('worker')![0])
     mark('router and workers')
     const base = `${routerUrl}/datasets/${DATASET}`
     await until('a first height', async () => ((await heightOf(routerUrl)) ?? -1) >= 0 ? true : undefined, 60_000, PROBE_MS)

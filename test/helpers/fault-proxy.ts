@@ -83,11 +83,16 @@ export class FaultProxy {
   private server?: Server
   private readonly sockets = new Set<Socket>()
   private readonly random: () => number
-  private readonly upstream: URL
+  private upstream: URL
 
   constructor(upstream: string, opts: { seed?: number } = {}) {
     this.upstream = new URL(upstream)
     this.random = prng(opts.seed ?? 1)
+  }
+
+  /** Pass requests on to another server from now on (one that told its port once it listened). */
+  setUpstream(upstream: string): void {
+    this.upstream = new URL(upstream)
   }
 
   /** Replace the rules (their match counters start at 0). */

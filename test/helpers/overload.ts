@@ -202,15 +202,22 @@ export async function runOverload(o: OverloadOptions): Promise<OverloadFigures> 
     const cpu = { worker: cpuSeconds(worker.pid) - cpu0.worker, router: cpuSeconds(d.router.pid) - cpu0.router }
     const peak = rss(worker.pid).peak
     const routerPeak = rss(d.router.pid).peak
-    // Afterwards: a query is answered and nothing is left running or queued.
+    // Afterwards the worker drains what it admitted (queries whose clients went away run to their
+    // end: on a busy machine that outlasts the storm), then a query is answered and nothing is left
+    // running or queued.
+    const drained = async () => {
+      let status: any = {}
+      for (let i = 0; i < 200; i++) {
+        status = await (await fetch(`${worker.url}/status`)).json()
+        if (status.queries?.active === 0 && status.queries?.queued === 0) break
+        await new Promise((res) => setTimeout(res, 50))
+      }
+      return status
+    }
+    await drained()
     const answer = await fetch(queryUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body: o.bodies[0] })
     await answer.arrayBuffer()
-    let status: any = {}
-    for (let i = 0; i < 40; i++) {
-      status = await (await fetch(`${worker.url}/status`)).json()
-      if (status.queries?.active === 0 && status.queries?.queued === 0) break
-      await new Promise((res) => setTimeout(res, 50))
-    }
+    const status = await drained()
     return {
       seconds: w.result.duration,
       worker: w.figures,
