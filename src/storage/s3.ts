@@ -220,7 +220,9 @@ export async function downloadObject(bucket: string, key: string, dest: string, 
 }
 
 export async function putText(bucket: string, key: string, text: string, signal?: AbortSignal): Promise<void> {
-  await (await s3Client()).send(new (cmd().PutObjectCommand)({ Bucket: bucket, Key: key, Body: text, ContentType: 'application/json' }), { abortSignal: signal })
+  // The length stated: for an empty text the SDK sends none and prints a warning about streams to the console.
+  const params = { Bucket: bucket, Key: key, Body: text, ContentLength: Buffer.byteLength(text), ContentType: 'application/json' }
+  await (await s3Client()).send(new (cmd().PutObjectCommand)(params), { abortSignal: signal })
 }
 
 /** Files above this size are uploaded in parts (env BLOCK_ARCHIVE_S3_PART_MB sets the part size). */
