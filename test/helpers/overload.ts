@@ -202,9 +202,9 @@ export async function runOverload(o: OverloadOptions): Promise<OverloadFigures> 
     const cpu = { worker: cpuSeconds(worker.pid) - cpu0.worker, router: cpuSeconds(d.router.pid) - cpu0.router }
     const peak = rss(worker.pid).peak
     const routerPeak = rss(d.router.pid).peak
-    // Afterwards the worker drains what it admitted (queries whose clients went away run to their
-    // end: on a busy machine that outlasts the storm), then a query is answered and nothing is left
-    // running or queued.
+    // Afterwards, once the worker has drained what it admitted during the storm (on a busy machine
+    // that can outlast the storm, and a query sent meanwhile is refused, rightly), a query is
+    // answered and nothing is left running or queued.
     const drained = async () => {
       let status: any = {}
       for (let i = 0; i < 200; i++) {

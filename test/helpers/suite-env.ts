@@ -24,10 +24,10 @@
  *
  * And one setting of V8 for every Node process of the run: a function is optimised by TurboFan only
  * after 16 times the interrupt budget V8 gives it by default (`--interrupt-budget`). Most processes
- * of the suite live for seconds (a command, a test file), and compiled optimised code that they
- * dropped at exit: `perf` over six heavy test files showed TurboFan's compiler at 9 of 95 CPU s,
- * and 1.6–1.8 s with the later tier-up, for about 5 % less CPU in all (BENCHMARKS.md, "The test
- * suite"). Hot loops still get optimised, later. The flag is not one NODE_OPTIONS accepts, so
+ * of the suite live for seconds (a command, a test file), and much of the optimised code they
+ * compiled was dropped at exit: `perf` over six heavy test files showed TurboFan's compiler at 9 of
+ * 95 CPU s, and 1.6–1.8 s with the later tier-up (BENCHMARKS.md, "The test suite"). Hot loops
+ * still get optimised, later. The flag is not one NODE_OPTIONS accepts, so
  * NODE_OPTIONS names a module that sets it (helpers/v8-tier-up.ts), which the commands the tests
  * start load too. It sets nothing else: a test that removes the settings above from its own
  * process starts commands without them.
