@@ -25,7 +25,16 @@ const { DuckDBInstance } = duckdbApi()
 const RUNS = 3
 const FILE_BLOCKS = 20
 
-export async function closeStages(blocks: number): Promise<void> {
+/** CPU ms per block of the close's statements, per table and for all three (the statement the ingest runs, then its parts). */
+export interface CloseCost {
+  table: string
+  whole: number
+  normalise: number
+  sort: number
+  write: number
+}
+
+export async function closeStages(blocks: number): Promise<CloseCost[]> {
   const dir = path.join(benchRoot(), `ingest-close-${process.pid}`)
   await rm(dir, { recursive: true, force: true })
   await mkdir(dir, { recursive: true })
@@ -51,7 +60,7 @@ export async function closeStages(blocks: number): Promise<void> {
     const queries = await spoolQueriesOver({ blockFiles, receiptFiles, first: 0, last: blocks - 1, checked: false })
     /** CPU ms of the statement's fastest of RUNS runs. */
     const best = async (sql: string) => (await timeInterleaved([() => con.run(sql)], RUNS, 0, cpuClock))[0].min
-    const rows: string[][] = []
+    const costs: CloseCost[] = []
     const total = { whole: 0, normalise: 0, sortWrite: 0, write: 0 }
     for (const name of ['blocks', 'transactions', 'logs'] as const) {
       const table = evmFamily.tables.find((t) => t.name === name)!
@@ -62,14 +71,15 @@ export async function closeStages(blocks: number): Promise<void> {
       const sortWrite = await best(`COPY (SELECT * FROM close_rows ORDER BY ${sortOrder(table)}) TO ${out} ${options}`)
       const write = await best(`COPY (SELECT * FROM close_rows) TO ${out} ${options}`)
       Object.assign(total, { whole: total.whole + whole, normalise: total.normalise + normalise, sortWrite: total.sortWrite + sortWrite, write: total.write + write })
-      const perBlock = (ms: number) => (ms / blocks).toFixed(2)
-      rows.push([name, perBlock(whole), perBlock(normalise), perBlock(sortWrite - write), perBlock(write)])
+      costs.push({ table: name, whole: whole / blocks, normalise: normalise / blocks, sort: (sortWrite - write) / blocks, write: write / blocks })
     }
-    const perBlock = (ms: number) => (ms / blocks).toFixed(2)
-    rows.push(['all three', perBlock(total.whole), perBlock(total.normalise), perBlock(total.sortWrite - total.write), perBlock(total.write)])
+    costs.push({ table: 'all three', whole: total.whole / blocks, normalise: total.normalise / blocks, sort: (total.sortWrite - total.write) / blocks, write: total.write / blocks })
     console.log(`machine: ${machine()}`)
+    const f = (ms: number) => ms.toFixed(2)
     printTable(`the spooled path's chunk close, ${blocks} distinct tiled blocks, DuckDB on 1 thread, CPU ms per block (best of ${RUNS})`,
-      ['table', 'the statement the ingest runs', 'read + normalise (into a temp table)', 'sort', 'write zstd Parquet'], rows)
+      ['table', 'the statement the ingest runs', 'read + normalise (into a temp table)', 'sort', 'write zstd Parquet'],
+      costs.map((c) => [c.table, f(c.whole), f(c.normalise), f(c.sort), f(c.write)]))
+    return costs
   } finally {
     con.closeSync()
     await rm(dir, { recursive: true, force: true })

@@ -143,6 +143,13 @@ program
   .action(async (o) => (await import('./worker.js')).runWorker(o))
 
 program
+  .command('floors')
+  .description('each speed target\'s budget against a part of its work measured alone in the same run: DuckDB\'s statements, the columns an answer reads, JSON.stringify/parse, the ingest\'s chunk close')
+  .option('--runs <n>', 'timed runs per variant', int, 15)
+  .option('--close-blocks <n>', 'blocks of the ingest close timed (0: leave the ingest out)', int, 200)
+  .action(async (o) => (await import('./floors.js')).runFloors(o))
+
+program
   .command('engine-ab')
   .description('this build\'s query engine against another build\'s (--baseline <its dist folder>) in one process, alternating, per shape')
   .requiredOption('--baseline <dist>', 'the other build\'s dist folder (e.g. of a git worktree at the commit before)')
@@ -242,6 +249,7 @@ const ALL: string[][] = [
   ['sql'],
   ['stringify'],
   ['worker'],
+  ['floors'],
   // 4 in flight beside 1 and 2: with the workers' DuckDB at 1 thread, 4 in flight kept both cores
   // busier (140–144 k items/s at 2, 149–170 k at 4; docs/benchmark-history.md, step 37).
   ['sync', '--blocks', '2000', '--sdk', '--parallel', '1', '2', '4'],
