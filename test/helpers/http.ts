@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import http from 'node:http'
 import net from 'node:net'
 import zlib from 'node:zlib'
@@ -90,14 +91,45 @@ export function postAndHangUp(url: string, body: unknown, afterBytes: number): P
   })
 }
 
-/** A TCP port free on 127.0.0.1 right now (for a server the test starts later on a known port). */
-export function freePort(): Promise<number> {
+/**
+ * A TCP port free on 127.0.0.1 right now, for a server the test starts later on a known port.
+ * Picked below the kernel's ephemeral range: the suite's servers listening on port 0 and every
+ * outgoing connection take their ports from that range, so none of them can take this port before
+ * the test's server binds it (a port `listen(0)` had just freed once went to another test's worker:
+ * EADDRINUSE). Random, so that test files running at once rarely pick the same one; checked by
+ * binding it. Falls back to a port of the ephemeral range where the range cannot be read.
+ */
+export async function freePort(): Promise<number> {
+  const low = ephemeralLow()
+  const floor = 10_000
+  for (let attempt = 0; low !== undefined && low > floor + 1000 && attempt < 50; attempt++) {
+    const port = floor + Math.floor(Math.random() * (low - floor))
+    if (await canBind(port)) return port
+  }
   return new Promise((resolve, reject) => {
     const s = net.createServer().listen(0, '127.0.0.1', () => {
       const port = (s.address() as net.AddressInfo).port
       s.close(() => resolve(port))
     })
     s.once('error', reject)
+  })
+}
+
+/** The first port of the kernel's ephemeral range (Linux), or undefined. */
+function ephemeralLow(): number | undefined {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0])
+    return Number.isInteger(low) && low > 0 ? low : undefined
+  } catch {
+    return undefined
+  }
+}
+
+function canBind(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.createServer()
+    s.once('error', () => resolve(false))
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)))
   })
 }
 
