@@ -91,16 +91,19 @@ export async function runFloors(o: FloorsOptions): Promise<void> {
       const ms = (x: number) => x.toFixed(1)
       const us = (x: number) => ((x * 1000) / items).toFixed(2)
       rows.push([name, mb.toFixed(2), String(items), String(sqls.length), ms(e.median), ms(s.median), ms(c.median), ms(j.median), ms(p.median), us(p.median)])
+      // DuckDB reading the answer's rows: the cheaper of the statements as they are and of their columns alone.
+      const read = Math.min(s.median, c.median)
+      const readWhat = "DuckDB reading the answer's rows (the cheaper of the two columns above)"
       if (name === 'logs+tx') {
-        floors.push(['1: logs+tx over one chunk, in process', `${LOGS_TX_MS} ms`, `${ms(c.median)} ms`, 'reading the rows and columns the answer needs, no JSON built', ms(LOGS_TX_MS - c.median) + ' ms', `${ms(e.median)} ms`])
+        floors.push(['1: logs+tx over one chunk, in process', `${LOGS_TX_MS} ms`, `${ms(read)} ms`, readWhat, ms(LOGS_TX_MS - read) + ' ms', `${ms(e.median)} ms`])
       } else {
         const budget = (mb / (JSON_RATE * (mb / (j.median / 1000)))) * 1000
-        floors.push(['2: JSON rate ≥ 150 % of JSON.stringify, all tx+logs', `${ms(budget)} ms for ${mb.toFixed(1)} MB`, `${ms(c.median)} ms`,
-          'reading the rows and columns the answer needs, no JSON built', `${ms(budget - c.median)} ms`, `${ms(e.median)} ms (${((j.median / e.median) * 100).toFixed(0)} %)`])
+        floors.push(['2: JSON rate ≥ 150 % of JSON.stringify, all tx+logs', `${ms(budget)} ms for ${mb.toFixed(1)} MB`, `${ms(read)} ms`,
+          readWhat, `${ms(budget - read)} ms`, `${ms(e.median)} ms (${((j.median / e.median) * 100).toFixed(0)} %)`])
         const perItem = 2e6 / SYNC_ITEMS_PER_S
-        const floor = (p.median + c.median) * 1000 / items
+        const floor = ((p.median + read) * 1000) / items
         floors.push(['3: full sync ≥ 400,000 items/s, client + router + 2 workers on 2 cores', `${perItem.toFixed(2)} CPU µs per item`, `${floor.toFixed(2)} µs`,
-          "the client's JSON.parse per block + the workers' column reads", `${(perItem - floor).toFixed(2)} µs`, ''])
+          "the client's JSON.parse per block + the workers' DuckDB reads", `${(perItem - floor).toFixed(2)} µs`, ''])
       }
     }
   } finally {
