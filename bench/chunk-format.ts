@@ -6,11 +6,10 @@ import { parquetOptions, type ParquetSettings } from '../src/chunks/writer.js'
 import { configureDb, connect, ident, lit } from '../src/db.js'
 import { blockOrders } from '../src/families/declaration.js'
 import { evmFamily } from '../src/families/evm.js'
-import { prepareQuery } from '../src/query/engine.js'
-import { answerSent, piecesSent } from '../src/fast-path.js'
-import type { DatasetView, QueryBudgets } from '../src/query/types.js'
+import type { DatasetView } from '../src/query/types.js'
 import type { LocalTables } from '../src/storage/local-forms.js'
 import { FORMS_STORAGE_VERSION, LocalForms } from '../src/storage/local-forms.js'
+import { readAnswer, UNCUT } from './lib/answer.js'
 import { benchChunk } from './lib/chunk.js'
 import { cpuClock, mb, ms, timeInterleaved, type Timing } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
@@ -21,9 +20,6 @@ export interface ChunkFormatBenchOptions {
   variant?: string[]
   localForm: boolean
 }
-
-/** Budgets high enough that no answer is cut. */
-const UNCUT: QueryBudgets = { sizeBytes: 2 ** 40, timeMs: 10 * 60_000 }
 
 /** Writer settings compared with today's (the first), each a Parquet file per table. */
 const VARIANTS: { name: string; settings: ParquetSettings; metadataCache?: boolean }[] = [
@@ -143,16 +139,8 @@ export async function runChunkFormat(o: ChunkFormatBenchOptions): Promise<void> 
   }
   const answer = async (view: DatasetView, query: unknown, hash = false, metadataCache = false) => {
     await setCache(metadataCache)
-    const s = await prepareQuery(view, query, UNCUT)
     const h = hash ? createHash('sha256') : undefined
-    let n = 0
-    let pieces = 0
-    for await (const piece of s.body) {
-      n += piece.length
-      h?.update(piece)
-      piecesSent(s, ++pieces)
-    }
-    answerSent(s)
+    const n = await readAnswer(view, query, UNCUT, (piece) => h?.update(piece))
     return h ? h.digest('hex') : n
   }
   console.log(`machine: ${machine()}`)

@@ -1,11 +1,10 @@
 import { chunkTableNames } from '../src/chunks/layout.js'
 import { configureDb, connect, duckdbApi } from '../src/db.js'
-import { answerSent, piecesSent } from '../src/fast-path.js'
 import { blockOrders } from '../src/families/declaration.js'
 import { evmFamily } from '../src/families/evm.js'
-import { prepareQuery } from '../src/query/engine.js'
-import type { DatasetView, QueryBudgets } from '../src/query/types.js'
+import type { DatasetView } from '../src/query/types.js'
 import { LocalForms } from '../src/storage/local-forms.js'
+import { readAnswer } from './lib/answer.js'
 import { benchChunk } from './lib/chunk.js'
 import { timeInterleaved } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
@@ -16,9 +15,6 @@ export interface FloorsOptions {
   /** Blocks of the ingest close timed (0: leave the ingest out). */
   closeBlocks: number
 }
-
-/** No answer cut; the worker's default slices (bounded memory), as target 2 is measured. */
-const UNCUT: QueryBudgets = { sizeBytes: 2 ** 40, timeMs: 10 * 60_000 }
 
 /** Target 3: 400,000 items/s with the client, the router and both workers on these 2 cores. */
 const SYNC_ITEMS_PER_S = 400_000
@@ -62,9 +58,9 @@ export async function runFloors(o: FloorsOptions): Promise<void> {
       const query = shapeByName(name).query(meta.first, meta.last)
       const parts: Buffer[] = []
       // Warm: the first answer over a chunk also reads its statistics (then cached); not part of the floor.
-      await engine(view, query)
+      await readAnswer(view, query)
       statements.length = 0
-      await engine(view, query, (p) => parts.push(Buffer.from(p)))
+      await readAnswer(view, query, undefined, (p) => parts.push(Buffer.from(p)))
       const sqls = statements.filter((s) => /^\s*(SELECT|WITH)\b/i.test(s))
       const columns = sqls.map(columnsOnly)
       const text = Buffer.concat(parts).toString()
@@ -82,7 +78,7 @@ export async function runFloors(o: FloorsOptions): Promise<void> {
       const [sqlRows, columnRows] = [await runAll(sqls), await runAll(columns)]
       if (sqlRows !== columnRows) throw new Error(`${name}: the columns-only statements gave ${columnRows} rows, the engine's ${sqlRows}`)
       const [e, s, c, j, p] = await timeInterleaved([
-        () => engine(view, query),
+        () => readAnswer(view, query),
         () => runAll(sqls),
         () => runAll(columns),
         () => blocks.reduce((n, b) => n + JSON.stringify(b).length, 0),
@@ -122,20 +118,6 @@ export async function runFloors(o: FloorsOptions): Promise<void> {
   }
   printTable('each target\'s budget against a floor measured in this run (a negative "left" means the floor alone misses the target)',
     ['target', 'budget', 'floor', 'what the floor is', 'left for the rest', 'whole, this run'], floors)
-}
-
-/** Reads the engine's whole answer, letting each piece go as a socket would. */
-async function engine(view: DatasetView, query: unknown, keep?: (piece: Uint8Array) => void): Promise<number> {
-  const s = await prepareQuery(view, query, UNCUT)
-  let n = 0
-  let pieces = 0
-  for await (const piece of s.body) {
-    keep?.(piece)
-    n += piece.length
-    if (!keep) piecesSent(s, ++pieces)
-  }
-  if (!keep) answerSent(s)
-  return n
 }
 
 /** Every SQL text a DuckDB connection is given from now on, in order (the array is emptied by the caller). */

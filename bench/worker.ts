@@ -3,13 +3,12 @@ import path from 'node:path'
 import { configureDb, connect } from '../src/db.js'
 import { blockOrders } from '../src/families/declaration.js'
 import { evmFamily } from '../src/families/evm.js'
-import { prepareQuery } from '../src/query/engine.js'
-import { answerSent, piecesSent } from '../src/fast-path.js'
 import type { DatasetView, QueryBudgets } from '../src/query/types.js'
 import { ArchiveStorage, LocalStorage } from '../src/server/storage.js'
 import { ChunkCache } from '../src/storage/chunk-cache.js'
 import { LocalForms } from '../src/storage/local-forms.js'
 import { startWorker } from '../src/server/worker-http.js'
+import { readAnswer, UNCUT } from './lib/answer.js'
 import { benchChunk } from './lib/chunk.js'
 import { until } from './lib/procs.js'
 import { mb, ms, timeInterleaved } from './lib/measure.js'
@@ -24,8 +23,6 @@ export interface WorkerBenchOptions {
   http: boolean
 }
 
-/** Budgets high enough that no answer is cut: the benchmark compares whole answers. */
-const UNCUT: QueryBudgets = { sizeBytes: 2 ** 40, timeMs: 10 * 60_000 }
 /**
  * Uncut, and the whole chunk in one slice, streamed (not under the heavy-slice lock, which would
  * hold the whole answer): the files are read once, but DuckDB holds the whole answer while it
@@ -65,19 +62,7 @@ export async function runWorker(o: WorkerBenchOptions): Promise<void> {
     : undefined
   const formsWorker = formsStorage ? await startWorker({ storage: formsStorage, ...workerOpts }) : undefined
   if (formsStorage) await until(() => formsStorage.hasLocalForm(name, view.chunks[0]), 10 * 60_000, "the worker's local form")
-  const engine = async (query: unknown, budgets: QueryBudgets = UNCUT, v: DatasetView = view) => {
-    const s = await prepareQuery(v, query, budgets)
-    let n = 0
-    let pieces = 0
-    // A reader that lets each piece go (as a socket does once it has the bytes): the answer's row
-    // slabs serve its later slices, and once it is read, the next answer.
-    for await (const piece of s.body) {
-      n += piece.length
-      piecesSent(s, ++pieces)
-    }
-    answerSent(s)
-    return n
-  }
+  const engine = (query: unknown, budgets: QueryBudgets = UNCUT, v: DatasetView = view) => readAnswer(v, query, budgets)
   const overHttp = async (query: unknown, url = worker!.url) => {
     const res = await fetch(`${url}/datasets/${name}/query`, {
       method: 'POST', headers: { 'content-type': 'application/json', 'accept-encoding': 'identity' }, body: JSON.stringify(query),
