@@ -2,14 +2,12 @@ import { copyFile, mkdir, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { PerformanceObserver } from 'node:perf_hooks'
-import { duckdbApi } from '../src/db.js'
 import { chunkTableNames } from '../src/chunks/layout.js'
 import { benchChunk } from './lib/chunk.js'
 import { summarize } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
 import { SHAPES, shapeByName } from './lib/shapes.js'
-
-const { DuckDBConnection } = duckdbApi()
+import { watchStatements, type Statement } from './lib/statements.js'
 
 export interface EngineAbOptions {
   baseline: string
@@ -26,37 +24,12 @@ interface Build {
   close(): Promise<void>
 }
 
-interface Statement {
-  sql: string
-  /** From the call to the last row read (a streamed statement also counts the JS work between its chunks). */
-  ms: number
-}
-
 let statements: Statement[] | undefined
 let gcMs = 0
 
-/** Times every statement either build runs: both load the same `@duckdb/node-api` module. */
-function watchStatements(): void {
-  const proto = DuckDBConnection.prototype as unknown as Record<string, (...a: unknown[]) => Promise<any>>
-  for (const name of ['run', 'stream']) {
-    const original = proto[name]
-    proto[name] = async function (this: unknown, ...a: unknown[]) {
-      const t0 = performance.now()
-      const result = await original.apply(this, a)
-      const entry: Statement = { sql: String(a[0]).slice(0, 60), ms: performance.now() - t0 }
-      statements?.push(entry)
-      const done = () => (entry.ms = performance.now() - t0)
-      for (const read of ['fetchAllChunks', 'fetchChunk']) {
-        const f = result[read]?.bind(result)
-        if (f) result[read] = async () => {
-          const out = await f()
-          done()
-          return out
-        }
-      }
-      return result
-    }
-  }
+/** Times every statement either build runs, and sums GC pauses. */
+function watchStatementsAndGc(): void {
+  watchStatements((s) => statements?.push(s))
   new PerformanceObserver((list) => {
     for (const e of list.getEntries()) gcMs += e.duration
   }).observe({ entryTypes: ['gc'] })
@@ -122,7 +95,7 @@ export async function runEngineAb(o: EngineAbOptions): Promise<void> {
   const first = await loadBuild(thisDist, 'this build', files[1], o.storage)
   await first.close()
   await copyFile(files[1], files[0])
-  watchStatements()
+  watchStatementsAndGc()
   const builds = [await loadBuild(path.resolve(o.baseline), 'baseline', files[0], o.storage), await loadBuild(thisDist, 'this build', files[1], o.storage)]
   console.log(`machine: ${machine()}`)
   console.log(`baseline ${path.resolve(o.baseline)}, this build ${thisDist}; ${o.storage === 'local' ? 'local form' : 'Parquet'}; DuckDB threads 1; ${o.runs} alternating runs`)
@@ -149,7 +122,7 @@ export async function runEngineAb(o: EngineAbOptions): Promise<void> {
           const n = Math.max(...s.map((r) => r.statements.length))
           const median = (f: (r: (typeof s)[number]) => number) => summarize(s.map(f)).median
           for (let k = 0; k < n; k++) {
-            stageRows.push([shape.name, build.name, `statement ${k + 1}`, ms(median((r) => r.statements[k]?.ms ?? 0)), s[0].statements[k]?.sql ?? ''])
+            stageRows.push([shape.name, build.name, `statement ${k + 1}`, ms(median((r) => r.statements[k]?.ms ?? 0)), s[0].statements[k]?.sql.slice(0, 60) ?? ''])
           }
           stageRows.push([shape.name, build.name, 'outside statements (JS, GC)', ms(median((r) => r.wall - r.statements.reduce((t, x) => t + x.ms, 0))), ''])
           stageRows.push([shape.name, build.name, 'GC (mean; a pause may fall in the other build\'s query)', ms(s.reduce((t, r) => t + r.gc, 0) / s.length), ''])

@@ -1,5 +1,5 @@
 import { chunkTableNames } from '../src/chunks/layout.js'
-import { configureDb, connect, duckdbApi } from '../src/db.js'
+import { configureDb, connect } from '../src/db.js'
 import { blockOrders } from '../src/families/declaration.js'
 import { evmFamily } from '../src/families/evm.js'
 import type { DatasetView } from '../src/query/types.js'
@@ -9,6 +9,7 @@ import { benchChunk } from './lib/chunk.js'
 import { timeInterleaved } from './lib/measure.js'
 import { machine, printTable } from './lib/report.js'
 import { shapeByName } from './lib/shapes.js'
+import { watchStatements } from './lib/statements.js'
 
 export interface FloorsOptions {
   runs: number
@@ -49,7 +50,8 @@ export async function runFloors(o: FloorsOptions): Promise<void> {
     height: meta.last,
   }
   const con = await connect()
-  const statements = watchStatements()
+  const statements: string[] = []
+  watchStatements((s) => statements.push(s.sql))
   console.log(`machine: ${machine()}`)
   const rows: string[][] = []
   const floors: string[][] = []
@@ -118,20 +120,6 @@ export async function runFloors(o: FloorsOptions): Promise<void> {
   }
   printTable('each target\'s budget against a floor measured in this run (a negative "left" means the floor alone misses the target)',
     ['target', 'budget', 'floor', 'what the floor is', 'left for the rest', 'whole, this run'], floors)
-}
-
-/** Every SQL text a DuckDB connection is given from now on, in order (the array is emptied by the caller). */
-function watchStatements(): string[] {
-  const seen: string[] = []
-  const proto = duckdbApi().DuckDBConnection.prototype as unknown as Record<string, (...a: unknown[]) => unknown>
-  for (const name of ['run', 'stream']) {
-    const original = proto[name]
-    proto[name] = function (this: unknown, ...a: unknown[]) {
-      seen.push(String(a[0]))
-      return original.apply(this, a)
-    }
-  }
-  return seen
 }
 
 /**
