@@ -5,9 +5,9 @@ import { shapeByName } from './shapes.js'
 
 /*
  * Child process of `bench sync --sdk`: the real @subsquid/evm-processor walking [0, to] of the
- * dataset at <base> with the requests and fields of a benchmark shape. Prints `RESULT {json}` (blocks, items, wall ms and the
- * process's CPU ms from the start to the last batch) when
- * the processor exits after the range end.
+ * dataset at <base> with the requests and fields of a benchmark shape. Prints `RESULT {json}`
+ * (blocks, items, wall ms and the process's CPU ms from the start to the last batch) when the
+ * processor exits after the range end.
  * Usage: node sdk-sync.js <datasetBaseUrl> <toBlock> <shape> [preload]
  * With `preload`, the SDK's HTTP library (node-fetch, which @subsquid/http-client imports on its
  * first request: 31–37 ms here) is loaded before the timer starts, through the SDK's own loader.
